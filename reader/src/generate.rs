@@ -1,0 +1,345 @@
+//! Token generation: greedy and sampled decoding (temperature, top-k, top-p, repetition
+//! penalty), stop token ids and stop strings, streaming through a per-token callback, with time
+//! to first token and throughput.
+//!
+//! Logit processing follows Hugging Face's `generate` order: repetition penalty, temperature,
+//! top-k, top-p.
+
+use std::time::{Duration, Instant};
+
+use candle_core::{DType, Tensor};
+use rand::distributions::{Distribution, WeightedIndex};
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokenizers::Tokenizer;
+
+use crate::error::{Error, Result};
+use crate::llama::{Cache, Llama};
+
+/// Decoding parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerationParams {
+    /// Upper bound on new tokens.
+    pub max_new_tokens: usize,
+    /// 0 (or `None`) means greedy; otherwise logits are divided by it and sampled.
+    pub temperature: Option<f64>,
+    /// Nucleus sampling: keep the smallest set of tokens with probability mass >= top_p.
+    pub top_p: Option<f64>,
+    /// Keep only the k most likely tokens.
+    pub top_k: Option<usize>,
+    /// Hugging Face's repetition penalty (1.0 = off) over prompt and generated tokens.
+    pub repetition_penalty: f32,
+    /// Generation stops after emitting any of these ids (the id is kept in `tokens`).
+    pub stop_token_ids: Vec<u32>,
+    /// Generation stops when the decoded text contains any of these (needs a tokenizer); the
+    /// returned text is cut before the stop string.
+    pub stop_strings: Vec<String>,
+    /// Seed of the sampler.
+    pub seed: u64,
+}
+
+impl Default for GenerationParams {
+    fn default() -> Self {
+        Self {
+            max_new_tokens: 32,
+            temperature: None,
+            top_p: None,
+            top_k: None,
+            repetition_penalty: 1.0,
+            stop_token_ids: Vec::new(),
+            stop_strings: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl GenerationParams {
+    /// Greedy decoding of exactly `max_new_tokens` tokens (no stops).
+    pub fn greedy(max_new_tokens: usize) -> Self {
+        Self {
+            max_new_tokens,
+            ..Self::default()
+        }
+    }
+
+    fn is_greedy(&self) -> bool {
+        self.temperature.is_none_or(|t| t <= 0.0)
+    }
+}
+
+/// Why generation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// `max_new_tokens` reached.
+    Length,
+    /// A stop token id was generated.
+    StopToken(u32),
+    /// A stop string appeared in the text.
+    StopString(String),
+    /// The streaming callback asked to stop.
+    Cancelled,
+}
+
+/// The result of one generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// New token ids.
+    pub tokens: Vec<u32>,
+    /// Decoded new text (when a tokenizer is available), cut before a stop string.
+    pub text: Option<String>,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// Prompt length in tokens.
+    pub prompt_tokens: usize,
+    /// From the call to the first new token (prefill, encoder included).
+    pub time_to_first_token: Duration,
+    /// Whole call.
+    pub elapsed: Duration,
+}
+
+impl Generation {
+    /// Decoding throughput after the first token, in tokens per second.
+    pub fn tokens_per_second(&self) -> f64 {
+        let decode = self.elapsed.saturating_sub(self.time_to_first_token);
+        let n = self.tokens.len().saturating_sub(1);
+        if n == 0 || decode.is_zero() {
+            0.0
+        } else {
+            n as f64 / decode.as_secs_f64()
+        }
+    }
+}
+
+/// Whether the streaming callback wants more tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    /// Keep generating.
+    Continue,
+    /// Stop now.
+    Stop,
+}
+
+/// A request: prompt ids and, for CEPE models, encoder chunks.
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    /// Decoder prompt (with BOS when the model expects one).
+    pub prompt: Vec<u32>,
+    /// CEPE encoder chunks (unpadded), empty for none.
+    pub encoder_chunks: Vec<Vec<u32>>,
+}
+
+/// Generates with `model` (`tokenizer` is needed only for stop strings and `text`).
+pub struct Generator<'a> {
+    model: &'a Llama,
+    tokenizer: Option<&'a Tokenizer>,
+    encoder_pad_id: u32,
+}
+
+/// Hugging Face's repetition penalty, in place on a row of logits.
+pub fn apply_repetition_penalty(logits: &mut [f32], seen: &[u32], penalty: f32) {
+    if penalty == 1.0 {
+        return;
+    }
+    let mut done = std::collections::HashSet::new();
+    for &t in seen {
+        if !done.insert(t) {
+            continue;
+        }
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l = if *l < 0.0 { *l * penalty } else { *l / penalty };
+        }
+    }
+}
+
+/// Index of the largest logit (the first one on ties, as `torch.argmax`).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Picks the next token from one row of logits.
+fn pick(logits: &mut [f32], seen: &[u32], params: &GenerationParams, rng: &mut StdRng) -> Result<u32> {
+    apply_repetition_penalty(logits, seen, params.repetition_penalty);
+    if params.is_greedy() {
+        return Ok(argmax(logits));
+    }
+    let temp = params.temperature.unwrap_or(1.0) as f32;
+    let mut cand: Vec<(usize, f32)> = logits.iter().map(|&l| l / temp).enumerate().collect();
+    cand.sort_by(|a, b| b.1.total_cmp(&a.1));
+    if let Some(k) = params.top_k.filter(|&k| k > 0) {
+        cand.truncate(k);
+    }
+    let max = cand[0].1;
+    let mut probs: Vec<f32> = cand.iter().map(|(_, l)| (l - max).exp()).collect();
+    let sum: f32 = probs.iter().sum();
+    probs.iter_mut().for_each(|p| *p /= sum);
+    if let Some(top_p) = params.top_p.filter(|&p| p < 1.0) {
+        let mut acc = 0.0;
+        let mut keep = probs.len();
+        for (i, p) in probs.iter().enumerate() {
+            acc += p;
+            if acc as f64 >= top_p {
+                keep = i + 1;
+                break;
+            }
+        }
+        probs.truncate(keep);
+        cand.truncate(keep);
+    }
+    let dist = WeightedIndex::new(&probs).map_err(|e| Error::invalid(format!("sampling: {e}")))?;
+    Ok(cand[dist.sample(rng)].0 as u32)
+}
+
+impl<'a> Generator<'a> {
+    /// A generator; `encoder_pad_id` pads CEPE encoder chunks (the reference uses eos = 2).
+    pub fn new(model: &'a Llama, tokenizer: Option<&'a Tokenizer>, encoder_pad_id: u32) -> Self {
+        Self {
+            model,
+            tokenizer,
+            encoder_pad_id,
+        }
+    }
+
+    /// Blocking generation.
+    pub fn generate(&self, request: &Request, params: &GenerationParams) -> Result<Generation> {
+        self.generate_stream(request, params, |_, _| Flow::Continue)
+    }
+
+    /// Streaming generation: `on_token(id, text_piece)` is called for every new token (the
+    /// piece is the newly decoded text when a tokenizer is present).
+    pub fn generate_stream(
+        &self,
+        request: &Request,
+        params: &GenerationParams,
+        mut on_token: impl FnMut(u32, Option<&str>) -> Flow,
+    ) -> Result<Generation> {
+        let start = Instant::now();
+        if request.prompt.is_empty() {
+            return Err(Error::invalid("empty prompt"));
+        }
+        if !params.stop_strings.is_empty() && self.tokenizer.is_none() {
+            return Err(Error::NoTokenizer);
+        }
+        let dev = self.model.device();
+        let mut cache = Cache::new(self.model);
+        if !request.encoder_chunks.is_empty() {
+            self.model.set_encoder_context(
+                std::slice::from_ref(&request.encoder_chunks),
+                self.encoder_pad_id,
+                &mut cache,
+            )?;
+        }
+        let mut rng = StdRng::seed_from_u64(params.seed);
+        let mut seen = request.prompt.clone();
+        let mut tokens = Vec::new();
+        let mut text = String::new();
+        let mut ttft = None;
+        let mut stop_reason = StopReason::Length;
+        let mut input = Tensor::new(request.prompt.as_slice(), dev)?.unsqueeze(0)?;
+        while tokens.len() < params.max_new_tokens {
+            let logits = self.model.forward_last(&input, None, &mut cache)?;
+            let mut row = logits.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            let next = pick(&mut row, &seen, params, &mut rng)?;
+            ttft.get_or_insert_with(|| start.elapsed());
+            tokens.push(next);
+            seen.push(next);
+            let piece = match self.tokenizer {
+                Some(tok) => {
+                    let full = tok
+                        .decode(&tokens, true)
+                        .map_err(|e| Error::Tokenizer { reason: e.to_string() })?;
+                    let piece = full.get(text.len()..).unwrap_or("").to_string();
+                    text = full;
+                    Some(piece)
+                }
+                None => None,
+            };
+            if on_token(next, piece.as_deref()) == Flow::Stop {
+                stop_reason = StopReason::Cancelled;
+                break;
+            }
+            if params.stop_token_ids.contains(&next) {
+                stop_reason = StopReason::StopToken(next);
+                break;
+            }
+            if let Some((s, at)) = params
+                .stop_strings
+                .iter()
+                .filter_map(|s| text.find(s.as_str()).map(|at| (s, at)))
+                .min_by_key(|(_, at)| *at)
+            {
+                stop_reason = StopReason::StopString(s.clone());
+                text.truncate(at);
+                break;
+            }
+            input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
+        }
+        Ok(Generation {
+            tokens,
+            text: self.tokenizer.map(|_| text),
+            stop_reason,
+            prompt_tokens: request.prompt.len(),
+            time_to_first_token: ttft.unwrap_or_else(|| start.elapsed()),
+            elapsed: start.elapsed(),
+        })
+    }
+
+    /// Greedy or sampled generation for a batch of prompts of different lengths, left-padded
+    /// (with `pad_id`) and masked as Hugging Face's `generate` does. Stops per row at stop
+    /// token ids; returns each row's new tokens.
+    pub fn generate_batch(&self, requests: &[Request], params: &GenerationParams, pad_id: u32) -> Result<Vec<Vec<u32>>> {
+        let b = requests.len();
+        if b == 0 {
+            return Ok(Vec::new());
+        }
+        if requests.iter().any(|r| r.prompt.is_empty()) {
+            return Err(Error::invalid("empty prompt in batch"));
+        }
+        let dev = self.model.device();
+        let mut cache = Cache::new(self.model);
+        if requests.iter().any(|r| !r.encoder_chunks.is_empty()) {
+            let rows: Vec<Vec<Vec<u32>>> = requests.iter().map(|r| r.encoder_chunks.clone()).collect();
+            self.model
+                .set_encoder_context(&rows, self.encoder_pad_id, &mut cache)?;
+        }
+        let len = requests.iter().map(|r| r.prompt.len()).max().unwrap_or(0);
+        let mut ids = Vec::with_capacity(b * len);
+        let mut mask = Vec::with_capacity(b * len);
+        for r in requests {
+            let pad = len - r.prompt.len();
+            ids.extend(std::iter::repeat_n(pad_id, pad).chain(r.prompt.iter().copied()));
+            mask.extend((0..len).map(|i| u32::from(i >= pad)));
+        }
+        let mut input = Tensor::from_vec(ids, (b, len), dev)?;
+        let mut attn = Some(Tensor::from_vec(mask, (b, len), dev)?);
+        let mut rng = StdRng::seed_from_u64(params.seed);
+        let mut seen: Vec<Vec<u32>> = requests.iter().map(|r| r.prompt.clone()).collect();
+        let mut out = vec![Vec::new(); b];
+        let mut done = vec![false; b];
+        for _ in 0..params.max_new_tokens {
+            let logits = self.model.forward_last(&input, attn.as_ref(), &mut cache)?;
+            let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let mut next = Vec::with_capacity(b);
+            for (r, mut row) in rows.into_iter().enumerate() {
+                let t = pick(&mut row, &seen[r], params, &mut rng)?;
+                if !done[r] {
+                    out[r].push(t);
+                    seen[r].push(t);
+                    done[r] = params.stop_token_ids.contains(&t);
+                }
+                next.push(t);
+            }
+            if done.iter().all(|&d| d) {
+                break;
+            }
+            input = Tensor::from_vec(next, (b, 1), dev)?;
+            attn = None;
+        }
+        Ok(out)
+    }
+}
