@@ -108,7 +108,10 @@ fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
         Vec::new()
     };
     let pad = inputs["encoder_pad_token_id"].as_u64().unwrap_or(2) as u32;
-    let got = logits(&model, &prompt, &chunks, pad);
+    let mut got = logits(&model, &prompt, &chunks, pad);
+    if let Some(pos) = expected.get("positions") {
+        got = ids(pos).iter().map(|&p| got[p as usize].clone()).collect();
+    }
     let diff = max_diff(&got, &rows_f32(&expected["logits"]));
     println!("{name}/{expected_file}: logits max abs diff {diff:.3e}");
     assert!(diff <= TOL, "{name}/{expected_file}: logits differ by {diff}");
@@ -153,4 +156,116 @@ fn cepe_tiny_encoder_states_match_reference() {
     }
     println!("cepe-tiny: encoder states max abs diff {worst:.3e}");
     assert!(worst <= TOL, "encoder states differ by {worst}");
+}
+
+#[test]
+fn gqa_sharded_safetensors_matches_transformers() {
+    check_decoder("llama-gqa-sharded", "expected.json", false);
+}
+
+/// The same weights as `llama-gqa-sharded`, as sharded PyTorch pickles.
+#[test]
+fn gqa_sharded_pytorch_bin_matches_transformers() {
+    let dir = fixture("llama-gqa-bin");
+    let (ckpt, model) = load(&dir);
+    assert!(matches!(
+        ckpt.weights(),
+        capstan_reader::WeightFormat::Pytorch(files) if files.len() == 2
+    ));
+    let reference = fixture("llama-gqa-sharded");
+    let inputs = json(&reference.join("inputs.json"));
+    let expected = json(&reference.join("expected.json"));
+    let prompt = ids(&inputs["input_ids"][0]);
+    let diff = max_diff(&logits(&model, &prompt, &[], 2), &rows_f32(&expected["logits"]));
+    println!("llama-gqa-bin: logits max abs diff {diff:.3e}");
+    assert!(diff <= TOL, "logits differ by {diff}");
+    let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(greedy(&model, &prompt, &[], 2, n), ids(&expected["greedy_tokens"]));
+}
+
+#[test]
+fn tied_embeddings_match_transformers() {
+    check_decoder("llama-tied", "expected.json", false);
+}
+
+#[test]
+fn linear_rope_scaling_matches_transformers() {
+    check_decoder("llama-linear-rope", "expected.json", false);
+}
+
+/// 5,000 tokens with RoPE ABF (rope_theta 500,000), through chunked prefill.
+#[test]
+fn long_input_rope_abf_matches_transformers() {
+    let dir = fixture("llama-long-abf");
+    let (_, model) = load(&dir);
+    let inputs = json(&dir.join("inputs.json"));
+    let expected = json(&dir.join("expected.json"));
+    let prompt = ids(&inputs["input_ids"][0]);
+    assert_eq!(prompt.len(), 5000);
+    let got = logits(&model, &prompt, &[], 2);
+    let diff = max_diff(&got[got.len() - 8..], &rows_f32(&expected["last_logits"]));
+    println!("llama-long-abf: last-8 logits max abs diff {diff:.3e}");
+    assert!(diff <= TOL, "logits differ by {diff}");
+    let argmax = ids(&expected["argmax"]);
+    let margin: Vec<f64> = expected["top2_margin"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_f64().unwrap())
+        .collect();
+    let mut compared = 0;
+    for (p, row) in got.iter().enumerate() {
+        // Near-ties (within numerical noise) may legitimately flip.
+        if margin[p] > 1e-3 {
+            assert_eq!(capstan_reader::argmax(row), argmax[p], "argmax at position {p}");
+            compared += 1;
+        }
+    }
+    assert!(compared > 4900);
+    let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
+    assert_eq!(greedy(&model, &prompt, &[], 2, n), ids(&expected["greedy_tokens"]));
+}
+
+/// Two prompts of different lengths, left-padded and masked.
+#[test]
+fn batch_left_padding_matches_transformers() {
+    let dir = fixture("llama-batch-leftpad");
+    let (_, model) = load(&dir);
+    let inputs = json(&dir.join("inputs.json"));
+    let expected = json(&dir.join("expected.json"));
+    let prompts: Vec<Vec<u32>> = inputs["input_ids"].as_array().unwrap().iter().map(ids).collect();
+    let pad = inputs["pad_token_id"].as_u64().unwrap() as u32;
+    let len = prompts.iter().map(Vec::len).max().unwrap();
+    let mut flat = Vec::new();
+    let mut mask = Vec::new();
+    for p in &prompts {
+        flat.extend(std::iter::repeat_n(pad, len - p.len()).chain(p.iter().copied()));
+        mask.extend((0..len).map(|i| u32::from(i >= len - p.len())));
+    }
+    let dev = model.device();
+    let input = Tensor::from_vec(flat, (prompts.len(), len), dev).unwrap();
+    let mask = Tensor::from_vec(mask, (prompts.len(), len), dev).unwrap();
+    let mut cache = Cache::new(&model);
+    let out = model.forward(&input, Some(&mask), &mut cache).unwrap();
+    let out = out.to_vec3::<f32>().unwrap();
+    let mut worst = 0f32;
+    for (r, p) in prompts.iter().enumerate() {
+        let real = &out[r][len - p.len()..];
+        worst = worst.max(max_diff(real, &rows_f32(&expected["logits"][r])));
+    }
+    println!("llama-batch-leftpad: logits max abs diff {worst:.3e}");
+    assert!(worst <= TOL, "logits differ by {worst}");
+    let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
+    let requests: Vec<Request> = prompts
+        .iter()
+        .map(|p| Request {
+            prompt: p.clone(),
+            ..Request::default()
+        })
+        .collect();
+    let tokens = Generator::new(&model, None, 2)
+        .generate_batch(&requests, &GenerationParams::greedy(n), pad)
+        .unwrap();
+    let want: Vec<Vec<u32>> = expected["greedy_tokens"].as_array().unwrap().iter().map(ids).collect();
+    assert_eq!(tokens, want);
 }
