@@ -43,16 +43,16 @@ struct ShardIndex {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| Error::Io {
+    std::fs::read_to_string(path).map_err(|cause| Error::Io {
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T> {
-    serde_json::from_str(&read_text(path)?).map_err(|source| Error::Json {
+    serde_json::from_str(&read_text(path)?).map_err(|cause| Error::Json {
         path: path.to_path_buf(),
-        source,
+        cause,
     })
 }
 
@@ -65,7 +65,10 @@ fn shards(dir: &Path, index: &Path) -> Result<Vec<PathBuf>> {
         if !f.is_file() {
             return Err(Error::Io {
                 path: f.clone(),
-                source: std::io::Error::new(std::io::ErrorKind::NotFound, "shard named by the index"),
+                cause: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "shard named by the index",
+                ),
             });
         }
     }
@@ -181,9 +184,11 @@ impl Checkpoint {
         };
         let tok_path = dir.join("tokenizer.json");
         let tokenizer = if tok_path.is_file() {
-            Some(Tokenizer::from_file(&tok_path).map_err(|e| Error::Tokenizer {
-                reason: format!("{}: {e}", tok_path.display()),
-            })?)
+            Some(
+                Tokenizer::from_file(&tok_path).map_err(|e| Error::Tokenizer {
+                    reason: format!("{}: {e}", tok_path.display()),
+                })?,
+            )
         } else {
             None
         };

@@ -188,7 +188,7 @@ impl LlamaConfig {
         if self.num_attention_heads == 0 || self.kv_heads() == 0 {
             return unsupported("num_attention_heads", self.num_attention_heads.to_string());
         }
-        if self.num_attention_heads % self.kv_heads() != 0 {
+        if !self.num_attention_heads.is_multiple_of(self.kv_heads()) {
             return unsupported(
                 "num_key_value_heads",
                 format!(
@@ -198,8 +198,11 @@ impl LlamaConfig {
                 ),
             );
         }
-        if self.head_size() % 2 != 0 {
-            return unsupported("head_dim", format!("{} (RoPE needs even)", self.head_size()));
+        if !self.head_size().is_multiple_of(2) {
+            return unsupported(
+                "head_dim",
+                format!("{} (RoPE needs even)", self.head_size()),
+            );
         }
         if self.num_cross_attn_layers > self.num_hidden_layers {
             return unsupported(

@@ -7,20 +7,20 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A file of the checkpoint folder could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
         /// The underlying I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A JSON file of the checkpoint (config.json, an index, ...) is malformed.
-    #[error("malformed {path}: {source}")]
+    #[error("malformed {path}: {cause}")]
     Json {
         /// The file.
         path: PathBuf,
         /// The parse error.
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
     /// The folder holds no weights file in a supported layout.
     #[error(
@@ -80,7 +80,14 @@ pub enum Error {
     },
     /// A tensor operation failed (device, dtype, out of memory, ...).
     #[error("tensor operation failed: {0}")]
-    Tensor(#[from] candle_core::Error),
+    Tensor(candle_core::Error),
+}
+
+// Not `#[from]`: the cause is already in the message, so it is not repeated as a `source`.
+impl From<candle_core::Error> for Error {
+    fn from(err: candle_core::Error) -> Self {
+        Error::Tensor(err)
+    }
 }
 
 /// Result with this crate's [`enum@Error`].

@@ -163,7 +163,12 @@ pub fn argmax(logits: &[f32]) -> u32 {
 }
 
 /// Picks the next token from one row of logits.
-fn pick(logits: &mut [f32], seen: &[u32], params: &GenerationParams, rng: &mut StdRng) -> Result<u32> {
+fn pick(
+    logits: &mut [f32],
+    seen: &[u32],
+    params: &GenerationParams,
+    rng: &mut StdRng,
+) -> Result<u32> {
     apply_repetition_penalty(logits, seen, params.repetition_penalty);
     if params.is_greedy() {
         return Ok(argmax(logits));
@@ -250,9 +255,9 @@ impl<'a> Generator<'a> {
             seen.push(next);
             let piece = match self.tokenizer {
                 Some(tok) => {
-                    let full = tok
-                        .decode(&tokens, true)
-                        .map_err(|e| Error::Tokenizer { reason: e.to_string() })?;
+                    let full = tok.decode(&tokens, true).map_err(|e| Error::Tokenizer {
+                        reason: e.to_string(),
+                    })?;
                     let piece = full.get(text.len()..).unwrap_or("").to_string();
                     text = full;
                     Some(piece)
@@ -292,7 +297,12 @@ impl<'a> Generator<'a> {
     /// Greedy or sampled generation for a batch of prompts of different lengths, left-padded
     /// (with `pad_id`) and masked as Hugging Face's `generate` does. Stops per row at stop
     /// token ids; returns each row's new tokens.
-    pub fn generate_batch(&self, requests: &[Request], params: &GenerationParams, pad_id: u32) -> Result<Vec<Vec<u32>>> {
+    pub fn generate_batch(
+        &self,
+        requests: &[Request],
+        params: &GenerationParams,
+        pad_id: u32,
+    ) -> Result<Vec<Vec<u32>>> {
         let b = requests.len();
         if b == 0 {
             return Ok(Vec::new());
@@ -303,7 +313,8 @@ impl<'a> Generator<'a> {
         let dev = self.model.device();
         let mut cache = Cache::new(self.model);
         if requests.iter().any(|r| !r.encoder_chunks.is_empty()) {
-            let rows: Vec<Vec<Vec<u32>>> = requests.iter().map(|r| r.encoder_chunks.clone()).collect();
+            let rows: Vec<Vec<Vec<u32>>> =
+                requests.iter().map(|r| r.encoder_chunks.clone()).collect();
             self.model
                 .set_encoder_context(&rows, self.encoder_pad_id, &mut cache)?;
         }
@@ -341,5 +352,50 @@ impl<'a> Generator<'a> {
             attn = None;
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repetition_penalty_follows_hugging_face() {
+        let mut l = vec![2.0, -2.0, 1.0];
+        apply_repetition_penalty(&mut l, &[0, 1, 1], 2.0);
+        assert_eq!(l, vec![1.0, -4.0, 1.0]);
+    }
+
+    #[test]
+    fn argmax_takes_first_of_ties() {
+        assert_eq!(argmax(&[0.0, 3.0, 3.0, 1.0]), 1);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_top_p_keeps_the_nucleus() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let params = GenerationParams {
+            temperature: Some(1.0),
+            top_k: Some(1),
+            ..GenerationParams::default()
+        };
+        for _ in 0..20 {
+            assert_eq!(
+                pick(&mut [0.1, 2.0, 1.9], &[], &params, &mut rng).unwrap(),
+                1
+            );
+        }
+        let params = GenerationParams {
+            temperature: Some(1.0),
+            top_p: Some(0.5),
+            ..GenerationParams::default()
+        };
+        // Token 2 alone holds > 50% of the mass.
+        for _ in 0..20 {
+            assert_eq!(
+                pick(&mut [0.0, 0.0, 5.0], &[], &params, &mut rng).unwrap(),
+                2
+            );
+        }
     }
 }

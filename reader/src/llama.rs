@@ -57,7 +57,12 @@ impl Rope {
     }
 
     /// cos and sin of shape `(rows, seq, d/2)` (or `(seq, d/2)` for one shared row).
-    fn cos_sin(&self, positions: &[Vec<u32>], dtype: DType, dev: &Device) -> CResult<(Tensor, Tensor)> {
+    fn cos_sin(
+        &self,
+        positions: &[Vec<u32>],
+        dtype: DType,
+        dev: &Device,
+    ) -> CResult<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let rows = positions.len();
         let seq = positions.first().map_or(0, |p| p.len());
@@ -106,7 +111,13 @@ fn repeat_kv(x: Tensor, n_rep: usize) -> CResult<Tensor> {
 
 /// Eager attention as the reference: `softmax(q k^T / sqrt(d) + mask)` in f32, then `@ v`.
 /// `mask` is additive f32, broadcastable to `(b, h, s, t)`. Returns `(b, s, h * d)`.
-fn attend(q: &Tensor, k: Tensor, v: Tensor, mask: Option<&Tensor>, n_rep: usize) -> CResult<Tensor> {
+fn attend(
+    q: &Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Option<&Tensor>,
+    n_rep: usize,
+) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
     let k = repeat_kv(k, n_rep)?.contiguous()?;
     let v = repeat_kv(v, n_rep)?.contiguous()?;
@@ -160,7 +171,9 @@ impl SelfAttention {
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
-            t.reshape((b, s, n, self.head_dim))?.transpose(1, 2)?.contiguous()
+            t.reshape((b, s, n, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
         };
         let q = heads(self.q_proj.forward(x)?, self.n_heads)?;
         let k = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
@@ -317,7 +330,9 @@ impl Layer {
             }
             x = (x + h)?;
         }
-        let h = self.mlp.forward(&self.post_attention_layernorm.forward(&x)?)?;
+        let h = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?;
         x + h
     }
 }
@@ -333,7 +348,12 @@ struct Stack {
 }
 
 impl Stack {
-    fn load(vb: VarBuilder, cfg: &LlamaConfig, cross_from: usize, enc_hidden: Option<usize>) -> Result<Self> {
+    fn load(
+        vb: VarBuilder,
+        cfg: &LlamaConfig,
+        cross_from: usize,
+        enc_hidden: Option<usize>,
+    ) -> Result<Self> {
         let load = || -> CResult<(Embedding, Vec<Layer>, RmsNorm)> {
             let embed_tokens =
                 candle_nn::embedding(cfg.vocab_size, cfg.hidden_size, vb.pp("embed_tokens"))?;
@@ -552,18 +572,34 @@ impl Llama {
     /// `attention_mask` `(b, s)` (1 = token, 0 = padding) marks left padding, as in Hugging
     /// Face's `generate`: position ids are `cumsum(mask) - 1` per row and padded keys are
     /// masked.
-    pub fn forward(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>, cache: &mut Cache) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: &mut Cache,
+    ) -> Result<Tensor> {
         self.forward_impl(input_ids, attention_mask, cache, true)
     }
 
     /// As [`Llama::forward`], but only the last position's logits, `(b, vocab)`.
-    pub fn forward_last(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>, cache: &mut Cache) -> Result<Tensor> {
+    pub fn forward_last(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: &mut Cache,
+    ) -> Result<Tensor> {
         Ok(self
             .forward_impl(input_ids, attention_mask, cache, false)?
             .squeeze(1)?)
     }
 
-    fn forward_impl(&self, input_ids: &Tensor, attention_mask: Option<&Tensor>, cache: &mut Cache, all: bool) -> Result<Tensor> {
+    fn forward_impl(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: &mut Cache,
+        all: bool,
+    ) -> Result<Tensor> {
         let (b, s) = input_ids.dims2()?;
         if s == 0 {
             return Err(Error::invalid("empty input_ids"));
@@ -599,9 +635,16 @@ impl Llama {
         while start < s {
             let len = PREFILL_CHUNK.min(s - start);
             let last = start + len == s;
-            let chunk_mask: Vec<Vec<bool>> =
-                mask.iter().map(|r| r[start..start + len].to_vec()).collect();
-            let out = self.forward_chunk(&ids.narrow(1, start, len)?, &chunk_mask, cache, all || !last)?;
+            let chunk_mask: Vec<Vec<bool>> = mask
+                .iter()
+                .map(|r| r[start..start + len].to_vec())
+                .collect();
+            let out = self.forward_chunk(
+                &ids.narrow(1, start, len)?,
+                &chunk_mask,
+                cache,
+                all || !last,
+            )?;
             if all || last {
                 outs.push(out);
             }
@@ -614,7 +657,13 @@ impl Llama {
         })
     }
 
-    fn forward_chunk(&self, ids: &Tensor, mask: &[Vec<bool>], cache: &mut Cache, all: bool) -> Result<Tensor> {
+    fn forward_chunk(
+        &self,
+        ids: &Tensor,
+        mask: &[Vec<bool>],
+        cache: &mut Cache,
+        all: bool,
+    ) -> Result<Tensor> {
         let (b, s) = ids.dims2()?;
         let past = cache.seq_len;
         let mut positions = vec![Vec::with_capacity(s); b];
@@ -647,9 +696,13 @@ impl Llama {
             None
         };
         let rope = if b > 1 && positions.iter().all(|p| *p == positions[0]) {
-            self.decoder.rope.cos_sin(&positions[..1], self.dtype, &self.device)?
+            self.decoder
+                .rope
+                .cos_sin(&positions[..1], self.dtype, &self.device)?
         } else {
-            self.decoder.rope.cos_sin(&positions, self.dtype, &self.device)?
+            self.decoder
+                .rope
+                .cos_sin(&positions, self.dtype, &self.device)?
         };
         let mut x = self.decoder.embed_tokens.forward(ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
@@ -674,7 +727,11 @@ impl Llama {
             .encoder
             .as_ref()
             .ok_or_else(|| Error::invalid("this model has no context encoder"))?;
-        let enc_cfg = self.cfg.encoder_config.as_deref().expect("encoder has a config");
+        let enc_cfg = self
+            .cfg
+            .encoder_config
+            .as_deref()
+            .expect("encoder has a config");
         let n = chunks.len();
         let len = chunks.iter().map(Vec::len).max().unwrap_or(0);
         if n == 0 || len == 0 {
@@ -716,7 +773,12 @@ impl Llama {
     /// per request. `rows[r]` are the (unpadded) encoder chunks of batch row `r`; rows may
     /// have different numbers of chunks (missing ones are masked), and a row without chunks
     /// decodes as plain Llama.
-    pub fn set_encoder_context(&self, rows: &[Vec<Vec<u32>>], pad_id: u32, cache: &mut Cache) -> Result<()> {
+    pub fn set_encoder_context(
+        &self,
+        rows: &[Vec<Vec<u32>>],
+        pad_id: u32,
+        cache: &mut Cache,
+    ) -> Result<()> {
         cache.ensure_batch(rows.len())?;
         let b = rows.len();
         let n_ctx = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
@@ -750,7 +812,10 @@ impl Llama {
             .map(|l| {
                 l.cross_attn
                     .as_ref()
-                    .map(|ca| ca.project_kv(&states).map(|(k, v)| CrossLayerState { k, v }))
+                    .map(|ca| {
+                        ca.project_kv(&states)
+                            .map(|(k, v)| CrossLayerState { k, v })
+                    })
                     .transpose()
             })
             .collect::<CResult<Vec<_>>>()?;

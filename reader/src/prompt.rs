@@ -79,7 +79,12 @@ pub fn llama_prompt(question: &str, passages: &[Passage], opts: &PromptOptions) 
         out.push_str(&format!("Question: {question}\n\n"));
     }
     for (i, p) in ordered.iter().enumerate() {
-        out.push_str(&format!("Document [{}] (Title: {}) {}\n", i + 1, p.title, p.text));
+        out.push_str(&format!(
+            "Document [{}] (Title: {}) {}\n",
+            i + 1,
+            p.title,
+            p.text
+        ));
     }
     out.push_str(&format!("\nQuestion: {question}\nAnswer:"));
     out
@@ -171,7 +176,10 @@ mod tests {
 
     #[test]
     fn lost_in_the_middle_puts_best_at_ends() {
-        assert_eq!(lost_in_the_middle_order(&[1, 2, 3, 4, 5]), vec![1, 3, 5, 4, 2]);
+        assert_eq!(
+            lost_in_the_middle_order(&[1, 2, 3, 4, 5]),
+            vec![1, 3, 5, 4, 2]
+        );
         assert_eq!(lost_in_the_middle_order(&[1, 2]), vec![1, 2]);
         assert!(lost_in_the_middle_order::<u8>(&[]).is_empty());
     }
@@ -199,6 +207,9 @@ mod tests {
             c.decoder,
             "Document (Title: t0): x\n\nDocument (Title: t1): x\n\nQuestion: q\nAnswer:"
         );
-        assert_eq!(c.encoder_chunks, vec!["Document (Title: t2): x".to_string()]);
+        assert_eq!(
+            c.encoder_chunks,
+            vec!["Document (Title: t2): x".to_string()]
+        );
     }
 }

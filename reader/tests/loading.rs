@@ -87,7 +87,11 @@ fn unsupported_architecture_and_rope_scaling() {
 fn no_weights_is_reported() {
     let dir = std::env::temp_dir().join(format!("capstan-reader-empty-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(fixture("llama-tied").join("config.json"), dir.join("config.json")).unwrap();
+    std::fs::copy(
+        fixture("llama-tied").join("config.json"),
+        dir.join("config.json"),
+    )
+    .unwrap();
     let err = Checkpoint::open(&dir).unwrap_err();
     std::fs::remove_dir_all(&dir).ok();
     assert!(matches!(err, Error::NoWeights { .. }), "{err}");

@@ -79,7 +79,10 @@ fn logits(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32) -> Vec<V
             .set_encoder_context(&[chunks.to_vec()], pad, &mut cache)
             .unwrap();
     }
-    let input = Tensor::new(prompt, model.device()).unwrap().unsqueeze(0).unwrap();
+    let input = Tensor::new(prompt, model.device())
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
     let out = model.forward(&input, None, &mut cache).unwrap();
     out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
 }
@@ -114,10 +117,17 @@ fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
     }
     let diff = max_diff(&got, &rows_f32(&expected["logits"]));
     println!("{name}/{expected_file}: logits max abs diff {diff:.3e}");
-    assert!(diff <= TOL, "{name}/{expected_file}: logits differ by {diff}");
+    assert!(
+        diff <= TOL,
+        "{name}/{expected_file}: logits differ by {diff}"
+    );
     let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
     let tokens = greedy(&model, &prompt, &chunks, pad, n);
-    assert_eq!(tokens, ids(&expected["greedy_tokens"]), "{name}: greedy tokens");
+    assert_eq!(
+        tokens,
+        ids(&expected["greedy_tokens"]),
+        "{name}: greedy tokens"
+    );
     diff
 }
 
@@ -176,11 +186,17 @@ fn gqa_sharded_pytorch_bin_matches_transformers() {
     let inputs = json(&reference.join("inputs.json"));
     let expected = json(&reference.join("expected.json"));
     let prompt = ids(&inputs["input_ids"][0]);
-    let diff = max_diff(&logits(&model, &prompt, &[], 2), &rows_f32(&expected["logits"]));
+    let diff = max_diff(
+        &logits(&model, &prompt, &[], 2),
+        &rows_f32(&expected["logits"]),
+    );
     println!("llama-gqa-bin: logits max abs diff {diff:.3e}");
     assert!(diff <= TOL, "logits differ by {diff}");
     let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
-    assert_eq!(greedy(&model, &prompt, &[], 2, n), ids(&expected["greedy_tokens"]));
+    assert_eq!(
+        greedy(&model, &prompt, &[], 2, n),
+        ids(&expected["greedy_tokens"])
+    );
 }
 
 #[test]
@@ -217,13 +233,20 @@ fn long_input_rope_abf_matches_transformers() {
     for (p, row) in got.iter().enumerate() {
         // Near-ties (within numerical noise) may legitimately flip.
         if margin[p] > 1e-3 {
-            assert_eq!(capstan_reader::argmax(row), argmax[p], "argmax at position {p}");
+            assert_eq!(
+                capstan_reader::argmax(row),
+                argmax[p],
+                "argmax at position {p}"
+            );
             compared += 1;
         }
     }
     assert!(compared > 4900);
     let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
-    assert_eq!(greedy(&model, &prompt, &[], 2, n), ids(&expected["greedy_tokens"]));
+    assert_eq!(
+        greedy(&model, &prompt, &[], 2, n),
+        ids(&expected["greedy_tokens"])
+    );
 }
 
 /// Two prompts of different lengths, left-padded and masked.
@@ -233,7 +256,12 @@ fn batch_left_padding_matches_transformers() {
     let (_, model) = load(&dir);
     let inputs = json(&dir.join("inputs.json"));
     let expected = json(&dir.join("expected.json"));
-    let prompts: Vec<Vec<u32>> = inputs["input_ids"].as_array().unwrap().iter().map(ids).collect();
+    let prompts: Vec<Vec<u32>> = inputs["input_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
     let pad = inputs["pad_token_id"].as_u64().unwrap() as u32;
     let len = prompts.iter().map(Vec::len).max().unwrap();
     let mut flat = Vec::new();
@@ -266,6 +294,11 @@ fn batch_left_padding_matches_transformers() {
     let tokens = Generator::new(&model, None, 2)
         .generate_batch(&requests, &GenerationParams::greedy(n), pad)
         .unwrap();
-    let want: Vec<Vec<u32>> = expected["greedy_tokens"].as_array().unwrap().iter().map(ids).collect();
+    let want: Vec<Vec<u32>> = expected["greedy_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(ids)
+        .collect();
     assert_eq!(tokens, want);
 }

@@ -1,12 +1,204 @@
-//! `capstan model ...`: forward / generate on a checkpoint folder.
+//! `capstan model forward|generate`: run a generative checkpoint on token ids (parity checks).
+//!
+//! Input JSON: `{"input_ids": [[...]]}` (batch 1), optionally `"encoder_input_ids": [[...], ...]`
+//! (unpadded CEPE encoder chunks) and `"encoder_pad_token_id"` (default: config.json's
+//! `pad_token_id`, else 2).
 
-use clap::Args;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use candle_core::{DType, Device, Tensor};
+use capstan_reader::{Cache, Checkpoint, GenerationParams, Generator, Request};
+use clap::{Args, Subcommand, ValueEnum};
+use serde::Deserialize;
 
 /// Arguments of `capstan model`.
 #[derive(Debug, Args)]
-pub struct ModelArgs {}
+pub struct ModelArgs {
+    #[command(subcommand)]
+    command: ModelCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ModelCommand {
+    /// Logits of every input position: writes {"logits": [[...] per position]} (f32).
+    Forward(CommonArgs),
+    /// Greedy generation: writes {"tokens": [...]} (and "text" when the checkpoint has a
+    /// tokenizer).
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+struct CommonArgs {
+    /// Checkpoint folder (Hugging Face layout).
+    #[arg(long)]
+    model: PathBuf,
+    /// Input JSON file.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output JSON file (default: stdout).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Device to run on.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+    /// Weight and activation dtype (default: f32 on CPU, bf16 on CUDA).
+    #[arg(long, value_enum)]
+    dtype: Option<DtypeArg>,
+}
+
+#[derive(Debug, Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+    /// Number of new tokens (exactly this many unless a stop matches).
+    #[arg(long)]
+    max_new_tokens: usize,
+    /// Stop at this token id (an integer) or text (needs tokenizer.json); repeatable.
+    #[arg(long)]
+    stop: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DeviceArg {
+    Cpu,
+    Cuda,
+    /// CUDA when this build supports it and a GPU answers, else CPU.
+    Auto,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DtypeArg {
+    F32,
+    Bf16,
+    F16,
+}
+
+#[derive(Debug, Deserialize)]
+struct Input {
+    input_ids: Vec<Vec<u32>>,
+    #[serde(default)]
+    encoder_input_ids: Vec<Vec<u32>>,
+    #[serde(default)]
+    encoder_pad_token_id: Option<u32>,
+}
+
+fn device(arg: DeviceArg) -> anyhow::Result<Device> {
+    match arg {
+        DeviceArg::Cpu => Ok(Device::Cpu),
+        DeviceArg::Cuda => Device::new_cuda(0).context("cannot open CUDA device 0"),
+        DeviceArg::Auto => {
+            if !candle_core::utils::cuda_is_available() {
+                return Ok(Device::Cpu);
+            }
+            // cudarc panics rather than erroring when CUDA libraries are missing.
+            match std::panic::catch_unwind(|| Device::new_cuda(0)) {
+                Ok(Ok(dev)) => Ok(dev),
+                _ => Ok(Device::Cpu),
+            }
+        }
+    }
+}
+
+struct Loaded {
+    ckpt: Checkpoint,
+    model: capstan_reader::Llama,
+    input: Input,
+    prompt: Vec<u32>,
+    pad: u32,
+}
+
+fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
+    let text = std::fs::read_to_string(&args.input)
+        .with_context(|| format!("cannot read {}", args.input.display()))?;
+    let input: Input = serde_json::from_str(&text)
+        .with_context(|| format!("malformed input {}", args.input.display()))?;
+    let prompt = match input.input_ids.as_slice() {
+        [row] => row.clone(),
+        rows => bail!(
+            "input_ids must hold exactly one row (batch 1), got {}",
+            rows.len()
+        ),
+    };
+    let dev = device(args.device)?;
+    let ckpt = Checkpoint::open(&args.model)?;
+    let dtype = args.dtype.map(|d| match d {
+        DtypeArg::F32 => DType::F32,
+        DtypeArg::Bf16 => DType::BF16,
+        DtypeArg::F16 => DType::F16,
+    });
+    let model = ckpt.load_model(&dev, dtype)?;
+    let pad = input
+        .encoder_pad_token_id
+        .or(ckpt.config().pad_token_id)
+        .unwrap_or(2);
+    Ok(Loaded {
+        ckpt,
+        model,
+        input,
+        prompt,
+        pad,
+    })
+}
+
+fn write(out: &Option<PathBuf>, value: &serde_json::Value) -> anyhow::Result<()> {
+    let text = serde_json::to_string(value)?;
+    match out {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+        }
+        None => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}
+
+fn forward(args: &CommonArgs) -> anyhow::Result<()> {
+    let l = load(args)?;
+    let mut cache = Cache::new(&l.model);
+    if !l.input.encoder_input_ids.is_empty() {
+        let rows = std::slice::from_ref(&l.input.encoder_input_ids);
+        l.model.set_encoder_context(rows, l.pad, &mut cache)?;
+    }
+    let ids = Tensor::new(l.prompt.as_slice(), l.model.device())?.unsqueeze(0)?;
+    let logits = l.model.forward(&ids, None, &mut cache)?;
+    let logits = logits.squeeze(0)?.to_vec2::<f32>()?;
+    write(&args.out, &serde_json::json!({ "logits": logits }))
+}
+
+fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
+    let l = load(&args.common)?;
+    let mut params = GenerationParams::greedy(args.max_new_tokens);
+    for s in &args.stop {
+        match s.parse::<u32>() {
+            Ok(id) => params.stop_token_ids.push(id),
+            Err(_) => params.stop_strings.push(s.clone()),
+        }
+    }
+    let request = Request {
+        prompt: l.prompt.clone(),
+        encoder_chunks: l.input.encoder_input_ids.clone(),
+    };
+    let out = Generator::new(&l.model, l.ckpt.tokenizer(), l.pad).generate(&request, &params)?;
+    eprintln!(
+        "{} new tokens, time to first token {:.1} ms, {:.1} tokens/s, stop: {:?}",
+        out.tokens.len(),
+        out.time_to_first_token.as_secs_f64() * 1e3,
+        out.tokens_per_second(),
+        out.stop_reason
+    );
+    let mut value = serde_json::json!({ "tokens": out.tokens });
+    if let Some(text) = out.text {
+        value["text"] = text.into();
+    }
+    write(&args.common.out, &value)
+}
 
 /// Runs `capstan model`.
-pub fn run(_args: ModelArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not yet implemented")
+pub fn run(args: ModelArgs) -> anyhow::Result<()> {
+    match &args.command {
+        ModelCommand::Forward(common) => forward(common),
+        ModelCommand::Generate(gen) => generate(gen),
+    }
 }

@@ -1,0 +1,95 @@
+//! Generation behaviour on a tiny checkpoint: streaming, stops, sampling determinism.
+
+use std::path::Path;
+
+use candle_core::{DType, Device};
+use capstan_reader::{Checkpoint, Error, Flow, GenerationParams, Generator, Request, StopReason};
+
+fn setup() -> (Checkpoint, capstan_reader::Llama, Request) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llama-tied");
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    let model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
+    let request = Request {
+        prompt: vec![1, 17, 42, 99, 7],
+        ..Request::default()
+    };
+    (ckpt, model, request)
+}
+
+#[test]
+fn streaming_sees_every_token_and_can_cancel() {
+    let (_, model, request) = setup();
+    let gen = Generator::new(&model, None, 2);
+    let full = gen
+        .generate(&request, &GenerationParams::greedy(6))
+        .unwrap();
+    assert_eq!(full.tokens.len(), 6);
+    assert_eq!(full.stop_reason, StopReason::Length);
+    let mut streamed = Vec::new();
+    let out = gen
+        .generate_stream(&request, &GenerationParams::greedy(6), |t, piece| {
+            assert!(piece.is_none());
+            streamed.push(t);
+            if streamed.len() == 3 {
+                Flow::Stop
+            } else {
+                Flow::Continue
+            }
+        })
+        .unwrap();
+    assert_eq!(streamed, full.tokens[..3]);
+    assert_eq!(out.tokens, full.tokens[..3]);
+    assert_eq!(out.stop_reason, StopReason::Cancelled);
+}
+
+#[test]
+fn stop_token_ends_generation() {
+    let (_, model, request) = setup();
+    let gen = Generator::new(&model, None, 2);
+    let full = gen
+        .generate(&request, &GenerationParams::greedy(6))
+        .unwrap();
+    let params = GenerationParams {
+        stop_token_ids: vec![full.tokens[2]],
+        ..GenerationParams::greedy(6)
+    };
+    let out = gen.generate(&request, &params).unwrap();
+    let first = full
+        .tokens
+        .iter()
+        .position(|&t| t == full.tokens[2])
+        .unwrap();
+    assert_eq!(out.tokens, full.tokens[..=first]);
+    assert_eq!(out.stop_reason, StopReason::StopToken(full.tokens[2]));
+}
+
+#[test]
+fn stop_strings_need_a_tokenizer() {
+    let (_, model, request) = setup();
+    let params = GenerationParams {
+        stop_strings: vec!["\n".into()],
+        ..GenerationParams::greedy(4)
+    };
+    let err = Generator::new(&model, None, 2)
+        .generate(&request, &params)
+        .unwrap_err();
+    assert!(matches!(err, Error::NoTokenizer));
+}
+
+#[test]
+fn sampling_is_seeded() {
+    let (_, model, request) = setup();
+    let gen = Generator::new(&model, None, 2);
+    let params = GenerationParams {
+        temperature: Some(0.8),
+        top_p: Some(0.9),
+        top_k: Some(50),
+        repetition_penalty: 1.1,
+        seed: 3,
+        ..GenerationParams::greedy(8)
+    };
+    let a = gen.generate(&request, &params).unwrap();
+    let b = gen.generate(&request, &params).unwrap();
+    assert_eq!(a.tokens, b.tokens);
+    assert_eq!(a.tokens.len(), 8);
+}
