@@ -141,15 +141,20 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
     })
 }
 
-fn write(out: &Option<PathBuf>, value: &serde_json::Value) -> anyhow::Result<()> {
+fn write(out: &Option<PathBuf>, value: &impl serde::Serialize) -> anyhow::Result<()> {
     let text = serde_json::to_string(value)?;
     match out {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
         }
         None => {
-            println!("{text}");
-            Ok(())
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            match writeln!(stdout, "{text}") {
+                // A closed pipe (`| head`) is the reader's choice, not a failure.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other.context("cannot write to stdout"),
+            }
         }
     }
 }
@@ -164,7 +169,12 @@ fn forward(args: &CommonArgs) -> anyhow::Result<()> {
     let ids = Tensor::new(l.prompt.as_slice(), l.model.device())?.unsqueeze(0)?;
     let logits = l.model.forward(&ids, None, &mut cache)?;
     let logits = logits.squeeze(0)?.to_vec2::<f32>()?;
-    write(&args.out, &serde_json::json!({ "logits": logits }))
+    // Serialised from f32 (shortest round-trip form), not widened to f64.
+    #[derive(serde::Serialize)]
+    struct Out {
+        logits: Vec<Vec<f32>>,
+    }
+    write(&args.out, &Out { logits })
 }
 
 fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
