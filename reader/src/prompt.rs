@@ -143,6 +143,20 @@ fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
 }
 
 impl CepePrompt {
+    /// Adds in-context demonstrations as the reference's QA code does: all of them form ONE
+    /// extra encoder chunk, placed first: `Question: {q1}\nAnswer: {a1}\n\nQuestion: ...`.
+    pub fn with_demonstrations(mut self, demos: &[(String, String)]) -> Self {
+        if !demos.is_empty() {
+            let chunk = demos
+                .iter()
+                .map(|(q, a)| format!("Question: {q}\nAnswer: {a}"))
+                .collect::<Vec<_>>()
+                .join("\n\n");
+            self.encoder_chunks.insert(0, chunk);
+        }
+        self
+    }
+
     /// Tokenizes: BOS + decoder prompt (left-truncated to [`CEPE_DECODER_MAX_TOKENS`]), and
     /// each chunk without BOS, left-truncated to [`CEPE_CHUNK_TOKENS`].
     pub fn tokenize(&self, tok: &Tokenizer, bos: Option<u32>) -> Result<CepeInputs> {

@@ -93,3 +93,48 @@ fn sampling_is_seeded() {
     assert_eq!(a.tokens, b.tokens);
     assert_eq!(a.tokens.len(), 8);
 }
+
+/// A CEPE batch: row 0 has encoder context and must reproduce the reference's greedy tokens;
+/// row 1 (shorter, left-padded, no encoder context) must decode as plain Llama.
+#[test]
+fn cepe_batch_mixes_encoder_and_plain_rows() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/cepe-tiny");
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    let model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
+    let inputs: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("inputs.json")).unwrap()).unwrap();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("expected.json")).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    let with_context = Request {
+        prompt: ids(&inputs["input_ids"][0]),
+        encoder_chunks: inputs["encoder_input_ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(ids)
+            .collect(),
+    };
+    let plain = Request {
+        prompt: with_context.prompt[..9].to_vec(),
+        ..Request::default()
+    };
+    let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
+    let gen = Generator::new(&model, None, 2);
+    let batch = gen
+        .generate_batch(
+            &[with_context, plain.clone()],
+            &GenerationParams::greedy(n),
+            0,
+        )
+        .unwrap();
+    assert_eq!(batch[0], ids(&expected["greedy_tokens"]));
+    let single = gen.generate(&plain, &GenerationParams::greedy(n)).unwrap();
+    assert_eq!(batch[1], single.tokens);
+}
