@@ -138,3 +138,49 @@ fn cepe_batch_mixes_encoder_and_plain_rows() {
     let single = gen.generate(&plain, &GenerationParams::greedy(n)).unwrap();
     assert_eq!(batch[1], single.tokens);
 }
+
+/// A word-level tokenizer over the tiny vocabulary: token `i` is the word `<i>`.
+fn word_tokenizer(vocab: usize) -> tokenizers::Tokenizer {
+    let words: serde_json::Map<String, serde_json::Value> = (0..vocab)
+        .map(|i| (format!("<{i}>"), serde_json::Value::from(i)))
+        .collect();
+    let json = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": null, "decoder": null,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "<0>"}
+    });
+    json.to_string().parse().unwrap()
+}
+
+#[test]
+fn stop_strings_cut_text_and_streaming_pieces_add_up() {
+    let (_, model, request) = setup();
+    let tok = word_tokenizer(model.config().vocab_size);
+    let gen = Generator::new(&model, Some(&tok), 2);
+    let full = gen
+        .generate(&request, &GenerationParams::greedy(6))
+        .unwrap();
+    let text = full.text.clone().unwrap();
+    let words: Vec<String> = full.tokens.iter().map(|t| format!("<{t}>")).collect();
+    assert_eq!(text, words.join(" "));
+
+    let mut pieces = String::new();
+    gen.generate_stream(&request, &GenerationParams::greedy(6), |_, piece| {
+        pieces.push_str(piece.unwrap());
+        Flow::Continue
+    })
+    .unwrap();
+    assert_eq!(pieces, text);
+
+    let stop = words[2].clone();
+    let first = words.iter().position(|w| *w == stop).unwrap();
+    let params = GenerationParams {
+        stop_strings: vec![stop.clone()],
+        ..GenerationParams::greedy(6)
+    };
+    let out = gen.generate(&request, &params).unwrap();
+    assert_eq!(out.tokens, full.tokens[..=first]);
+    assert_eq!(out.stop_reason, StopReason::StopString(stop));
+    assert_eq!(out.text.unwrap().trim_end(), words[..first].join(" "));
+}
