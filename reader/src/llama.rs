@@ -713,7 +713,7 @@ impl Llama {
             x = layer.forward(&x, &rope, attn_mask.as_ref(), &mut cache.kv[i], cross)?;
         }
         if !all {
-            x = x.narrow(1, s - 1, 1)?;
+            x = x.narrow(1, s - 1, 1)?.contiguous()?;
         }
         let x = self.decoder.norm.forward(&x)?;
         Ok(self.lm_head.forward(&x)?.to_dtype(DType::F32)?)
