@@ -1,1 +1,37 @@
-//! placeholder
+//! Capstan's offline indexing: documents -> passages -> a BM25 index
+//! (tantivy), a dense index (a BERT encoder in candle, HNSW via hnsw_rs, raw
+//! vectors) and a passage store (sled), tied together by passage ordinals and
+//! described by a `manifest.json`.
+//!
+//! ```no_run
+//! use capstan_indexer::{read_corpus, Encoder, IndexSettings, NoProgress};
+//! # fn main() -> capstan_indexer::Result<()> {
+//! let encoder = Encoder::load("models/all-MiniLM-L6-v2".as_ref())?;
+//! let corpus = read_corpus("corpus.jsonl".as_ref(), false)?;
+//! capstan_indexer::build("my-index".as_ref(), &corpus, &encoder, IndexSettings::default(), &NoProgress)?;
+//! let index = capstan_indexer::Index::open("my-index".as_ref())?;
+//! let hits = index.bm25().search("who founded the city", 10)?;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod bm25;
+mod chunk;
+mod dense;
+mod document;
+mod encoder;
+mod error;
+mod fsutil;
+mod index;
+mod manifest;
+mod store;
+
+pub use bm25::{Bm25Index, Bm25Params, Bm25Writer};
+pub use chunk::{ChunkParams, Chunker, Passage};
+pub use dense::{build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine};
+pub use document::{read_corpus, Corpus, Document};
+pub use encoder::{Encoder, EncoderInfo, Pooling};
+pub use error::{Error, LineProblem, Result};
+pub use index::{append, build, compact, delete, ChangeSummary, Index, IndexSettings, NoProgress, Progress};
+pub use manifest::{Counts, Manifest, FORMAT_VERSION};
+pub use store::PassageOrd;

@@ -1,0 +1,358 @@
+//! The BM25 index: tantivy stores the inverted index (English analyzer:
+//! lower-casing, stop words, Snowball stemming); scoring is our own BM25 over
+//! tantivy's postings and field norms, because tantivy fixes k1 = 1.2 and
+//! b = 0.75 and Capstan lets users choose them.
+
+use std::collections::BinaryHeap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use tantivy::postings::Postings;
+use tantivy::schema::{
+    Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, STRING,
+};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
+};
+use tantivy::{DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, TERMINATED};
+
+use crate::error::{Error, Result};
+use crate::store::PassageOrd;
+
+const ANALYZER: &str = "capstan_en";
+
+/// BM25's free parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Bm25Params {
+    /// Term-frequency saturation.
+    pub k1: f32,
+    /// Length normalisation.
+    pub b: f32,
+}
+
+impl Default for Bm25Params {
+    fn default() -> Self {
+        Self { k1: 1.2, b: 0.75 }
+    }
+}
+
+impl Bm25Params {
+    /// Rejects values outside BM25's meaningful range.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.k1.is_finite() && self.k1 >= 0.0) {
+            return Err(Error::Setting {
+                name: "--bm25-k1",
+                message: format!("{} must be a finite number >= 0", self.k1),
+            });
+        }
+        if !(0.0..=1.0).contains(&self.b) {
+            return Err(Error::Setting {
+                name: "--bm25-b",
+                message: format!("{} must be within [0, 1]", self.b),
+            });
+        }
+        Ok(())
+    }
+}
+
+struct Fields {
+    body: Field,
+    doc_id: Field,
+    ord: Field,
+}
+
+fn schema() -> (Schema, Fields) {
+    let mut builder = Schema::builder();
+    let indexing = TextFieldIndexing::default()
+        .set_tokenizer(ANALYZER)
+        .set_index_option(IndexRecordOption::WithFreqs);
+    let body = builder.add_text_field("body", TextOptions::default().set_indexing_options(indexing));
+    let doc_id = builder.add_text_field("doc_id", STRING);
+    let ord = builder.add_u64_field("ord", NumericOptions::default().set_fast());
+    (builder.build(), Fields { body, doc_id, ord })
+}
+
+fn analyzer() -> TextAnalyzer {
+    TextAnalyzer::builder(SimpleTokenizer::default())
+        .filter(RemoveLongFilter::limit(40))
+        .filter(LowerCaser)
+        .filter(StopWordFilter::new(Language::English).expect("English stop words ship with tantivy"))
+        .filter(Stemmer::new(Language::English))
+        .build()
+}
+
+fn open_or_create(dir: &Path, create: bool) -> Result<(Index, Fields)> {
+    let (schema, fields) = schema();
+    let index = if create {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        Index::create_in_dir(dir, schema)?
+    } else {
+        Index::open_in_dir(dir)?
+    };
+    index.tokenizers().register(ANALYZER, analyzer());
+    Ok((index, fields))
+}
+
+/// Adds and deletes passages of the BM25 index.
+pub struct Bm25Writer {
+    writer: IndexWriter,
+    fields: Fields,
+}
+
+impl Bm25Writer {
+    /// Creates an empty index in `dir`.
+    pub fn create(dir: &Path) -> Result<Self> {
+        let (index, fields) = open_or_create(dir, true)?;
+        Self::with_index(index, fields)
+    }
+
+    /// Opens an existing index for changes.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let (index, fields) = open_or_create(dir, false)?;
+        Self::with_index(index, fields)
+    }
+
+    fn with_index(index: Index, fields: Fields) -> Result<Self> {
+        let writer = index.writer_with_num_threads(1, 200_000_000)?;
+        Ok(Self { writer, fields })
+    }
+
+    /// Indexes one passage: title and text form one BM25 field.
+    pub fn add(&mut self, ord: PassageOrd, doc_id: &str, title: &str, text: &str) -> Result<()> {
+        let mut doc = TantivyDocument::default();
+        doc.add_text(self.fields.body, title);
+        doc.add_text(self.fields.body, text);
+        doc.add_text(self.fields.doc_id, doc_id);
+        doc.add_u64(self.fields.ord, ord);
+        self.writer.add_document(doc)?;
+        Ok(())
+    }
+
+    /// Deletes every passage of a document.
+    pub fn delete_document(&mut self, doc_id: &str) {
+        self.writer
+            .delete_term(Term::from_field_text(self.fields.doc_id, doc_id));
+    }
+
+    /// Commits and merges into one segment (fastest to search), then waits
+    /// for merging threads to finish.
+    pub fn finish(mut self) -> Result<()> {
+        self.writer.commit()?;
+        let segments = self.writer.index().searchable_segment_ids()?;
+        if segments.len() > 1 {
+            self.writer.merge(&segments).wait()?;
+        }
+        self.writer.wait_merging_threads()?;
+        Ok(())
+    }
+}
+
+/// A BM25 index opened for search.
+pub struct Bm25Index {
+    reader: IndexReader,
+    analyzer: TextAnalyzer,
+    fields: Fields,
+    params: Bm25Params,
+}
+
+impl Bm25Index {
+    /// Opens the index in `dir`, scoring with `params`.
+    pub fn open(dir: &Path, params: Bm25Params) -> Result<Self> {
+        params.validate()?;
+        let (index, fields) = open_or_create(dir, false)?;
+        let reader = index
+            .reader_builder()
+            .reload_policy(ReloadPolicy::Manual)
+            .try_into()?;
+        Ok(Self {
+            reader,
+            analyzer: analyzer(),
+            fields,
+            params,
+        })
+    }
+
+    /// The analysed terms of a text, as BM25 sees them.
+    pub fn terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = self.analyzer.clone();
+        let mut stream = analyzer.token_stream(text);
+        let mut terms = Vec::new();
+        while stream.advance() {
+            terms.push(stream.token().text.clone());
+        }
+        terms
+    }
+
+    /// Number of live passages.
+    pub fn num_passages(&self) -> u64 {
+        self.reader.searcher().num_docs()
+    }
+
+    /// The `k` best passages for `query`, best first, with their BM25 scores.
+    /// Scores are summed over query terms (a repeated term counts again), with
+    /// Lucene's idf `ln(1 + (N - df + 0.5) / (df + 0.5))`.
+    pub fn search(&self, query: &str, k: usize) -> Result<Vec<(PassageOrd, f32)>> {
+        let terms: Vec<Term> = self
+            .terms(query)
+            .iter()
+            .map(|t| Term::from_field_text(self.fields.body, t))
+            .collect();
+        if terms.is_empty() || k == 0 {
+            return Ok(Vec::new());
+        }
+        let searcher = self.reader.searcher();
+        let n = searcher.num_docs() as f32;
+        let mut idf = Vec::with_capacity(terms.len());
+        for term in &terms {
+            let df = searcher.doc_freq(term)? as f32;
+            idf.push((1.0 + (n - df + 0.5) / (df + 0.5)).ln());
+        }
+        let Bm25Params { k1, b } = self.params;
+        let mut heap: BinaryHeap<MinScored> = BinaryHeap::with_capacity(k + 1);
+        for segment in searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.body)?;
+            let norms = segment
+                .fieldnorms_readers()
+                .get_field(self.fields.body)?
+                .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
+            let avg_len = inverted.total_num_tokens() as f32 / segment.max_doc().max(1) as f32;
+            // k1 * (1 - b + b * len / avg_len) for each of tantivy's 256 norm codes.
+            let norm_table: Vec<f32> = (0..=255u8)
+                .map(|id| {
+                    let len = tantivy::fieldnorm::FieldNormReader::id_to_fieldnorm(id) as f32;
+                    k1 * (1.0 - b + b * len / avg_len.max(f32::EPSILON))
+                })
+                .collect();
+            let mut scores = vec![0f32; segment.max_doc() as usize];
+            let mut touched = Vec::new();
+            for (term, idf) in terms.iter().zip(&idf) {
+                let Some(mut postings) =
+                    inverted
+                        .read_postings(term, IndexRecordOption::WithFreqs)
+                        .map_err(tantivy::TantivyError::from)?
+                else {
+                    continue;
+                };
+                let weight = idf * (k1 + 1.0);
+                let mut doc = postings.doc();
+                while doc != TERMINATED {
+                    let tf = postings.term_freq() as f32;
+                    let slot = &mut scores[doc as usize];
+                    if *slot == 0.0 {
+                        touched.push(doc);
+                    }
+                    *slot += weight * tf / (tf + norm_table[norms.fieldnorm_id(doc) as usize]);
+                    doc = postings.advance();
+                }
+            }
+            let alive = segment.alive_bitset();
+            let ords = segment.fast_fields().u64("ord")?;
+            for doc in touched {
+                if alive.is_some_and(|a| a.is_deleted(doc)) {
+                    continue;
+                }
+                let score = scores[doc as usize];
+                if heap.len() == k && heap.peek().is_some_and(|m| m.score >= score) {
+                    continue;
+                }
+                let Some(ord) = ords.first(doc) else { continue };
+                heap.push(MinScored { score, ord });
+                if heap.len() > k {
+                    heap.pop();
+                }
+            }
+        }
+        let mut hits: Vec<(PassageOrd, f32)> = heap.into_iter().map(|m| (m.ord, m.score)).collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(hits)
+    }
+}
+
+/// Heap entry ordered so that the *worst* hit is on top (ties: larger ord worse).
+#[derive(PartialEq)]
+struct MinScored {
+    score: f32,
+    ord: PassageOrd,
+}
+
+impl Eq for MinScored {}
+
+impl PartialOrd for MinScored {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MinScored {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then(self.ord.cmp(&other.ord))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build(dir: &Path, docs: &[(&str, &str)]) {
+        let mut w = Bm25Writer::create(dir).unwrap();
+        for (i, (title, text)) in docs.iter().enumerate() {
+            w.add(i as u64, &format!("doc{i}"), title, text).unwrap();
+        }
+        w.finish().unwrap();
+    }
+
+    #[test]
+    fn stemming_and_stop_words_apply_to_queries() {
+        let dir = tempfile::tempdir().unwrap();
+        build(
+            dir.path(),
+            &[
+                ("Rivers", "The rivers were flowing quickly"),
+                ("Mountains", "A mountain is tall"),
+            ],
+        );
+        let index = Bm25Index::open(dir.path(), Bm25Params::default()).unwrap();
+        assert_eq!(index.terms("The Flowing rivers"), vec!["flow", "river"]);
+        let hits = index.search("which river flows", 10).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert_eq!(hits[0].0, 0);
+        assert!(index.search("the of and", 10).unwrap().is_empty());
+    }
+
+    #[test]
+    fn scores_follow_the_bm25_formula() {
+        let dir = tempfile::tempdir().unwrap();
+        // Lengths below 40 tokens are stored exactly by tantivy's norm codes.
+        build(dir.path(), &[("", "cat cat dog"), ("", "dog bird"), ("", "bird fish")]);
+        let params = Bm25Params { k1: 1.5, b: 0.5 };
+        let index = Bm25Index::open(dir.path(), params).unwrap();
+        let hits = index.search("cat", 3).unwrap();
+        let (n, df, tf, len, avg) = (3.0f32, 1.0f32, 2.0f32, 3.0f32, 7.0f32 / 3.0);
+        let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln();
+        let expected = idf * (params.k1 + 1.0) * tf
+            / (tf + params.k1 * (1.0 - params.b + params.b * len / avg));
+        assert_eq!(hits.len(), 1);
+        assert!((hits[0].1 - expected).abs() < 1e-5, "{} vs {expected}", hits[0].1);
+    }
+
+    #[test]
+    fn deleted_documents_are_not_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        build(dir.path(), &[("", "apple pie"), ("", "apple tart")]);
+        let mut w = Bm25Writer::open(dir.path()).unwrap();
+        w.delete_document("doc0");
+        w.finish().unwrap();
+        let index = Bm25Index::open(dir.path(), Bm25Params::default()).unwrap();
+        let hits = index.search("apple", 10).unwrap();
+        assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn invalid_params_are_rejected() {
+        assert!(Bm25Params { k1: -1.0, b: 0.5 }.validate().is_err());
+        assert!(Bm25Params { k1: 1.0, b: 1.5 }.validate().is_err());
+    }
+}

@@ -1,0 +1,353 @@
+//! The dense index: raw L2-normalised vectors (row = passage ordinal) for
+//! exact scans, re-scoring and rebuilds, plus an HNSW graph (hnsw_rs) for
+//! approximate search on large indexes.
+
+use std::collections::{BinaryHeap, HashSet};
+use std::io::Write;
+use std::path::Path;
+
+use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::store::PassageOrd;
+
+/// HNSW construction and search parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HnswParams {
+    /// Links per node (hnsw_rs's `max_nb_connection`), 2..=256.
+    pub m: usize,
+    /// Candidate list size while building.
+    pub ef_construction: usize,
+}
+
+impl Default for HnswParams {
+    fn default() -> Self {
+        Self {
+            m: 16,
+            ef_construction: 100,
+        }
+    }
+}
+
+impl HnswParams {
+    /// hnsw_rs exits the process for `m > 256`; refuse such values first.
+    pub fn validate(&self) -> Result<()> {
+        if !(2..=256).contains(&self.m) {
+            return Err(Error::Setting {
+                name: "--hnsw-m",
+                message: format!("{} must be within 2..=256", self.m),
+            });
+        }
+        if self.ef_construction < self.m {
+            return Err(Error::Setting {
+                name: "--hnsw-ef-construction",
+                message: format!("{} must be at least --hnsw-m ({})", self.ef_construction, self.m),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Cosine distance of unit vectors, `1 - a·b`, in a form the compiler
+/// vectorises (hnsw_rs's `DistCosine` recomputes both norms in f64, and its
+/// `DistDot` panics when rounding puts a self-dot above 1).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UnitCosine;
+
+impl Distance<f32> for UnitCosine {
+    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
+        (1.0 - dot(a, b)).max(0.0)
+    }
+}
+
+/// Dot product with eight independent accumulators (SIMD-friendly).
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// L2-normalises in place (zero vectors stay zero).
+pub fn normalize(v: &mut [f32]) {
+    let norm = dot(v, v).sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+}
+
+/// The HNSW graph type Capstan stores.
+pub type Graph = Hnsw<'static, f32, UnitCosine>;
+
+const VECTORS_FILE: &str = "vectors.f32";
+const GRAPH_DIR: &str = "hnsw";
+const GRAPH_BASENAME: &str = "graph";
+
+/// Appends vectors to `dir/vectors.f32` (little-endian f32 rows).
+pub fn append_vectors(dir: &Path, vectors: &[Vec<f32>]) -> Result<()> {
+    let path = dir.join(VECTORS_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| Error::io(&path, e))?;
+    let mut buf = Vec::with_capacity(vectors.iter().map(|v| v.len() * 4).sum());
+    for v in vectors {
+        for x in v {
+            buf.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    file.write_all(&buf).map_err(|e| Error::io(&path, e))?;
+    file.sync_all().map_err(|e| Error::io(&path, e))
+}
+
+/// Reads every vector row of `dir/vectors.f32`.
+pub fn read_vectors(dir: &Path, dim: usize) -> Result<Vec<f32>> {
+    let path = dir.join(VECTORS_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+    if bytes.len() % (4 * dim) != 0 {
+        return Err(Error::index(&path, format!("size {} is not a multiple of {dim} f32s", bytes.len())));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Builds a new graph over `vectors` (rows of `dim`), ids = row numbers.
+pub fn build_graph(vectors: &[f32], dim: usize, params: HnswParams) -> Result<Graph> {
+    params.validate()?;
+    let n = vectors.len() / dim;
+    let graph = Hnsw::new(params.m, n.max(1), 16, params.ef_construction, UnitCosine);
+    insert_rows(&graph, vectors, dim, 0);
+    Ok(graph)
+}
+
+/// Inserts the rows of `vectors` into `graph` with ids from `first_id`.
+pub fn insert_rows(graph: &Graph, vectors: &[f32], dim: usize, first_id: usize) {
+    let rows: Vec<(&[f32], usize)> = vectors
+        .chunks_exact(dim)
+        .enumerate()
+        .map(|(i, v)| (v, first_id + i))
+        .collect();
+    graph.parallel_insert_slice(&rows);
+}
+
+/// Writes the graph into `dir/hnsw/`.
+pub fn save_graph(graph: &Graph, dir: &Path) -> Result<()> {
+    let gdir = dir.join(GRAPH_DIR);
+    std::fs::create_dir_all(&gdir).map_err(|e| Error::io(&gdir, e))?;
+    let name = graph
+        .file_dump(&gdir, GRAPH_BASENAME)
+        .map_err(|e| Error::Hnsw {
+            path: gdir.clone(),
+            message: e.to_string(),
+        })?;
+    if name != GRAPH_BASENAME {
+        return Err(Error::Hnsw {
+            path: gdir,
+            message: format!("graph written as {name}, expected {GRAPH_BASENAME} (stale files?)"),
+        });
+    }
+    Ok(())
+}
+
+/// Loads the graph of `dir/hnsw/`. The loader's buffers are leaked on
+/// purpose: hnsw_rs ties a reloaded graph's lifetime to its `HnswIo`, and an
+/// open index lives as long as the process that searches it.
+pub fn load_graph(dir: &Path) -> Result<Graph> {
+    let gdir = dir.join(GRAPH_DIR);
+    if !gdir.join(format!("{GRAPH_BASENAME}.hnsw.graph")).is_file() {
+        return Err(Error::Hnsw {
+            path: gdir,
+            message: "graph files are missing".into(),
+        });
+    }
+    let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(&gdir, GRAPH_BASENAME)));
+    let mut graph: Graph = io.load_hnsw_with_dist(UnitCosine).map_err(|e| Error::Hnsw {
+        path: gdir,
+        message: e.to_string(),
+    })?;
+    graph.set_searching_mode(true);
+    Ok(graph)
+}
+
+/// How a dense search is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DenseStrategy {
+    /// HNSW for large indexes, an exact scan below [`DenseIndex::EXACT_BELOW`] vectors.
+    Auto,
+    /// Always scan every vector.
+    Exact,
+    /// Always use the HNSW graph.
+    Hnsw,
+}
+
+/// Raw vectors and graph of an opened index.
+pub struct DenseIndex {
+    vectors: Vec<f32>,
+    dim: usize,
+    graph: Graph,
+}
+
+impl DenseIndex {
+    /// Below this many vectors `Auto` scans exactly (a scan of 20K 384-d
+    /// vectors takes about a millisecond and is never wrong).
+    pub const EXACT_BELOW: usize = 20_000;
+
+    /// Opens the vectors and graph in `dir`.
+    pub fn open(dir: &Path, dim: usize) -> Result<Self> {
+        let vectors = read_vectors(dir, dim)?;
+        let graph = load_graph(dir)?;
+        Ok(Self { vectors, dim, graph })
+    }
+
+    /// Number of stored vectors (deleted ones included).
+    pub fn len(&self) -> usize {
+        self.vectors.len() / self.dim
+    }
+
+    /// Whether no vector is stored.
+    pub fn is_empty(&self) -> bool {
+        self.vectors.is_empty()
+    }
+
+    /// The stored vector of `ord`.
+    pub fn vector(&self, ord: PassageOrd) -> Option<&[f32]> {
+        let start = ord as usize * self.dim;
+        self.vectors.get(start..start + self.dim)
+    }
+
+    /// The `k` nearest live passages to a unit `query`, best first, with
+    /// cosine similarity. `ef` is the HNSW search breadth (at least `k`).
+    pub fn search(
+        &self,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        strategy: DenseStrategy,
+        deleted: &HashSet<PassageOrd>,
+    ) -> Vec<(PassageOrd, f32)> {
+        let exact = match strategy {
+            DenseStrategy::Exact => true,
+            DenseStrategy::Hnsw => false,
+            DenseStrategy::Auto => self.len() < Self::EXACT_BELOW,
+        };
+        if k == 0 || self.is_empty() {
+            return Vec::new();
+        }
+        if exact {
+            return self.exact(query, k, deleted);
+        }
+        let live = |id: &usize| !deleted.contains(&(*id as u64));
+        let filter: Option<&dyn hnsw_rs::prelude::FilterT> =
+            if deleted.is_empty() { None } else { Some(&live) };
+        let mut hits: Vec<(PassageOrd, f32)> = self
+            .graph
+            .search_filter(query, k, ef.max(k), filter)
+            .into_iter()
+            .map(|n| {
+                let ord = n.d_id as u64;
+                // Re-score exactly from the raw vector.
+                let score = self.vector(ord).map_or(1.0 - n.distance, |v| dot(query, v));
+                (ord, score)
+            })
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        hits.truncate(k);
+        hits
+    }
+
+    /// Exact top-k by scanning every live vector.
+    pub fn exact(&self, query: &[f32], k: usize, deleted: &HashSet<PassageOrd>) -> Vec<(PassageOrd, f32)> {
+        #[derive(PartialEq)]
+        struct Worst(f32, PassageOrd);
+        impl Eq for Worst {}
+        impl PartialOrd for Worst {
+            fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+                Some(self.cmp(o))
+            }
+        }
+        impl Ord for Worst {
+            fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+                o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
+            }
+        }
+        let mut heap = BinaryHeap::with_capacity(k + 1);
+        for (i, v) in self.vectors.chunks_exact(self.dim).enumerate() {
+            let ord = i as u64;
+            if deleted.contains(&ord) {
+                continue;
+            }
+            let s = dot(query, v);
+            if heap.len() == k && heap.peek().is_some_and(|w: &Worst| w.0 >= s) {
+                continue;
+            }
+            heap.push(Worst(s, ord));
+            if heap.len() > k {
+                heap.pop();
+            }
+        }
+        let mut hits: Vec<(PassageOrd, f32)> = heap.into_iter().map(|w| (w.1, w.0)).collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        hits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn random_unit(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut v: Vec<f32> = (0..n * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        v.chunks_exact_mut(dim).for_each(normalize);
+        v
+    }
+
+    #[test]
+    fn hnsw_finds_what_the_exact_scan_finds_and_survives_reload() {
+        let (n, dim) = (2000, 32);
+        let vectors = random_unit(n, dim, 1);
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Vec<f32>> = vectors.chunks(dim).map(|c| c.to_vec()).collect();
+        append_vectors(dir.path(), &rows).unwrap();
+        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
+        save_graph(&graph, dir.path()).unwrap();
+        let index = DenseIndex::open(dir.path(), dim).unwrap();
+        assert_eq!(index.len(), n);
+        let queries = random_unit(50, dim, 2);
+        let none = HashSet::new();
+        let mut found = 0;
+        for q in queries.chunks(dim) {
+            let exact = index.search(q, 10, 64, DenseStrategy::Exact, &none);
+            let approx = index.search(q, 10, 64, DenseStrategy::Hnsw, &none);
+            found += approx.iter().filter(|h| exact.iter().any(|e| e.0 == h.0)).count();
+        }
+        let recall = found as f64 / 500.0;
+        assert!(recall > 0.9, "recall@10 {recall}");
+        // Deleted points never come back.
+        let q = &queries[..dim];
+        let top = index.search(q, 5, 64, DenseStrategy::Hnsw, &none);
+        let deleted: HashSet<u64> = top.iter().map(|h| h.0).collect();
+        for strategy in [DenseStrategy::Hnsw, DenseStrategy::Exact] {
+            let hits = index.search(q, 5, 64, strategy, &deleted);
+            assert_eq!(hits.len(), 5);
+            assert!(hits.iter().all(|h| !deleted.contains(&h.0)));
+        }
+    }
+
+    #[test]
+    fn hnsw_params_are_validated() {
+        assert!(HnswParams { m: 300, ef_construction: 400 }.validate().is_err());
+        assert!(HnswParams { m: 16, ef_construction: 8 }.validate().is_err());
+    }
+}

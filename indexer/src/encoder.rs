@@ -1,0 +1,287 @@
+//! The dense encoder: a BERT checkpoint (Contriever family, e.g.
+//! sentence-transformers/all-MiniLM-L6-v2) run in candle, with the pooling and
+//! normalisation that sentence-transformers' `modules.json` and
+//! `1_Pooling/config.json` ask for.
+//!
+//! Reference: sentence-transformers' `Transformer` -> `Pooling` -> `Normalize`
+//! modules; the BERT itself is candle-transformers' `BertModel`, which mirrors
+//! HF transformers' `BertModel`.
+
+use std::path::{Path, PathBuf};
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokenizers::{Tokenizer, TruncationParams};
+
+use crate::error::{Error, Result};
+
+/// How token states become one vector (sentence-transformers' pooling modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pooling {
+    /// Mean over the real (unmasked) tokens: Contriever, all-MiniLM.
+    Mean,
+    /// The `[CLS]` token's state.
+    Cls,
+    /// Element-wise maximum over real tokens.
+    Max,
+}
+
+/// What identifies an encoder; recorded in an index's manifest so that an
+/// index is never searched with vectors of another model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EncoderInfo {
+    /// The folder it was loaded from.
+    pub path: String,
+    /// SHA-256 of its `config.json`.
+    pub config_sha256: String,
+    /// Vector dimension.
+    pub dimension: usize,
+    /// Pooling mode.
+    pub pooling: Pooling,
+    /// Whether vectors are L2-normalised.
+    pub normalize: bool,
+    /// Inputs are truncated to this many tokens (special tokens included).
+    pub max_tokens: usize,
+}
+
+/// A loaded dense encoder. Immutable; share it behind an `Arc`.
+pub struct Encoder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    pad_id: u32,
+    info: EncoderInfo,
+    device: Device,
+}
+
+/// Sequences encoded together; sorted by length first so padding stays small.
+const BATCH_SIZE: usize = 32;
+
+#[derive(Deserialize)]
+struct ModuleEntry {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    path: String,
+}
+
+#[derive(Deserialize)]
+struct PoolingConfig {
+    #[serde(default)]
+    pooling_mode_cls_token: bool,
+    #[serde(default)]
+    pooling_mode_mean_tokens: bool,
+    #[serde(default)]
+    pooling_mode_max_tokens: bool,
+}
+
+#[derive(Deserialize)]
+struct SentenceBertConfig {
+    max_seq_length: Option<usize>,
+}
+
+impl Encoder {
+    /// Loads an encoder from a Hugging Face folder on the CPU.
+    pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_on(dir, &Device::Cpu)
+    }
+
+    /// Loads an encoder from a Hugging Face folder (`config.json`,
+    /// `tokenizer.json`, `model.safetensors` or `pytorch_model.bin`, and when
+    /// present sentence-transformers' `modules.json`, `1_Pooling/config.json`,
+    /// `sentence_bert_config.json`) onto `device`.
+    pub fn load_on(dir: &Path, device: &Device) -> Result<Self> {
+        let err = |message: String| Error::Encoder {
+            path: dir.to_path_buf(),
+            message,
+        };
+        if !dir.is_dir() {
+            return Err(err(
+                "no such folder (run scripts/setup.sh to download the default encoder, or pass --encoder DIR)".into(),
+            ));
+        }
+        let config_path = dir.join("config.json");
+        let config_bytes = std::fs::read(&config_path)
+            .map_err(|e| err(format!("config.json: {e}")))?;
+        let config: BertConfig = serde_json::from_slice(&config_bytes)
+            .map_err(|e| err(format!("config.json is not a BERT config: {e}")))?;
+        let config_sha256 = format!("{:x}", Sha256::digest(&config_bytes));
+
+        let (pooling, normalize) = read_pooling(dir).map_err(err)?;
+        let max_tokens = read_json::<SentenceBertConfig>(&dir.join("sentence_bert_config.json"))
+            .map_err(err)?
+            .and_then(|c| c.max_seq_length)
+            .unwrap_or(512)
+            .min(config.max_position_embeddings);
+
+        let mut tokenizer = Tokenizer::from_file(dir.join("tokenizer.json"))
+            .map_err(|e| err(format!("tokenizer.json: {e}")))?;
+        // The checkpoint's tokenizer.json pads to 128 and truncates at 128;
+        // sentence-transformers pads to the longest input and truncates at
+        // max_seq_length. We pad ourselves, per length-sorted batch.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: max_tokens,
+                ..Default::default()
+            }))
+            .map_err(|e| err(format!("tokenizer.json: {e}")))?;
+
+        let dtype = DType::F32;
+        let safetensors = dir.join("model.safetensors");
+        let pth = dir.join("pytorch_model.bin");
+        let vb = if safetensors.is_file() {
+            // SAFETY: the file is memory-mapped read-only; Capstan never writes model files.
+            unsafe { VarBuilder::from_mmaped_safetensors(&[&safetensors], dtype, device) }
+                .map_err(|e| err(format!("model.safetensors: {e}")))?
+        } else if pth.is_file() {
+            VarBuilder::from_pth(&pth, dtype, device)
+                .map_err(|e| err(format!("pytorch_model.bin: {e}")))?
+        } else {
+            return Err(err("neither model.safetensors nor pytorch_model.bin is present".into()));
+        };
+        let model = BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?;
+        Ok(Self {
+            model,
+            tokenizer,
+            pad_id: config.pad_token_id as u32,
+            info: EncoderInfo {
+                path: dir.display().to_string(),
+                config_sha256,
+                dimension: config.hidden_size,
+                pooling,
+                normalize,
+                max_tokens,
+            },
+            device: device.clone(),
+        })
+    }
+
+    /// What identifies this encoder.
+    pub fn info(&self) -> &EncoderInfo {
+        &self.info
+    }
+
+    /// Vector dimension.
+    pub fn dimension(&self) -> usize {
+        self.info.dimension
+    }
+
+    /// The tokenizer (truncating at [`EncoderInfo::max_tokens`]).
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Embeds texts, in input order. Inputs are sorted by length and encoded
+    /// in batches padded to their longest member.
+    pub fn embed<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
+        let inputs: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
+        let encodings = self
+            .tokenizer
+            .encode_batch(inputs, true)
+            .map_err(|e| Error::Encoder {
+                path: PathBuf::from(&self.info.path),
+                message: format!("tokenizing: {e}"),
+            })?;
+        let mut order: Vec<usize> = (0..encodings.len()).collect();
+        order.sort_by_key(|&i| encodings[i].get_ids().len());
+        let mut out = vec![Vec::new(); encodings.len()];
+        for batch in order.chunks(BATCH_SIZE) {
+            let ids: Vec<&[u32]> = batch.iter().map(|&i| encodings[i].get_ids()).collect();
+            let vectors = self.embed_ids(&ids)?;
+            for (&i, v) in batch.iter().zip(vectors) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Embeds one batch of token id sequences (already truncated).
+    fn embed_ids(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let n = ids.len();
+        let len = ids.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
+        let mut flat_ids = Vec::with_capacity(n * len);
+        let mut flat_mask = Vec::with_capacity(n * len);
+        for seq in ids {
+            flat_ids.extend_from_slice(seq);
+            flat_ids.extend(std::iter::repeat_n(self.pad_id, len - seq.len()));
+            flat_mask.extend(std::iter::repeat_n(1u32, seq.len()));
+            flat_mask.extend(std::iter::repeat_n(0u32, len - seq.len()));
+        }
+        let input_ids = Tensor::from_vec(flat_ids, (n, len), &self.device)?;
+        let mask = Tensor::from_vec(flat_mask, (n, len), &self.device)?;
+        let token_type_ids = input_ids.zeros_like()?;
+        let states = self.model.forward(&input_ids, &token_type_ids, Some(&mask))?;
+        let mask_f = mask.to_dtype(states.dtype())?.unsqueeze(2)?;
+        let pooled = match self.info.pooling {
+            Pooling::Mean => {
+                let summed = states.broadcast_mul(&mask_f)?.sum(1)?;
+                let counts = mask_f.sum(1)?.clamp(1e-9, f64::MAX)?;
+                summed.broadcast_div(&counts)?
+            }
+            Pooling::Cls => states.narrow(1, 0, 1)?.squeeze(1)?,
+            Pooling::Max => {
+                // Padding gets -1e9 so it never wins the maximum.
+                let penalty = ((mask_f.ones_like()? - &mask_f)? * -1e9)?;
+                states.broadcast_add(&penalty)?.max(1)?
+            }
+        };
+        let pooled = if self.info.normalize {
+            let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+            pooled.broadcast_div(&norm)?
+        } else {
+            pooled
+        };
+        Ok(pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?)
+    }
+}
+
+fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::result::Result<Option<T>, String> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// Pooling mode and normalisation from sentence-transformers' files; a plain
+/// HF folder (Contriever) means mean pooling without normalisation.
+fn read_pooling(dir: &Path) -> std::result::Result<(Pooling, bool), String> {
+    let Some(modules) = read_json::<Vec<ModuleEntry>>(&dir.join("modules.json"))? else {
+        return Ok((Pooling::Mean, false));
+    };
+    let normalize = modules.iter().any(|m| m.kind.ends_with(".Normalize"));
+    let pooling_dir = modules
+        .iter()
+        .find(|m| m.kind.ends_with(".Pooling"))
+        .map(|m| dir.join(&m.path));
+    let pooling = match pooling_dir {
+        None => Pooling::Mean,
+        Some(p) => {
+            let cfg_path = p.join("config.json");
+            let cfg = read_json::<PoolingConfig>(&cfg_path)?
+                .ok_or_else(|| format!("{} is missing", cfg_path.display()))?;
+            match (
+                cfg.pooling_mode_mean_tokens,
+                cfg.pooling_mode_cls_token,
+                cfg.pooling_mode_max_tokens,
+            ) {
+                (true, false, false) => Pooling::Mean,
+                (false, true, false) => Pooling::Cls,
+                (false, false, true) => Pooling::Max,
+                _ => {
+                    return Err(format!(
+                        "{}: exactly one of mean, cls or max pooling is supported",
+                        cfg_path.display()
+                    ))
+                }
+            }
+        }
+    };
+    Ok((pooling, normalize))
+}

@@ -1,0 +1,149 @@
+//! The indexer's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong while reading a corpus, encoding it, or
+/// building, opening or changing an index. Messages name the file, line or
+/// field at fault so a user can fix their input.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file or folder could not be read or written.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A line of a corpus file is not what Capstan can index.
+    #[error("{path}:{line}: {problem}")]
+    BadLine {
+        /// The corpus file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        problem: LineProblem,
+    },
+    /// A document (file or line) has no indexable text.
+    #[error("{path}: {problem}")]
+    BadDocument {
+        /// The corpus file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: LineProblem,
+    },
+    /// The corpus path is neither a JSONL file nor a folder of documents.
+    #[error("{0}: not a corpus (expected a .jsonl file or a folder of .txt/.md/.html files)")]
+    NotACorpus(PathBuf),
+    /// The corpus holds no document at all.
+    #[error("{0}: the corpus holds no document")]
+    EmptyCorpus(PathBuf),
+    /// The dense encoder folder is missing a file or holds something unusable.
+    #[error("encoder {path}: {message}")]
+    Encoder {
+        /// The encoder folder.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// A model computation failed.
+    #[error("encoder computation failed: {0}")]
+    Candle(#[from] candle_core::Error),
+    /// The index folder cannot be used as it is.
+    #[error("index {path}: {message}")]
+    Index {
+        /// The index folder.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The index was made with another encoder than the one given.
+    #[error("index {path} was built with encoder {built_with} (config sha256 {built_hash}), not {given} (config sha256 {given_hash}): use the same encoder or rebuild the index")]
+    EncoderMismatch {
+        /// The index folder.
+        path: PathBuf,
+        /// Encoder path recorded in the manifest.
+        built_with: String,
+        /// Hash recorded in the manifest.
+        built_hash: String,
+        /// Encoder path given now.
+        given: String,
+        /// Hash of the encoder given now.
+        given_hash: String,
+    },
+    /// The BM25 index (tantivy) failed.
+    #[error("BM25 index: {0}")]
+    Tantivy(#[from] tantivy::TantivyError),
+    /// The passage store (sled) failed.
+    #[error("passage store: {0}")]
+    Store(#[from] sled::Error),
+    /// The HNSW graph could not be written or read.
+    #[error("HNSW graph {path}: {message}")]
+    Hnsw {
+        /// The graph folder.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+    /// A setting is out of range.
+    #[error("invalid setting {name}: {message}")]
+    Setting {
+        /// The setting's name (as the CLI flag spells it).
+        name: &'static str,
+        /// Why it is rejected.
+        message: String,
+    },
+}
+
+/// What is wrong with one corpus line or document.
+#[derive(Debug, thiserror::Error)]
+pub enum LineProblem {
+    /// Not valid UTF-8.
+    #[error("invalid UTF-8")]
+    InvalidUtf8,
+    /// Not a JSON object.
+    #[error("malformed JSON: {0}")]
+    Json(String),
+    /// A required field is absent.
+    #[error("missing field `{0}`")]
+    MissingField(&'static str),
+    /// A field has the wrong JSON type.
+    #[error("field `{field}` must be a {expected}")]
+    WrongType {
+        /// The field.
+        field: &'static str,
+        /// The type it should have.
+        expected: &'static str,
+    },
+    /// The document has no text.
+    #[error("document `{0}` is empty")]
+    Empty(String),
+    /// The id was used before.
+    #[error("duplicate document id `{id}` (first seen at {first})")]
+    DuplicateId {
+        /// The id.
+        id: String,
+        /// Where it was first seen (`file:line`).
+        first: String,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn index(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
+        Error::Index {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The indexer's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,572 @@
+//! An index folder and its life: build, append, delete, compact, open.
+//!
+//! Layout: `DIR/CURRENT` names the live generation `DIR/gen-NNNNNNNN/`, which
+//! holds `manifest.json`, `bm25/` (tantivy), `store/` (sled), `vectors.f32`
+//! and `hnsw/`. Every change builds a new generation beside the live one and
+//! switches `CURRENT` with one atomic rename, so a crash (even `kill -9`) at
+//! any instant leaves the previous generation untouched and in use.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use crate::bm25::{Bm25Index, Bm25Params, Bm25Writer};
+use crate::chunk::{ChunkParams, Chunker, Passage};
+use crate::dense::{self, DenseIndex, HnswParams};
+use crate::document::{Corpus, Document};
+use crate::encoder::{Encoder, EncoderInfo};
+use crate::error::{Error, Result};
+use crate::fsutil;
+use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
+use crate::store::{PassageOrd, PassageStore};
+
+/// Settings of a new index.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IndexSettings {
+    /// Chunking.
+    pub chunk: ChunkParams,
+    /// BM25 scoring.
+    pub bm25: Bm25Params,
+    /// HNSW construction.
+    pub hnsw: HnswParams,
+}
+
+/// Reports the progress of long stages (the CLI draws bars with it).
+pub trait Progress: Sync {
+    /// A stage of `total` units begins.
+    fn stage(&self, name: &str, total: u64);
+    /// `n` more units are done.
+    fn advance(&self, n: u64);
+    /// The current stage is over.
+    fn finish(&self);
+}
+
+/// Progress reporting that reports nothing.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn stage(&self, _: &str, _: u64) {}
+    fn advance(&self, _: u64) {}
+    fn finish(&self) {}
+}
+
+/// What a change did.
+#[derive(Debug, Clone)]
+pub struct ChangeSummary {
+    /// The manifest of the live generation afterwards.
+    pub manifest: Manifest,
+    /// `false` when the index was already up to date and nothing was written.
+    pub written: bool,
+    /// Documents added.
+    pub added_documents: usize,
+    /// Documents replaced (`--append` of an id already indexed).
+    pub replaced_documents: usize,
+    /// Documents removed.
+    pub deleted_documents: usize,
+}
+
+const CURRENT: &str = "CURRENT";
+const LOCK: &str = ".lock";
+const BM25_DIR: &str = "bm25";
+const STORE_DIR: &str = "store";
+/// Passages embedded per progress step.
+const EMBED_STEP: usize = 256;
+
+/// Builds a new index of `corpus` in `dir` (replacing what is there, unless it
+/// was built from the same corpus with the same encoder and settings).
+pub fn build(
+    dir: &Path,
+    corpus: &Corpus,
+    encoder: &Encoder,
+    settings: IndexSettings,
+    progress: &dyn Progress,
+) -> Result<ChangeSummary> {
+    settings.bm25.validate()?;
+    settings.hnsw.validate()?;
+    let chunker = Chunker::new(encoder.tokenizer(), settings.chunk)?;
+    let folder = IndexFolder::prepare(dir)?;
+    let _lock = folder.lock()?;
+    if let Some(current) = folder.current()? {
+        if let Ok(m) = Manifest::read(&current) {
+            let same = m.encoder.config_sha256 == encoder.info().config_sha256
+                && m.chunking == settings.chunk
+                && m.bm25 == settings.bm25
+                && m.hnsw == settings.hnsw
+                && m.corpus_sha256 == [corpus.sha256.clone()];
+            if same {
+                return Ok(ChangeSummary {
+                    manifest: m,
+                    written: false,
+                    added_documents: 0,
+                    replaced_documents: 0,
+                    deleted_documents: 0,
+                });
+            }
+        }
+    }
+    let gen = folder.new_generation()?;
+    let store = PassageStore::open(&gen.join(STORE_DIR))?;
+    let mut bm25 = Bm25Writer::create(&gen.join(BM25_DIR))?;
+    let (vectors, passages) =
+        add_documents(&gen, &corpus.documents, 0, encoder, &chunker, &mut bm25, &store, progress)?;
+    bm25.finish()?;
+    store.flush()?;
+    drop(store);
+    let graph = build_graph(&vectors, encoder.dimension(), settings.hnsw, progress)?;
+    dense::save_graph(&graph, &gen)?;
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        encoder: encoder.info().clone(),
+        chunking: settings.chunk,
+        bm25: settings.bm25,
+        hnsw: settings.hnsw,
+        counts: Counts {
+            documents: corpus.documents.len() as u64,
+            passages,
+            stored_passages: passages,
+            deleted_passages: 0,
+        },
+        corpus_sha256: vec![corpus.sha256.clone()],
+    };
+    manifest.write(&gen)?;
+    folder.publish(&gen)?;
+    Ok(ChangeSummary {
+        manifest,
+        written: true,
+        added_documents: corpus.documents.len(),
+        replaced_documents: 0,
+        deleted_documents: 0,
+    })
+}
+
+/// Adds the documents of `corpus` to the index in `dir`; a document whose id
+/// is already indexed replaces the old one.
+pub fn append(dir: &Path, corpus: &Corpus, encoder: &Encoder, progress: &dyn Progress) -> Result<ChangeSummary> {
+    let folder = IndexFolder::open(dir)?;
+    let _lock = folder.lock()?;
+    let current = folder.require_current()?;
+    let mut manifest = Manifest::read(&current)?;
+    check_encoder(dir, &manifest, encoder.info())?;
+    let chunker = Chunker::new(encoder.tokenizer(), manifest.chunking)?;
+    let gen = folder.new_generation()?;
+    fsutil::copy_tree(&current, &gen)?;
+    let store = PassageStore::open(&gen.join(STORE_DIR))?;
+    let mut bm25 = Bm25Writer::open(&gen.join(BM25_DIR))?;
+    let mut replaced = 0;
+    for doc in &corpus.documents {
+        if let Some(n) = store.delete_document(&doc.id)? {
+            bm25.delete_document(&doc.id);
+            manifest.counts.deleted_passages += n as u64;
+            manifest.counts.passages -= n as u64;
+            replaced += 1;
+        }
+    }
+    let first = manifest.counts.stored_passages;
+    let (vectors, added) =
+        add_documents(&gen, &corpus.documents, first, encoder, &chunker, &mut bm25, &store, progress)?;
+    bm25.finish()?;
+    store.flush()?;
+    drop(store);
+    let graph = dense::load_graph(&gen)?;
+    progress.stage("graph", added);
+    dense::insert_rows(&graph, &vectors, encoder.dimension(), first as usize);
+    progress.advance(added);
+    progress.finish();
+    let graph_dir = gen.join("hnsw");
+    std::fs::remove_dir_all(&graph_dir).map_err(|e| Error::io(&graph_dir, e))?;
+    dense::save_graph(&graph, &gen)?;
+    manifest.counts.documents = manifest.counts.documents + corpus.documents.len() as u64 - replaced as u64;
+    manifest.counts.passages += added;
+    manifest.counts.stored_passages += added;
+    manifest.corpus_sha256.push(corpus.sha256.clone());
+    manifest.write(&gen)?;
+    folder.publish(&gen)?;
+    Ok(ChangeSummary {
+        manifest,
+        written: true,
+        added_documents: corpus.documents.len() - replaced,
+        replaced_documents: replaced,
+        deleted_documents: 0,
+    })
+}
+
+/// Removes documents from the index in `dir`. Unknown ids are an error and
+/// nothing changes. Their passages become tombstones until [`compact`].
+pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
+    let folder = IndexFolder::open(dir)?;
+    let _lock = folder.lock()?;
+    let current = folder.require_current()?;
+    let mut manifest = Manifest::read(&current)?;
+    {
+        let store = PassageStore::open(&current.join(STORE_DIR))?;
+        let unknown: Vec<&str> = doc_ids
+            .iter()
+            .filter(|id| !store.contains_document(id).unwrap_or(false))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            return Err(Error::index(dir, format!("no such document id: {}", unknown.join(", "))));
+        }
+    }
+    let gen = folder.new_generation()?;
+    fsutil::copy_tree(&current, &gen)?;
+    let store = PassageStore::open(&gen.join(STORE_DIR))?;
+    let mut bm25 = Bm25Writer::open(&gen.join(BM25_DIR))?;
+    let unique: HashSet<&String> = doc_ids.iter().collect();
+    for id in &unique {
+        if let Some(n) = store.delete_document(id)? {
+            bm25.delete_document(id);
+            manifest.counts.deleted_passages += n as u64;
+            manifest.counts.passages -= n as u64;
+            manifest.counts.documents -= 1;
+        }
+    }
+    bm25.finish()?;
+    store.flush()?;
+    drop(store);
+    manifest.write(&gen)?;
+    folder.publish(&gen)?;
+    Ok(ChangeSummary {
+        manifest,
+        written: true,
+        added_documents: 0,
+        replaced_documents: 0,
+        deleted_documents: unique.len(),
+    })
+}
+
+/// Rebuilds the index in `dir` without its tombstones: passages get
+/// contiguous ordinals, the HNSW graph is rebuilt from the stored vectors (no
+/// re-encoding).
+pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
+    let folder = IndexFolder::open(dir)?;
+    let _lock = folder.lock()?;
+    let current = folder.require_current()?;
+    let mut manifest = Manifest::read(&current)?;
+    let dim = manifest.encoder.dimension;
+    let old_vectors = dense::read_vectors(&current, dim)?;
+    let old_store = PassageStore::open(&current.join(STORE_DIR))?;
+    let gen = folder.new_generation()?;
+    let store = PassageStore::open(&gen.join(STORE_DIR))?;
+    let mut bm25 = Bm25Writer::create(&gen.join(BM25_DIR))?;
+    let mut vectors = Vec::with_capacity(old_vectors.len());
+    let mut by_doc: Vec<Passage> = Vec::new();
+    let mut ord: PassageOrd = 0;
+    let mut flush_doc = |passages: &mut Vec<Passage>, ord: &mut PassageOrd| -> Result<()> {
+        if let Some(first) = passages.first() {
+            store.put_document(&first.doc_id.clone(), *ord, passages)?;
+            for p in passages.iter() {
+                bm25.add(*ord, &p.doc_id, &p.title, &p.text)?;
+                *ord += 1;
+            }
+            passages.clear();
+        }
+        Ok(())
+    };
+    for item in old_store.live_passages() {
+        let (old_ord, passage) = item?;
+        if by_doc.first().is_some_and(|p| p.doc_id != passage.doc_id) {
+            flush_doc(&mut by_doc, &mut ord)?;
+        }
+        let start = old_ord as usize * dim;
+        let row = old_vectors
+            .get(start..start + dim)
+            .ok_or_else(|| Error::index(&current, format!("vector {old_ord} is missing")))?;
+        vectors.extend_from_slice(row);
+        by_doc.push(passage);
+    }
+    flush_doc(&mut by_doc, &mut ord)?;
+    drop(flush_doc);
+    bm25.finish()?;
+    store.flush()?;
+    drop(store);
+    let rows: Vec<Vec<f32>> = vectors.chunks_exact(dim).map(|r| r.to_vec()).collect();
+    dense::append_vectors(&gen, &rows)?;
+    let graph = build_graph(&vectors, dim, manifest.hnsw, progress)?;
+    dense::save_graph(&graph, &gen)?;
+    manifest.counts.passages = ord;
+    manifest.counts.stored_passages = ord;
+    manifest.counts.deleted_passages = 0;
+    manifest.write(&gen)?;
+    folder.publish(&gen)?;
+    Ok(ChangeSummary {
+        manifest,
+        written: true,
+        added_documents: 0,
+        replaced_documents: 0,
+        deleted_documents: 0,
+    })
+}
+
+/// Chunks, stores, BM25-indexes and embeds `docs` with ordinals from
+/// `first`; appends their vectors to the generation. Returns the new unit
+/// vectors (flat) and the number of passages.
+#[allow(clippy::too_many_arguments)]
+fn add_documents(
+    gen: &Path,
+    docs: &[Document],
+    first: PassageOrd,
+    encoder: &Encoder,
+    chunker: &Chunker,
+    bm25: &mut Bm25Writer,
+    store: &PassageStore,
+    progress: &dyn Progress,
+) -> Result<(Vec<f32>, u64)> {
+    use rayon::prelude::*;
+    progress.stage("chunk", docs.len() as u64);
+    let per_doc: Vec<Vec<Passage>> = docs.par_iter().map(|d| chunker.chunk(d)).collect();
+    progress.finish();
+    let mut ord = first;
+    for (doc, passages) in docs.iter().zip(&per_doc) {
+        store.put_document(&doc.id, ord, passages)?;
+        for p in passages {
+            bm25.add(ord, &p.doc_id, &p.title, &p.text)?;
+            ord += 1;
+        }
+    }
+    let passages: Vec<&Passage> = per_doc.iter().flatten().collect();
+    progress.stage("embed", passages.len() as u64);
+    let mut flat = Vec::with_capacity(passages.len() * encoder.dimension());
+    for batch in passages.chunks(EMBED_STEP) {
+        let texts: Vec<String> = batch.iter().map(|p| p.embedding_text()).collect();
+        let mut vectors = encoder.embed(&texts)?;
+        vectors.iter_mut().for_each(|v| dense::normalize(v));
+        dense::append_vectors(gen, &vectors)?;
+        vectors.iter().for_each(|v| flat.extend_from_slice(v));
+        progress.advance(batch.len() as u64);
+    }
+    progress.finish();
+    Ok((flat, passages.len() as u64))
+}
+
+fn build_graph(vectors: &[f32], dim: usize, params: HnswParams, progress: &dyn Progress) -> Result<dense::Graph> {
+    progress.stage("graph", (vectors.len() / dim) as u64);
+    let graph = dense::build_graph(vectors, dim, params)?;
+    progress.advance((vectors.len() / dim) as u64);
+    progress.finish();
+    Ok(graph)
+}
+
+fn check_encoder(dir: &Path, manifest: &Manifest, given: &EncoderInfo) -> Result<()> {
+    if manifest.encoder.config_sha256 != given.config_sha256
+        || manifest.encoder.dimension != given.dimension
+        || manifest.encoder.pooling != given.pooling
+    {
+        return Err(Error::EncoderMismatch {
+            path: dir.to_path_buf(),
+            built_with: manifest.encoder.path.clone(),
+            built_hash: manifest.encoder.config_sha256.clone(),
+            given: given.path.clone(),
+            given_hash: given.config_sha256.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// An index folder holding generations.
+struct IndexFolder {
+    root: PathBuf,
+}
+
+/// Held while a process changes an index; removed on drop. A lock left by a
+/// killed process (its pid no longer runs) is taken over.
+struct WriteLock(PathBuf);
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+impl IndexFolder {
+    /// For a new build: `dir` may be missing, empty, or a Capstan index.
+    fn prepare(dir: &Path) -> Result<Self> {
+        if dir.exists() {
+            let is_index = dir.join(CURRENT).is_file();
+            let empty = std::fs::read_dir(dir)
+                .map_err(|e| Error::io(dir, e))?
+                .next()
+                .is_none();
+            let only_generations = std::fs::read_dir(dir)
+                .map_err(|e| Error::io(dir, e))?
+                .filter_map(|e| e.ok())
+                .all(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with("gen-") || n == LOCK
+                });
+            if !(is_index || empty || only_generations) {
+                return Err(Error::index(
+                    dir,
+                    "exists and is not a Capstan index; refusing to write into it",
+                ));
+            }
+        } else {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        }
+        Ok(Self { root: dir.to_path_buf() })
+    }
+
+    fn open(dir: &Path) -> Result<Self> {
+        if !dir.join(CURRENT).is_file() {
+            return Err(Error::index(dir, "not a Capstan index (no CURRENT file); build it with `capstan index`"));
+        }
+        Ok(Self { root: dir.to_path_buf() })
+    }
+
+    fn current(&self) -> Result<Option<PathBuf>> {
+        let path = self.root.join(CURRENT);
+        match std::fs::read_to_string(&path) {
+            Ok(name) => {
+                let name = name.trim();
+                if !name.starts_with("gen-") || name.contains('/') {
+                    return Err(Error::index(&self.root, format!("CURRENT names `{name}`, not a generation")));
+                }
+                Ok(Some(self.root.join(name)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    fn require_current(&self) -> Result<PathBuf> {
+        self.current()?
+            .ok_or_else(|| Error::index(&self.root, "not a Capstan index (no CURRENT file)"))
+    }
+
+    fn lock(&self) -> Result<WriteLock> {
+        let path = self.root.join(LOCK);
+        for _ in 0..2 {
+            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    let _ = write!(f, "{}", std::process::id());
+                    return Ok(WriteLock(path));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                    let alive = holder
+                        .trim()
+                        .parse::<u32>()
+                        .is_ok_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+                    if alive {
+                        return Err(Error::index(
+                            &self.root,
+                            format!("another process (pid {}) is changing this index", holder.trim()),
+                        ));
+                    }
+                    let _ = std::fs::remove_file(&path);
+                }
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        }
+        Err(Error::index(&self.root, "could not take the index lock"))
+    }
+
+    fn generations(&self) -> Result<Vec<(u64, PathBuf)>> {
+        let mut gens = Vec::new();
+        for entry in std::fs::read_dir(&self.root).map_err(|e| Error::io(&self.root, e))? {
+            let entry = entry.map_err(|e| Error::io(&self.root, e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(n) = name.strip_prefix("gen-").and_then(|n| n.parse::<u64>().ok()) {
+                gens.push((n, entry.path()));
+            }
+        }
+        gens.sort();
+        Ok(gens)
+    }
+
+    /// A fresh, empty generation folder (leftovers of crashed runs included
+    /// in the numbering, and removed at the next publish).
+    fn new_generation(&self) -> Result<PathBuf> {
+        let next = self.generations()?.last().map_or(1, |(n, _)| n + 1);
+        let path = self.root.join(format!("gen-{next:08}"));
+        std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
+        Ok(path)
+    }
+
+    /// Makes `gen` the live generation and removes every other one.
+    fn publish(&self, gen: &Path) -> Result<()> {
+        fsutil::sync_tree(gen)?;
+        let name = gen.file_name().expect("generation has a name").to_string_lossy();
+        fsutil::write_durably(&self.root.join(CURRENT), format!("{name}\n").as_bytes())?;
+        for (_, old) in self.generations()? {
+            if old != gen {
+                let _ = std::fs::remove_dir_all(&old);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An index opened for search.
+pub struct Index {
+    dir: PathBuf,
+    manifest: Manifest,
+    bm25: Bm25Index,
+    dense: DenseIndex,
+    store: PassageStore,
+    deleted: HashSet<PassageOrd>,
+}
+
+impl Index {
+    /// Opens the live generation of the index in `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let folder = IndexFolder::open(dir)?;
+        let current = folder.require_current()?;
+        let manifest = Manifest::read(&current)?;
+        let bm25 = Bm25Index::open(&current.join(BM25_DIR), manifest.bm25)?;
+        let dense = DenseIndex::open(&current, manifest.encoder.dimension)?;
+        let store = PassageStore::open(&current.join(STORE_DIR))?;
+        let deleted = store.deleted_ords()?.into_iter().collect();
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            manifest,
+            bm25,
+            dense,
+            store,
+            deleted,
+        })
+    }
+
+    /// The index folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// What the index was built with.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Errors unless `encoder` is the one the index was built with.
+    pub fn check_encoder(&self, encoder: &EncoderInfo) -> Result<()> {
+        check_encoder(&self.dir, &self.manifest, encoder)
+    }
+
+    /// The BM25 index.
+    pub fn bm25(&self) -> &Bm25Index {
+        &self.bm25
+    }
+
+    /// The dense index.
+    pub fn dense(&self) -> &DenseIndex {
+        &self.dense
+    }
+
+    /// Tombstoned ordinals (filtered out of dense search).
+    pub fn deleted(&self) -> &HashSet<PassageOrd> {
+        &self.deleted
+    }
+
+    /// A live passage by ordinal.
+    pub fn passage(&self, ord: PassageOrd) -> Result<Option<Passage>> {
+        self.store.get(ord)
+    }
+
+    /// A live passage by id (`doc#n`).
+    pub fn passage_by_id(&self, id: &str) -> Result<Option<Passage>> {
+        match self.store.ord_of(id)? {
+            Some(ord) => self.store.get(ord),
+            None => Ok(None),
+        }
+    }
+}

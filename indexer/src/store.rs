@@ -1,0 +1,185 @@
+//! The passage store (sled): passage ordinal -> passage record, passage id ->
+//! ordinal, document id -> passage ids, and tombstones of deleted passages.
+//!
+//! A passage's ordinal is its row in the raw vector file, its point id in the
+//! HNSW graph and a fast field of the BM25 index: one number ties the three
+//! indexes together.
+
+use std::path::Path;
+
+use crate::chunk::Passage;
+use crate::error::{Error, Result};
+
+/// Position of a passage in the index (vector row, HNSW id, BM25 fast field).
+pub type PassageOrd = u64;
+
+/// The sled-backed passage store.
+pub struct PassageStore {
+    db: sled::Db,
+    passages: sled::Tree,
+    ids: sled::Tree,
+    documents: sled::Tree,
+    deleted: sled::Tree,
+}
+
+impl PassageStore {
+    /// Opens (or creates) the store in `dir`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let db = sled::Config::new().path(dir).open()?;
+        Ok(Self {
+            passages: db.open_tree("passages")?,
+            ids: db.open_tree("passage_ids")?,
+            documents: db.open_tree("documents")?,
+            deleted: db.open_tree("deleted")?,
+            db,
+        })
+    }
+
+    /// Stores the passages of one document under consecutive ordinals from `first`.
+    pub fn put_document(&self, doc_id: &str, first: PassageOrd, passages: &[Passage]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        let mut id_batch = sled::Batch::default();
+        for (i, p) in passages.iter().enumerate() {
+            let ord = first + i as u64;
+            let record = serde_json::to_vec(p).expect("a passage always serialises");
+            batch.insert(&ord.to_be_bytes(), record);
+            id_batch.insert(p.id.as_bytes(), &ord.to_be_bytes());
+        }
+        self.passages.apply_batch(batch)?;
+        self.ids.apply_batch(id_batch)?;
+        let ords: Vec<PassageOrd> = (first..first + passages.len() as u64).collect();
+        self.documents
+            .insert(doc_id.as_bytes(), serde_json::to_vec(&ords).expect("ords serialise"))?;
+        Ok(())
+    }
+
+    /// The passage at `ord`, if it exists and is not deleted.
+    pub fn get(&self, ord: PassageOrd) -> Result<Option<Passage>> {
+        if self.is_deleted(ord)? {
+            return Ok(None);
+        }
+        self.get_any(ord)
+    }
+
+    fn get_any(&self, ord: PassageOrd) -> Result<Option<Passage>> {
+        match self.passages.get(ord.to_be_bytes())? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                Error::index(Path::new("store"), format!("passage {ord} is corrupt: {e}"))
+            }),
+        }
+    }
+
+    /// The ordinal of a passage id.
+    pub fn ord_of(&self, passage_id: &str) -> Result<Option<PassageOrd>> {
+        Ok(self.ids.get(passage_id.as_bytes())?.map(|v| decode_ord(&v)))
+    }
+
+    /// The live passage ordinals of a document.
+    pub fn document_ords(&self, doc_id: &str) -> Result<Option<Vec<PassageOrd>>> {
+        match self.documents.get(doc_id.as_bytes())? {
+            None => Ok(None),
+            Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
+                Error::index(Path::new("store"), format!("document {doc_id} is corrupt: {e}"))
+            })?)),
+        }
+    }
+
+    /// Whether a document id is live in the store.
+    pub fn contains_document(&self, doc_id: &str) -> Result<bool> {
+        Ok(self.documents.contains_key(doc_id.as_bytes())?)
+    }
+
+    /// Deletes a document: its passages become tombstones (the HNSW graph
+    /// cannot delete points; searches filter them out). Returns how many
+    /// passages it had, or `None` if the document is unknown.
+    pub fn delete_document(&self, doc_id: &str) -> Result<Option<usize>> {
+        let Some(ords) = self.document_ords(doc_id)? else {
+            return Ok(None);
+        };
+        let mut batch = sled::Batch::default();
+        for ord in &ords {
+            batch.insert(&ord.to_be_bytes(), &[]);
+        }
+        self.deleted.apply_batch(batch)?;
+        self.documents.remove(doc_id.as_bytes())?;
+        Ok(Some(ords.len()))
+    }
+
+    /// Whether `ord` is a tombstone.
+    pub fn is_deleted(&self, ord: PassageOrd) -> Result<bool> {
+        Ok(self.deleted.contains_key(ord.to_be_bytes())?)
+    }
+
+    /// All tombstoned ordinals.
+    pub fn deleted_ords(&self) -> Result<Vec<PassageOrd>> {
+        self.deleted
+            .iter()
+            .keys()
+            .map(|k| Ok(decode_ord(&k?)))
+            .collect()
+    }
+
+    /// Every live passage, in ordinal order.
+    pub fn live_passages(&self) -> impl Iterator<Item = Result<(PassageOrd, Passage)>> + '_ {
+        self.passages.iter().filter_map(move |item| {
+            let (k, v) = match item {
+                Ok(kv) => kv,
+                Err(e) => return Some(Err(e.into())),
+            };
+            let ord = decode_ord(&k);
+            match self.is_deleted(ord) {
+                Ok(true) => None,
+                Ok(false) => Some(serde_json::from_slice(&v).map(|p| (ord, p)).map_err(|e| {
+                    Error::index(Path::new("store"), format!("passage {ord} is corrupt: {e}"))
+                })),
+                Err(e) => Some(Err(e)),
+            }
+        })
+    }
+
+    /// Writes everything to disk.
+    pub fn flush(&self) -> Result<()> {
+        self.db.flush()?;
+        Ok(())
+    }
+}
+
+fn decode_ord(bytes: &[u8]) -> PassageOrd {
+    let mut buf = [0u8; 8];
+    buf.copy_from_slice(&bytes[..8]);
+    u64::from_be_bytes(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passage(doc: &str, i: u32) -> Passage {
+        Passage {
+            id: format!("{doc}#{i}"),
+            doc_id: doc.into(),
+            title: "t".into(),
+            text: format!("text {i}"),
+            index: i,
+            char_start: 0,
+            char_end: 6,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_tombstones() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PassageStore::open(dir.path()).unwrap();
+        store.put_document("a", 0, &[passage("a", 0), passage("a", 1)]).unwrap();
+        store.put_document("b", 2, &[passage("b", 0)]).unwrap();
+        assert_eq!(store.get(1).unwrap().unwrap().id, "a#1");
+        assert_eq!(store.ord_of("b#0").unwrap(), Some(2));
+        assert_eq!(store.delete_document("a").unwrap(), Some(2));
+        assert_eq!(store.delete_document("zzz").unwrap(), None);
+        assert!(store.get(0).unwrap().is_none());
+        assert_eq!(store.deleted_ords().unwrap(), vec![0, 1]);
+        let live: Vec<_> = store.live_passages().map(|r| r.unwrap().0).collect();
+        assert_eq!(live, vec![2]);
+    }
+}
