@@ -1,1 +1,27 @@
-//! placeholder
+//! Capstan's retriever: the top-k passages for a question, by BM25, dense
+//! search, or hybrid fusion (reciprocal rank fusion by default), with each
+//! component's score and rank; and the BEIR ranking metrics used to evaluate it.
+//!
+//! ```no_run
+//! use capstan_retriever::{Mode, Retriever, SearchOptions};
+//! # fn main() -> capstan_retriever::Result<()> {
+//! let retriever = Retriever::open("my-index".as_ref(), None)?;
+//! let opts = SearchOptions { mode: Mode::Hybrid, k: 5, ..Default::default() };
+//! for hit in retriever.search("who founded the city?", &opts)? {
+//!     println!("{} {:.3} {}", hit.passage_id, hit.score, hit.title);
+//! }
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod beir;
+mod error;
+mod fusion;
+mod metrics;
+mod retriever;
+
+pub use beir::{load_beir, BeirQueries, Query};
+pub use error::{Error, Result};
+pub use fusion::{fuse, Fusion};
+pub use metrics::{mrr_at, ndcg_at, recall_at, Judgements};
+pub use retriever::{ComponentScore, Hit, Mode, Retriever, SearchOptions, MAX_K};

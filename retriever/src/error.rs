@@ -1,0 +1,32 @@
+//! The retriever's error type.
+
+use std::path::PathBuf;
+
+/// What can go wrong while retrieving or evaluating retrieval.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The index or the encoder failed.
+    #[error(transparent)]
+    Index(#[from] capstan_indexer::Error),
+    /// A request asked for something out of range.
+    #[error("invalid {name}: {message}")]
+    Invalid {
+        /// The parameter (as a user spells it).
+        name: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// An evaluation file is malformed.
+    #[error("{path}:{line}: {message}")]
+    Dataset {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line (0 when the whole file is at fault).
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The retriever's result type.
+pub type Result<T> = std::result::Result<T, Error>;

@@ -1,0 +1,82 @@
+//! Fusing the BM25 and dense rankings.
+
+use std::collections::HashMap;
+
+use capstan_indexer::PassageOrd;
+use serde::{Deserialize, Serialize};
+
+/// How hybrid retrieval combines its two rankings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method", rename_all = "lowercase")]
+pub enum Fusion {
+    /// Reciprocal rank fusion: `sum 1 / (k + rank)` (Cormack et al., 2009).
+    Rrf {
+        /// The rank constant (60 by default).
+        k: f32,
+    },
+    /// `w * bm25' + (1 - w) * dense'` of min-max normalised scores.
+    Weighted {
+        /// Weight of BM25, in [0, 1].
+        bm25_weight: f32,
+    },
+}
+
+impl Default for Fusion {
+    fn default() -> Self {
+        Fusion::Rrf { k: 60.0 }
+    }
+}
+
+/// Fuses two rankings (best first, `(ord, score)`), returning `(ord, fused)`
+/// best first. Ties are broken by ordinal so results are deterministic.
+pub fn fuse(bm25: &[(PassageOrd, f32)], dense: &[(PassageOrd, f32)], fusion: Fusion) -> Vec<(PassageOrd, f32)> {
+    let mut fused: HashMap<PassageOrd, f32> = HashMap::new();
+    match fusion {
+        Fusion::Rrf { k } => {
+            for list in [bm25, dense] {
+                for (rank, (ord, _)) in list.iter().enumerate() {
+                    *fused.entry(*ord).or_default() += 1.0 / (k + rank as f32 + 1.0);
+                }
+            }
+        }
+        Fusion::Weighted { bm25_weight } => {
+            for (list, w) in [(bm25, bm25_weight), (dense, 1.0 - bm25_weight)] {
+                let (lo, hi) = list
+                    .iter()
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
+                for (ord, s) in list {
+                    let norm = if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
+                    *fused.entry(*ord).or_default() += w * norm;
+                }
+            }
+        }
+    }
+    let mut out: Vec<(PassageOrd, f32)> = fused.into_iter().collect();
+    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rrf_rewards_agreement() {
+        let bm25 = [(1, 9.0), (2, 5.0), (3, 1.0)];
+        let dense = [(3, 0.9), (2, 0.8), (4, 0.1)];
+        let out = fuse(&bm25, &dense, Fusion::default());
+        assert_eq!(out[0].0, 2); // 1/62 + 1/62 beats 1/61 alone
+        let expected = 1.0 / 62.0 + 1.0 / 62.0;
+        assert!((out[0].1 - expected).abs() < 1e-7);
+        assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn weighted_fusion_normalises_each_list() {
+        let bm25 = [(1, 10.0), (2, 0.0)];
+        let dense = [(2, 0.9), (1, 0.5)];
+        let out = fuse(&bm25, &dense, Fusion::Weighted { bm25_weight: 0.7 });
+        assert_eq!(out[0], (1, 0.7));
+        assert!((out[1].1 - 0.3).abs() < 1e-6);
+    }
+}
