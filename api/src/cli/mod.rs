@@ -1,6 +1,12 @@
 //! Subcommands of the `capstan` binary.
 
+mod corpus;
+mod encoder_arg;
+mod eval;
+mod index;
 mod model;
+mod progress;
+mod search;
 
 use clap::{Parser, Subcommand};
 
@@ -14,6 +20,14 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Index a corpus (BM25 + dense + passage store); delete from or compact an index.
+    Index(index::IndexArgs),
+    /// Retrieve the top-k passages for a question.
+    Search(search::SearchArgs),
+    /// Batch evaluation (retrieval: recall, MRR, nDCG).
+    Eval(eval::EvalArgs),
+    /// Generate the project's synthetic corpora.
+    Corpus(corpus::CorpusArgs),
     /// Inspect and run generative checkpoints (parity checks).
     Model(model::ModelArgs),
 }
@@ -21,6 +35,10 @@ enum Command {
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Index(args) => index::run(args),
+        Command::Search(args) => search::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Corpus(args) => corpus::run(args),
         Command::Model(args) => model::run(args),
     }
 }

@@ -1,0 +1,168 @@
+//! `capstan index`: build, append to, delete from and compact an index.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use capstan_indexer::{Bm25Params, ChunkParams, Encoder, HnswParams, IndexSettings};
+use clap::{Args, Subcommand};
+
+use super::encoder_arg::default_encoder;
+use super::progress::Bars;
+
+/// Arguments of `capstan index`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct IndexArgs {
+    #[command(subcommand)]
+    action: Option<IndexAction>,
+    #[command(flatten)]
+    build: BuildArgs,
+}
+
+#[derive(Debug, Args)]
+struct BuildArgs {
+    /// The corpus: a BEIR corpus.jsonl, a plain JSONL ({"id","title","text"}),
+    /// or a folder of .txt/.md/.html files.
+    #[arg(required = true)]
+    corpus: Option<PathBuf>,
+    /// The index folder to write.
+    #[arg(long, required = true)]
+    out: Option<PathBuf>,
+    /// The dense encoder (a Hugging Face BERT folder).
+    #[arg(long, env = "CAPSTAN_ENCODER", default_value_os_t = default_encoder())]
+    encoder: PathBuf,
+    /// Passage size in encoder tokens.
+    #[arg(long, default_value_t = 256)]
+    chunk_tokens: usize,
+    /// Tokens shared by consecutive passages of a document.
+    #[arg(long, default_value_t = 32)]
+    overlap: usize,
+    /// BM25 term-frequency saturation.
+    #[arg(long, default_value_t = 1.2)]
+    bm25_k1: f32,
+    /// BM25 length normalisation.
+    #[arg(long, default_value_t = 0.75)]
+    bm25_b: f32,
+    /// HNSW links per node.
+    #[arg(long, default_value_t = 16)]
+    hnsw_m: usize,
+    /// HNSW candidate list size while building.
+    #[arg(long, default_value_t = 100)]
+    hnsw_ef_construction: usize,
+    /// Add the corpus to the existing index (same ids replace documents).
+    #[arg(long)]
+    append: bool,
+    /// Skip malformed lines or files (and list them) instead of failing.
+    #[arg(long)]
+    skip_bad: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum IndexAction {
+    /// Remove documents from an index (their passages are tombstoned until `compact`).
+    Delete {
+        /// The index folder.
+        dir: PathBuf,
+        /// Document ids to remove (comma-separated or repeated).
+        #[arg(long, required = true, value_delimiter = ',')]
+        ids: Vec<String>,
+    },
+    /// Rebuild an index without its deleted passages (no re-encoding).
+    Compact {
+        /// The index folder.
+        dir: PathBuf,
+        /// No progress bars.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+}
+
+/// Runs `capstan index`.
+pub fn run(args: IndexArgs) -> anyhow::Result<()> {
+    match args.action {
+        Some(IndexAction::Delete { dir, ids }) => {
+            let s = capstan_indexer::delete(&dir, &ids)?;
+            println!(
+                "deleted {} document(s) from {}: {} documents, {} passages live, {} tombstoned (run `capstan index compact` to reclaim)",
+                s.deleted_documents,
+                dir.display(),
+                s.manifest.counts.documents,
+                s.manifest.counts.passages,
+                s.manifest.counts.deleted_passages
+            );
+            Ok(())
+        }
+        Some(IndexAction::Compact { dir, quiet }) => {
+            let s = capstan_indexer::compact(&dir, &Bars::new(quiet))?;
+            println!(
+                "compacted {}: {} documents, {} passages",
+                dir.display(),
+                s.manifest.counts.documents,
+                s.manifest.counts.passages
+            );
+            Ok(())
+        }
+        None => build(args.build),
+    }
+}
+
+fn build(args: BuildArgs) -> anyhow::Result<()> {
+    let corpus_path = args.corpus.expect("clap requires CORPUS");
+    let out = args.out.expect("clap requires --out");
+    let settings = IndexSettings {
+        chunk: ChunkParams {
+            chunk_tokens: args.chunk_tokens,
+            overlap: args.overlap,
+        },
+        bm25: Bm25Params {
+            k1: args.bm25_k1,
+            b: args.bm25_b,
+        },
+        hnsw: HnswParams {
+            m: args.hnsw_m,
+            ef_construction: args.hnsw_ef_construction,
+        },
+    };
+    settings.chunk.validate()?;
+    settings.bm25.validate()?;
+    settings.hnsw.validate()?;
+    let start = std::time::Instant::now();
+    let corpus = capstan_indexer::read_corpus(&corpus_path, args.skip_bad)?;
+    for skipped in &corpus.skipped {
+        eprintln!("skipped {skipped}");
+    }
+    if !corpus.skipped.is_empty() {
+        eprintln!("skipped {} bad line(s) or file(s)", corpus.skipped.len());
+    }
+    let encoder = Encoder::load(&args.encoder).context("loading the dense encoder")?;
+    let bars = Bars::new(args.quiet);
+    let summary = if args.append {
+        capstan_indexer::append(&out, &corpus, &encoder, &bars)?
+    } else {
+        capstan_indexer::build(&out, &corpus, &encoder, settings, &bars)?
+    };
+    let c = summary.manifest.counts;
+    if !summary.written {
+        println!(
+            "{} is up to date with {} ({} documents, {} passages); nothing to do",
+            out.display(),
+            corpus_path.display(),
+            c.documents,
+            c.passages
+        );
+    } else {
+        println!(
+            "indexed {} document(s) ({} replaced) into {} in {:.1}s: {} documents, {} passages",
+            summary.added_documents + summary.replaced_documents,
+            summary.replaced_documents,
+            out.display(),
+            start.elapsed().as_secs_f64(),
+            c.documents,
+            c.passages
+        );
+    }
+    Ok(())
+}

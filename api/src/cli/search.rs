@@ -1,0 +1,132 @@
+//! `capstan search`: the top-k passages for a question.
+
+use std::path::PathBuf;
+
+use capstan_indexer::DenseStrategy;
+use capstan_retriever::{Fusion, Hit, Mode, Retriever, SearchOptions};
+use clap::{Args, ValueEnum};
+
+/// Retrieval settings shared by `search` and `eval`.
+#[derive(Debug, Clone, Args)]
+pub struct RetrievalArgs {
+    /// Hybrid fusion method.
+    #[arg(long, value_enum, default_value_t = FusionArg::Rrf)]
+    pub fusion: FusionArg,
+    /// Rank constant of reciprocal rank fusion.
+    #[arg(long, default_value_t = 60.0)]
+    pub rrf_k: f32,
+    /// BM25's weight in weighted fusion (dense gets 1 - w).
+    #[arg(long, default_value_t = 0.5)]
+    pub bm25_weight: f32,
+    /// Dense search: auto (exact below 20,000 passages), exact or hnsw.
+    #[arg(long, value_enum, default_value_t = DenseArg::Auto)]
+    pub dense: DenseArg,
+    /// HNSW search breadth.
+    #[arg(long, default_value_t = 64)]
+    pub ef: usize,
+    /// Encoder folder (default: the one recorded in the index manifest).
+    #[arg(long, env = "CAPSTAN_ENCODER")]
+    pub encoder: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FusionArg {
+    Rrf,
+    Weighted,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DenseArg {
+    Auto,
+    Exact,
+    Hnsw,
+}
+
+impl RetrievalArgs {
+    pub fn options(&self, mode: Mode, k: usize) -> SearchOptions {
+        SearchOptions {
+            mode,
+            k,
+            fusion: match self.fusion {
+                FusionArg::Rrf => Fusion::Rrf { k: self.rrf_k },
+                FusionArg::Weighted => Fusion::Weighted {
+                    bm25_weight: self.bm25_weight,
+                },
+            },
+            dense: match self.dense {
+                DenseArg::Auto => DenseStrategy::Auto,
+                DenseArg::Exact => DenseStrategy::Exact,
+                DenseArg::Hnsw => DenseStrategy::Hnsw,
+            },
+            ef: self.ef,
+            depth: 100,
+        }
+    }
+}
+
+/// Arguments of `capstan search`.
+#[derive(Debug, Args)]
+pub struct SearchArgs {
+    /// The index folder.
+    index: PathBuf,
+    /// The question.
+    query: String,
+    /// Retrieval mode: bm25, dense or hybrid.
+    #[arg(long, default_value = "hybrid")]
+    mode: Mode,
+    /// How many passages.
+    #[arg(short, default_value_t = 10)]
+    k: usize,
+    /// Print the hits as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    retrieval: RetrievalArgs,
+}
+
+/// Runs `capstan search`.
+pub fn run(args: SearchArgs) -> anyhow::Result<()> {
+    let retriever = Retriever::open(&args.index, args.retrieval.encoder.as_deref())?;
+    let opts = args.retrieval.options(args.mode, args.k);
+    let hits = retriever.search(&args.query, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&hits)?);
+    } else {
+        print_hits(&hits);
+    }
+    Ok(())
+}
+
+fn component(c: Option<capstan_retriever::ComponentScore>) -> String {
+    c.map_or("-".to_string(), |c| format!("{:.3} (#{})", c.score, c.rank))
+}
+
+/// Prints hits for people: rank, scores, ids, title and a snippet.
+pub fn print_hits(hits: &[Hit]) {
+    if hits.is_empty() {
+        println!("no passage matches");
+    }
+    for (i, h) in hits.iter().enumerate() {
+        println!(
+            "{:>2}. {:.4}  {}  [{}]  bm25 {}  dense {}",
+            i + 1,
+            h.score,
+            h.passage_id,
+            h.title,
+            component(h.bm25),
+            component(h.dense)
+        );
+        println!("    {}", snippet(&h.text, 200));
+    }
+}
+
+/// The first `max` characters of `text` on one line.
+pub fn snippet(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        flat
+    } else {
+        let cut: String = flat.chars().take(max).collect();
+        format!("{cut}…")
+    }
+}
