@@ -1,0 +1,66 @@
+//! Helpers shared by the end-to-end tests: run the built `capstan` binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn capstan() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+}
+
+/// Runs capstan with `args`; returns the output whatever the exit status.
+pub fn run(args: &[&str]) -> Output {
+    capstan().args(args).output().expect("capstan runs")
+}
+
+/// Runs capstan and asserts success; returns stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(
+        out.status.success(),
+        "capstan {args:?} failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 stdout")
+}
+
+/// Runs capstan and asserts failure; returns stderr.
+pub fn fails(args: &[&str]) -> String {
+    let out = run(args);
+    assert!(!out.status.success(), "capstan {args:?} should fail");
+    String::from_utf8(out.stderr).expect("utf-8 stderr")
+}
+
+/// The encoder folder scripts/setup.sh installs (or `CAPSTAN_ENCODER`).
+pub fn encoder_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CAPSTAN_ENCODER") {
+        return dir.into();
+    }
+    let home = std::env::var_os("CAPSTAN_HOME").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/capstan")
+    });
+    home.join("models/all-MiniLM-L6-v2")
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("utf-8 path")
+}
+
+/// Every file below `dir` with its bytes, to prove a folder did not change.
+pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push((p.clone(), std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
