@@ -14,7 +14,9 @@ use tantivy::schema::{
 use tantivy::tokenizer::{
     Language, LowerCaser, RemoveLongFilter, SimpleTokenizer, Stemmer, StopWordFilter, TextAnalyzer,
 };
-use tantivy::{DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, TERMINATED};
+use tantivy::{
+    DocSet, Index, IndexReader, IndexWriter, ReloadPolicy, TantivyDocument, Term, TERMINATED,
+};
 
 use crate::error::{Error, Result};
 use crate::store::PassageOrd;
@@ -66,7 +68,10 @@ fn schema() -> (Schema, Fields) {
     let indexing = TextFieldIndexing::default()
         .set_tokenizer(ANALYZER)
         .set_index_option(IndexRecordOption::WithFreqs);
-    let body = builder.add_text_field("body", TextOptions::default().set_indexing_options(indexing));
+    let body = builder.add_text_field(
+        "body",
+        TextOptions::default().set_indexing_options(indexing),
+    );
     let doc_id = builder.add_text_field("doc_id", STRING);
     let ord = builder.add_u64_field("ord", NumericOptions::default().set_fast());
     (builder.build(), Fields { body, doc_id, ord })
@@ -76,7 +81,9 @@ fn analyzer() -> TextAnalyzer {
     TextAnalyzer::builder(SimpleTokenizer::default())
         .filter(RemoveLongFilter::limit(40))
         .filter(LowerCaser)
-        .filter(StopWordFilter::new(Language::English).expect("English stop words ship with tantivy"))
+        .filter(
+            StopWordFilter::new(Language::English).expect("English stop words ship with tantivy"),
+        )
         .filter(Stemmer::new(Language::English))
         .build()
 }
@@ -226,10 +233,9 @@ impl Bm25Index {
             let mut scores = vec![0f32; segment.max_doc() as usize];
             let mut touched = Vec::new();
             for (term, idf) in terms.iter().zip(&idf) {
-                let Some(mut postings) =
-                    inverted
-                        .read_postings(term, IndexRecordOption::WithFreqs)
-                        .map_err(tantivy::TantivyError::from)?
+                let Some(mut postings) = inverted
+                    .read_postings(term, IndexRecordOption::WithFreqs)
+                    .map_err(tantivy::TantivyError::from)?
                 else {
                     continue;
                 };
@@ -326,7 +332,10 @@ mod tests {
     fn scores_follow_the_bm25_formula() {
         let dir = tempfile::tempdir().unwrap();
         // Lengths below 40 tokens are stored exactly by tantivy's norm codes.
-        build(dir.path(), &[("", "cat cat dog"), ("", "dog bird"), ("", "bird fish")]);
+        build(
+            dir.path(),
+            &[("", "cat cat dog"), ("", "dog bird"), ("", "bird fish")],
+        );
         let params = Bm25Params { k1: 1.5, b: 0.5 };
         let index = Bm25Index::open(dir.path(), params).unwrap();
         let hits = index.search("cat", 3).unwrap();
@@ -335,7 +344,11 @@ mod tests {
         let expected = idf * (params.k1 + 1.0) * tf
             / (tf + params.k1 * (1.0 - params.b + params.b * len / avg));
         assert_eq!(hits.len(), 1);
-        assert!((hits[0].1 - expected).abs() < 1e-5, "{} vs {expected}", hits[0].1);
+        assert!(
+            (hits[0].1 - expected).abs() < 1e-5,
+            "{} vs {expected}",
+            hits[0].1
+        );
     }
 
     #[test]

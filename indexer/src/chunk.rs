@@ -116,7 +116,9 @@ impl Chunker {
         while start < words.len() {
             let mut end = start;
             let mut used = 0;
-            while end < words.len() && (end == start || used + tokens[end] <= self.params.chunk_tokens) {
+            while end < words.len()
+                && (end == start || used + tokens[end] <= self.params.chunk_tokens)
+            {
                 used += tokens[end];
                 end += 1;
             }
@@ -127,8 +129,8 @@ impl Chunker {
                 title: doc.title.clone(),
                 text: doc.text[byte_start..byte_end].to_string(),
                 index: passages.len() as u32,
-                char_start: char_cursor.to_char(&doc.text, byte_start),
-                char_end: char_cursor.to_char(&doc.text, byte_end),
+                char_start: char_cursor.char_offset(&doc.text, byte_start),
+                char_end: char_cursor.char_offset(&doc.text, byte_end),
             });
             if end == words.len() {
                 break;
@@ -198,7 +200,7 @@ struct CharCursor {
 }
 
 impl CharCursor {
-    fn to_char(&mut self, text: &str, byte: usize) -> usize {
+    fn char_offset(&mut self, text: &str, byte: usize) -> usize {
         if byte < self.byte {
             *self = Self::default();
         }
@@ -211,17 +213,15 @@ impl CharCursor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tokenizers::models::wordpiece::WordPiece;
-    use tokenizers::pre_tokenizers::bert::BertPreTokenizer;
 
     /// A word-level stand-in: every whitespace word is one token, except
     /// words containing '-' which split in pieces.
     fn tokenizer() -> Tokenizer {
-        let vocab = [("[UNK]".to_string(), 0u32)].into_iter().collect();
-        let model = WordPiece::builder().vocab(vocab).build().unwrap();
-        let mut t = Tokenizer::new(model);
-        t.with_pre_tokenizer(Some(BertPreTokenizer));
-        t
+        let json = r###"{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],
+            "normalizer":null,"pre_tokenizer":{"type":"BertPreTokenizer"},"post_processor":null,
+            "decoder":null,"model":{"type":"WordPiece","unk_token":"[UNK]",
+            "continuing_subword_prefix":"##","max_input_chars_per_word":100,"vocab":{"[UNK]":0}}}"###;
+        json.parse().unwrap()
     }
 
     fn doc(text: &str) -> Document {
@@ -236,13 +236,24 @@ mod tests {
     fn passages_respect_the_budget_and_overlap() {
         let text: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
         let text = text.join(" ");
-        let chunker = Chunker::new(&tokenizer(), ChunkParams { chunk_tokens: 20, overlap: 5 }).unwrap();
+        let chunker = Chunker::new(
+            &tokenizer(),
+            ChunkParams {
+                chunk_tokens: 20,
+                overlap: 5,
+            },
+        )
+        .unwrap();
         let passages = chunker.chunk(&doc(&text));
         assert!(passages.len() >= 6);
         for (i, p) in passages.iter().enumerate() {
             assert_eq!(p.id, format!("d#{i}"));
             assert!(p.text.split_whitespace().count() <= 20);
-            let chars: String = text.chars().skip(p.char_start).take(p.char_end - p.char_start).collect();
+            let chars: String = text
+                .chars()
+                .skip(p.char_start)
+                .take(p.char_end - p.char_start)
+                .collect();
             assert_eq!(chars, p.text);
         }
         let first: Vec<&str> = passages[0].text.split_whitespace().collect();
@@ -255,7 +266,14 @@ mod tests {
     fn words_are_never_split_and_offsets_count_characters() {
         // "a-b-c" is five tokens for the BERT pre-tokenizer but one word.
         let text = "héllo wörld a-b-c end";
-        let chunker = Chunker::new(&tokenizer(), ChunkParams { chunk_tokens: 8, overlap: 0 }).unwrap();
+        let chunker = Chunker::new(
+            &tokenizer(),
+            ChunkParams {
+                chunk_tokens: 8,
+                overlap: 0,
+            },
+        )
+        .unwrap();
         let passages = chunker.chunk(&doc(text));
         for p in &passages {
             assert!(text.contains(&p.text));
@@ -269,7 +287,21 @@ mod tests {
 
     #[test]
     fn bad_params_are_rejected() {
-        assert!(Chunker::new(&tokenizer(), ChunkParams { chunk_tokens: 16, overlap: 8 }).is_err());
-        assert!(Chunker::new(&tokenizer(), ChunkParams { chunk_tokens: 4, overlap: 0 }).is_err());
+        assert!(Chunker::new(
+            &tokenizer(),
+            ChunkParams {
+                chunk_tokens: 16,
+                overlap: 8
+            }
+        )
+        .is_err());
+        assert!(Chunker::new(
+            &tokenizer(),
+            ChunkParams {
+                chunk_tokens: 4,
+                overlap: 0
+            }
+        )
+        .is_err());
     }
 }

@@ -42,7 +42,10 @@ impl HnswParams {
         if self.ef_construction < self.m {
             return Err(Error::Setting {
                 name: "--hnsw-ef-construction",
-                message: format!("{} must be at least --hnsw-m ({})", self.ef_construction, self.m),
+                message: format!(
+                    "{} must be at least --hnsw-m ({})",
+                    self.ef_construction, self.m
+                ),
             });
         }
         Ok(())
@@ -65,7 +68,12 @@ impl Distance<f32> for UnitCosine {
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
     for (x, y) in ca.zip(cb) {
         for i in 0..8 {
             acc[i] += x[i] * y[i];
@@ -85,13 +93,16 @@ pub fn normalize(v: &mut [f32]) {
 /// The HNSW graph type Capstan stores.
 pub type Graph = Hnsw<'static, f32, UnitCosine>;
 
-const VECTORS_FILE: &str = "vectors.f32";
+/// Raw vectors of passages (row = passage ordinal).
+pub const PASSAGE_VECTORS: &str = "vectors.f32";
+/// Raw vectors of passage sentences (rows listed in the passage store).
+pub const SENTENCE_VECTORS: &str = "sentences.f32";
 const GRAPH_DIR: &str = "hnsw";
 const GRAPH_BASENAME: &str = "graph";
 
-/// Appends vectors to `dir/vectors.f32` (little-endian f32 rows).
-pub fn append_vectors(dir: &Path, vectors: &[Vec<f32>]) -> Result<()> {
-    let path = dir.join(VECTORS_FILE);
+/// Appends vectors to `dir/file` (little-endian f32 rows).
+pub fn append_vectors(dir: &Path, file: &str, vectors: &[Vec<f32>]) -> Result<()> {
+    let path = dir.join(file);
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -107,12 +118,21 @@ pub fn append_vectors(dir: &Path, vectors: &[Vec<f32>]) -> Result<()> {
     file.sync_all().map_err(|e| Error::io(&path, e))
 }
 
-/// Reads every vector row of `dir/vectors.f32`.
-pub fn read_vectors(dir: &Path, dim: usize) -> Result<Vec<f32>> {
-    let path = dir.join(VECTORS_FILE);
-    let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, e))?;
+/// Reads every vector row of `dir/file` (a missing file holds no rows).
+pub fn read_vectors(dir: &Path, file: &str, dim: usize) -> Result<Vec<f32>> {
+    let path = dir.join(file);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && file == SENTENCE_VECTORS => {
+            Vec::new()
+        }
+        Err(e) => return Err(Error::io(&path, e)),
+    };
     if bytes.len() % (4 * dim) != 0 {
-        return Err(Error::index(&path, format!("size {} is not a multiple of {dim} f32s", bytes.len())));
+        return Err(Error::index(
+            &path,
+            format!("size {} is not a multiple of {dim} f32s", bytes.len()),
+        ));
     }
     Ok(bytes
         .chunks_exact(4)
@@ -170,10 +190,12 @@ pub fn load_graph(dir: &Path) -> Result<Graph> {
         });
     }
     let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(&gdir, GRAPH_BASENAME)));
-    let mut graph: Graph = io.load_hnsw_with_dist(UnitCosine).map_err(|e| Error::Hnsw {
-        path: gdir,
-        message: e.to_string(),
-    })?;
+    let mut graph: Graph = io
+        .load_hnsw_with_dist(UnitCosine)
+        .map_err(|e| Error::Hnsw {
+            path: gdir,
+            message: e.to_string(),
+        })?;
     graph.set_searching_mode(true);
     Ok(graph)
 }
@@ -204,9 +226,13 @@ impl DenseIndex {
 
     /// Opens the vectors and graph in `dir`.
     pub fn open(dir: &Path, dim: usize) -> Result<Self> {
-        let vectors = read_vectors(dir, dim)?;
+        let vectors = read_vectors(dir, PASSAGE_VECTORS, dim)?;
         let graph = load_graph(dir)?;
-        Ok(Self { vectors, dim, graph })
+        Ok(Self {
+            vectors,
+            dim,
+            graph,
+        })
     }
 
     /// Number of stored vectors (deleted ones included).
@@ -247,8 +273,11 @@ impl DenseIndex {
             return self.exact(query, k, deleted);
         }
         let live = |id: &usize| !deleted.contains(&(*id as u64));
-        let filter: Option<&dyn hnsw_rs::prelude::FilterT> =
-            if deleted.is_empty() { None } else { Some(&live) };
+        let filter: Option<&dyn hnsw_rs::prelude::FilterT> = if deleted.is_empty() {
+            None
+        } else {
+            Some(&live)
+        };
         let mut hits: Vec<(PassageOrd, f32)> = self
             .graph
             .search_filter(query, k, ef.max(k), filter)
@@ -266,7 +295,12 @@ impl DenseIndex {
     }
 
     /// Exact top-k by scanning every live vector.
-    pub fn exact(&self, query: &[f32], k: usize, deleted: &HashSet<PassageOrd>) -> Vec<(PassageOrd, f32)> {
+    pub fn exact(
+        &self,
+        query: &[f32],
+        k: usize,
+        deleted: &HashSet<PassageOrd>,
+    ) -> Vec<(PassageOrd, f32)> {
         #[derive(PartialEq)]
         struct Worst(f32, PassageOrd);
         impl Eq for Worst {}
@@ -319,7 +353,7 @@ mod tests {
         let vectors = random_unit(n, dim, 1);
         let dir = tempfile::tempdir().unwrap();
         let rows: Vec<Vec<f32>> = vectors.chunks(dim).map(|c| c.to_vec()).collect();
-        append_vectors(dir.path(), &rows).unwrap();
+        append_vectors(dir.path(), PASSAGE_VECTORS, &rows).unwrap();
         let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
         save_graph(&graph, dir.path()).unwrap();
         let index = DenseIndex::open(dir.path(), dim).unwrap();
@@ -330,7 +364,10 @@ mod tests {
         for q in queries.chunks(dim) {
             let exact = index.search(q, 10, 64, DenseStrategy::Exact, &none);
             let approx = index.search(q, 10, 64, DenseStrategy::Hnsw, &none);
-            found += approx.iter().filter(|h| exact.iter().any(|e| e.0 == h.0)).count();
+            found += approx
+                .iter()
+                .filter(|h| exact.iter().any(|e| e.0 == h.0))
+                .count();
         }
         let recall = found as f64 / 500.0;
         assert!(recall > 0.9, "recall@10 {recall}");
@@ -347,7 +384,17 @@ mod tests {
 
     #[test]
     fn hnsw_params_are_validated() {
-        assert!(HnswParams { m: 300, ef_construction: 400 }.validate().is_err());
-        assert!(HnswParams { m: 16, ef_construction: 8 }.validate().is_err());
+        assert!(HnswParams {
+            m: 300,
+            ef_construction: 400
+        }
+        .validate()
+        .is_err());
+        assert!(HnswParams {
+            m: 16,
+            ef_construction: 8
+        }
+        .validate()
+        .is_err());
     }
 }

@@ -131,7 +131,11 @@ impl CorpusReader {
         Ok(())
     }
 
-    fn check_new(&mut self, doc: Document, location: &str) -> std::result::Result<Document, LineProblem> {
+    fn check_new(
+        &mut self,
+        doc: Document,
+        location: &str,
+    ) -> std::result::Result<Document, LineProblem> {
         if doc.text.trim().is_empty() {
             return Err(LineProblem::Empty(doc.id));
         }
@@ -244,7 +248,10 @@ fn extract_file_text(path: &Path, content: &str) -> (String, String) {
         Some(DocumentKind::Markdown) => {
             let title = content
                 .lines()
-                .find_map(|l| l.strip_prefix('#').map(|h| h.trim_start_matches('#').trim()))
+                .find_map(|l| {
+                    l.strip_prefix('#')
+                        .map(|h| h.trim_start_matches('#').trim())
+                })
                 .filter(|t| !t.is_empty())
                 .map(str::to_string);
             (title.unwrap_or(stem), content.to_string())
@@ -284,9 +291,9 @@ fn html_text(content: &str) -> (Option<String>, String) {
     for node in root.descendants() {
         if let Node::Text(t) = node.value() {
             let hidden = node.ancestors().any(|a| {
-                a.value()
-                    .as_element()
-                    .is_some_and(|e| matches!(e.name(), "script" | "style" | "noscript" | "template"))
+                a.value().as_element().is_some_and(|e| {
+                    matches!(e.name(), "script" | "style" | "noscript" | "template")
+                })
             });
             if !hidden {
                 text.push_str(t);
@@ -325,11 +332,20 @@ mod tests {
     fn bad_lines_name_file_line_and_field() {
         let dir = tempfile::tempdir().unwrap();
         let cases: &[(&[u8], &str)] = &[
-            (b"{\"_id\":\"a\",\"text\":\"x\"}\n{not json\n", ":2: malformed JSON"),
+            (
+                b"{\"_id\":\"a\",\"text\":\"x\"}\n{not json\n",
+                ":2: malformed JSON",
+            ),
             (b"{\"_id\":\"a\"}\n", ":1: missing field `text`"),
             (b"{\"text\":\"x\"}\n", ":1: missing field `_id`"),
-            (b"{\"_id\":\"a\",\"text\":3}\n", ":1: field `text` must be a string"),
-            (b"{\"_id\":\"a\",\"text\":\"  \"}\n", ":1: document `a` is empty"),
+            (
+                b"{\"_id\":\"a\",\"text\":3}\n",
+                ":1: field `text` must be a string",
+            ),
+            (
+                b"{\"_id\":\"a\",\"text\":\"  \"}\n",
+                ":1: document `a` is empty",
+            ),
             (b"{\"_id\":\"a\",\"text\":\"\xff\"}\n", ":1: invalid UTF-8"),
             (
                 b"{\"_id\":\"a\",\"text\":\"x\"}\n{\"_id\":\"a\",\"text\":\"y\"}\n",
@@ -370,7 +386,11 @@ mod tests {
         );
         write(dir.path(), "ignored.bin", b"\x00\x01");
         let corpus = read_corpus(dir.path(), false).unwrap();
-        let by_id: HashMap<_, _> = corpus.documents.iter().map(|d| (d.id.as_str(), d)).collect();
+        let by_id: HashMap<_, _> = corpus
+            .documents
+            .iter()
+            .map(|d| (d.id.as_str(), d))
+            .collect();
         assert_eq!(by_id.len(), 3);
         assert_eq!(by_id["notes.txt"].title, "notes");
         assert_eq!(by_id["guide.md"].title, "Guide Title");
@@ -382,6 +402,9 @@ mod tests {
     fn empty_corpus_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let path = write(dir.path(), "c.jsonl", b"\n\n");
-        assert!(matches!(read_corpus(&path, false), Err(Error::EmptyCorpus(_))));
+        assert!(matches!(
+            read_corpus(&path, false),
+            Err(Error::EmptyCorpus(_))
+        ));
     }
 }

@@ -17,10 +17,11 @@ use crate::encoder::{Encoder, EncoderInfo};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
-use crate::store::{PassageOrd, PassageStore};
+use crate::sentence::sentence_spans;
+use crate::store::{PassageOrd, PassageStore, SentenceRef};
 
 /// Settings of a new index.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct IndexSettings {
     /// Chunking.
     pub chunk: ChunkParams,
@@ -28,6 +29,20 @@ pub struct IndexSettings {
     pub bm25: Bm25Params,
     /// HNSW construction.
     pub hnsw: HnswParams,
+    /// Embed every passage sentence at index time, so the extractive reader
+    /// answers with dot products instead of running the encoder.
+    pub sentence_vectors: bool,
+}
+
+impl Default for IndexSettings {
+    fn default() -> Self {
+        Self {
+            chunk: ChunkParams::default(),
+            bm25: Bm25Params::default(),
+            hnsw: HnswParams::default(),
+            sentence_vectors: true,
+        }
+    }
 }
 
 /// Reports the progress of long stages (the CLI draws bars with it).
@@ -91,6 +106,7 @@ pub fn build(
                 && m.chunking == settings.chunk
                 && m.bm25 == settings.bm25
                 && m.hnsw == settings.hnsw
+                && m.sentence_vectors == settings.sentence_vectors
                 && m.corpus_sha256 == [corpus.sha256.clone()];
             if same {
                 return Ok(ChangeSummary {
@@ -106,8 +122,18 @@ pub fn build(
     let gen = folder.new_generation()?;
     let store = PassageStore::open(&gen.join(STORE_DIR))?;
     let mut bm25 = Bm25Writer::create(&gen.join(BM25_DIR))?;
-    let (vectors, passages) =
-        add_documents(&gen, &corpus.documents, 0, encoder, &chunker, &mut bm25, &store, progress)?;
+    let added = add_documents(
+        &gen,
+        &corpus.documents,
+        Rows::default(),
+        settings.sentence_vectors,
+        encoder,
+        &chunker,
+        &mut bm25,
+        &store,
+        progress,
+    )?;
+    let (vectors, passages) = (added.vectors, added.passages);
     bm25.finish()?;
     store.flush()?;
     drop(store);
@@ -119,11 +145,13 @@ pub fn build(
         chunking: settings.chunk,
         bm25: settings.bm25,
         hnsw: settings.hnsw,
+        sentence_vectors: settings.sentence_vectors,
         counts: Counts {
             documents: corpus.documents.len() as u64,
             passages,
             stored_passages: passages,
             deleted_passages: 0,
+            stored_sentences: added.sentences,
         },
         corpus_sha256: vec![corpus.sha256.clone()],
     };
@@ -140,7 +168,12 @@ pub fn build(
 
 /// Adds the documents of `corpus` to the index in `dir`; a document whose id
 /// is already indexed replaces the old one.
-pub fn append(dir: &Path, corpus: &Corpus, encoder: &Encoder, progress: &dyn Progress) -> Result<ChangeSummary> {
+pub fn append(
+    dir: &Path,
+    corpus: &Corpus,
+    encoder: &Encoder,
+    progress: &dyn Progress,
+) -> Result<ChangeSummary> {
     let folder = IndexFolder::open(dir)?;
     let _lock = folder.lock()?;
     let current = folder.require_current()?;
@@ -161,8 +194,22 @@ pub fn append(dir: &Path, corpus: &Corpus, encoder: &Encoder, progress: &dyn Pro
         }
     }
     let first = manifest.counts.stored_passages;
-    let (vectors, added) =
-        add_documents(&gen, &corpus.documents, first, encoder, &chunker, &mut bm25, &store, progress)?;
+    let new = add_documents(
+        &gen,
+        &corpus.documents,
+        Rows {
+            passage: first,
+            sentence: manifest.counts.stored_sentences,
+        },
+        manifest.sentence_vectors,
+        encoder,
+        &chunker,
+        &mut bm25,
+        &store,
+        progress,
+    )?;
+    let (vectors, added) = (new.vectors, new.passages);
+    manifest.counts.stored_sentences += new.sentences;
     bm25.finish()?;
     store.flush()?;
     drop(store);
@@ -174,7 +221,8 @@ pub fn append(dir: &Path, corpus: &Corpus, encoder: &Encoder, progress: &dyn Pro
     let graph_dir = gen.join("hnsw");
     std::fs::remove_dir_all(&graph_dir).map_err(|e| Error::io(&graph_dir, e))?;
     dense::save_graph(&graph, &gen)?;
-    manifest.counts.documents = manifest.counts.documents + corpus.documents.len() as u64 - replaced as u64;
+    manifest.counts.documents =
+        manifest.counts.documents + corpus.documents.len() as u64 - replaced as u64;
     manifest.counts.passages += added;
     manifest.counts.stored_passages += added;
     manifest.corpus_sha256.push(corpus.sha256.clone());
@@ -204,7 +252,10 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
             .map(String::as_str)
             .collect();
         if !unknown.is_empty() {
-            return Err(Error::index(dir, format!("no such document id: {}", unknown.join(", "))));
+            return Err(Error::index(
+                dir,
+                format!("no such document id: {}", unknown.join(", ")),
+            ));
         }
     }
     let gen = folder.new_generation()?;
@@ -243,12 +294,14 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     let current = folder.require_current()?;
     let mut manifest = Manifest::read(&current)?;
     let dim = manifest.encoder.dimension;
-    let old_vectors = dense::read_vectors(&current, dim)?;
+    let old_vectors = dense::read_vectors(&current, dense::PASSAGE_VECTORS, dim)?;
+    let old_sentences = dense::read_vectors(&current, dense::SENTENCE_VECTORS, dim)?;
     let old_store = PassageStore::open(&current.join(STORE_DIR))?;
     let gen = folder.new_generation()?;
     let store = PassageStore::open(&gen.join(STORE_DIR))?;
     let mut bm25 = Bm25Writer::create(&gen.join(BM25_DIR))?;
     let mut vectors = Vec::with_capacity(old_vectors.len());
+    let mut sentence_rows: Vec<Vec<f32>> = Vec::new();
     let mut by_doc: Vec<Passage> = Vec::new();
     let mut ord: PassageOrd = 0;
     let mut flush_doc = |passages: &mut Vec<Passage>, ord: &mut PassageOrd| -> Result<()> {
@@ -262,25 +315,35 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
         }
         Ok(())
     };
+    let row_of = |all: &[f32], row: u64| -> Result<Vec<f32>> {
+        let start = row as usize * dim;
+        all.get(start..start + dim)
+            .map(<[f32]>::to_vec)
+            .ok_or_else(|| Error::index(&current, format!("vector row {row} is missing")))
+    };
     for item in old_store.live_passages() {
         let (old_ord, passage) = item?;
         if by_doc.first().is_some_and(|p| p.doc_id != passage.doc_id) {
             flush_doc(&mut by_doc, &mut ord)?;
         }
-        let start = old_ord as usize * dim;
-        let row = old_vectors
-            .get(start..start + dim)
-            .ok_or_else(|| Error::index(&current, format!("vector {old_ord} is missing")))?;
-        vectors.extend_from_slice(row);
+        vectors.extend(row_of(&old_vectors, old_ord)?);
+        let new_ord = ord + by_doc.len() as u64;
+        let mut refs = old_store.sentences(old_ord)?;
+        for r in &mut refs {
+            sentence_rows.push(row_of(&old_sentences, r.row)?);
+            r.row = sentence_rows.len() as u64 - 1;
+        }
+        store.put_sentences(new_ord, &refs)?;
         by_doc.push(passage);
     }
     flush_doc(&mut by_doc, &mut ord)?;
-    drop(flush_doc);
     bm25.finish()?;
     store.flush()?;
     drop(store);
     let rows: Vec<Vec<f32>> = vectors.chunks_exact(dim).map(|r| r.to_vec()).collect();
-    dense::append_vectors(&gen, &rows)?;
+    dense::append_vectors(&gen, dense::PASSAGE_VECTORS, &rows)?;
+    dense::append_vectors(&gen, dense::SENTENCE_VECTORS, &sentence_rows)?;
+    manifest.counts.stored_sentences = sentence_rows.len() as u64;
     let graph = build_graph(&vectors, dim, manifest.hnsw, progress)?;
     dense::save_graph(&graph, &gen)?;
     manifest.counts.passages = ord;
@@ -297,25 +360,40 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     })
 }
 
-/// Chunks, stores, BM25-indexes and embeds `docs` with ordinals from
-/// `first`; appends their vectors to the generation. Returns the new unit
-/// vectors (flat) and the number of passages.
+/// Where new rows start in the vector files.
+#[derive(Debug, Clone, Copy, Default)]
+struct Rows {
+    passage: PassageOrd,
+    sentence: u64,
+}
+
+/// What [`add_documents`] added.
+struct Added {
+    /// The new unit passage vectors, flat.
+    vectors: Vec<f32>,
+    passages: u64,
+    sentences: u64,
+}
+
+/// Chunks, stores, BM25-indexes and embeds `docs` (and, with
+/// `sentence_vectors`, every passage sentence), with rows from `first`.
 #[allow(clippy::too_many_arguments)]
 fn add_documents(
     gen: &Path,
     docs: &[Document],
-    first: PassageOrd,
+    first: Rows,
+    sentence_vectors: bool,
     encoder: &Encoder,
     chunker: &Chunker,
     bm25: &mut Bm25Writer,
     store: &PassageStore,
     progress: &dyn Progress,
-) -> Result<(Vec<f32>, u64)> {
+) -> Result<Added> {
     use rayon::prelude::*;
     progress.stage("chunk", docs.len() as u64);
     let per_doc: Vec<Vec<Passage>> = docs.par_iter().map(|d| chunker.chunk(d)).collect();
     progress.finish();
-    let mut ord = first;
+    let mut ord = first.passage;
     for (doc, passages) in docs.iter().zip(&per_doc) {
         store.put_document(&doc.id, ord, passages)?;
         for p in passages {
@@ -324,21 +402,77 @@ fn add_documents(
         }
     }
     let passages: Vec<&Passage> = per_doc.iter().flatten().collect();
-    progress.stage("embed", passages.len() as u64);
-    let mut flat = Vec::with_capacity(passages.len() * encoder.dimension());
-    for batch in passages.chunks(EMBED_STEP) {
-        let texts: Vec<String> = batch.iter().map(|p| p.embedding_text()).collect();
-        let mut vectors = encoder.embed(&texts)?;
+    let texts: Vec<String> = passages.iter().map(|p| p.embedding_text()).collect();
+    let flat = embed_into(
+        gen,
+        dense::PASSAGE_VECTORS,
+        "embed",
+        &texts,
+        encoder,
+        progress,
+    )?;
+    let mut sentences = 0;
+    if sentence_vectors {
+        let mut texts = Vec::new();
+        for (i, p) in passages.iter().enumerate() {
+            let refs: Vec<SentenceRef> = sentence_spans(&p.text)
+                .into_iter()
+                .map(|(start, end)| {
+                    texts.push(p.text[start..end].to_string());
+                    SentenceRef {
+                        start: start as u32,
+                        end: end as u32,
+                        row: first.sentence + texts.len() as u64 - 1,
+                    }
+                })
+                .collect();
+            store.put_sentences(first.passage + i as u64, &refs)?;
+        }
+        embed_into(
+            gen,
+            dense::SENTENCE_VECTORS,
+            "sentences",
+            &texts,
+            encoder,
+            progress,
+        )?;
+        sentences = texts.len() as u64;
+    }
+    Ok(Added {
+        vectors: flat,
+        passages: passages.len() as u64,
+        sentences,
+    })
+}
+
+/// Embeds `texts` into unit vectors appended to `gen/file`; returns them flat.
+fn embed_into(
+    gen: &Path,
+    file: &str,
+    stage: &str,
+    texts: &[String],
+    encoder: &Encoder,
+    progress: &dyn Progress,
+) -> Result<Vec<f32>> {
+    progress.stage(stage, texts.len() as u64);
+    let mut flat = Vec::with_capacity(texts.len() * encoder.dimension());
+    for batch in texts.chunks(EMBED_STEP) {
+        let mut vectors = encoder.embed(batch)?;
         vectors.iter_mut().for_each(|v| dense::normalize(v));
-        dense::append_vectors(gen, &vectors)?;
+        dense::append_vectors(gen, file, &vectors)?;
         vectors.iter().for_each(|v| flat.extend_from_slice(v));
         progress.advance(batch.len() as u64);
     }
     progress.finish();
-    Ok((flat, passages.len() as u64))
+    Ok(flat)
 }
 
-fn build_graph(vectors: &[f32], dim: usize, params: HnswParams, progress: &dyn Progress) -> Result<dense::Graph> {
+fn build_graph(
+    vectors: &[f32],
+    dim: usize,
+    params: HnswParams,
+    progress: &dyn Progress,
+) -> Result<dense::Graph> {
     progress.stage("graph", (vectors.len() / dim) as u64);
     let graph = dense::build_graph(vectors, dim, params)?;
     progress.advance((vectors.len() / dim) as u64);
@@ -402,14 +536,21 @@ impl IndexFolder {
         } else {
             std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         }
-        Ok(Self { root: dir.to_path_buf() })
+        Ok(Self {
+            root: dir.to_path_buf(),
+        })
     }
 
     fn open(dir: &Path) -> Result<Self> {
         if !dir.join(CURRENT).is_file() {
-            return Err(Error::index(dir, "not a Capstan index (no CURRENT file); build it with `capstan index`"));
+            return Err(Error::index(
+                dir,
+                "not a Capstan index (no CURRENT file); build it with `capstan index`",
+            ));
         }
-        Ok(Self { root: dir.to_path_buf() })
+        Ok(Self {
+            root: dir.to_path_buf(),
+        })
     }
 
     fn current(&self) -> Result<Option<PathBuf>> {
@@ -418,7 +559,10 @@ impl IndexFolder {
             Ok(name) => {
                 let name = name.trim();
                 if !name.starts_with("gen-") || name.contains('/') {
-                    return Err(Error::index(&self.root, format!("CURRENT names `{name}`, not a generation")));
+                    return Err(Error::index(
+                        &self.root,
+                        format!("CURRENT names `{name}`, not a generation"),
+                    ));
                 }
                 Ok(Some(self.root.join(name)))
             }
@@ -435,7 +579,11 @@ impl IndexFolder {
     fn lock(&self) -> Result<WriteLock> {
         let path = self.root.join(LOCK);
         for _ in 0..2 {
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
                 Ok(mut f) => {
                     use std::io::Write;
                     let _ = write!(f, "{}", std::process::id());
@@ -450,7 +598,10 @@ impl IndexFolder {
                     if alive {
                         return Err(Error::index(
                             &self.root,
-                            format!("another process (pid {}) is changing this index", holder.trim()),
+                            format!(
+                                "another process (pid {}) is changing this index",
+                                holder.trim()
+                            ),
                         ));
                     }
                     let _ = std::fs::remove_file(&path);
@@ -466,7 +617,10 @@ impl IndexFolder {
         for entry in std::fs::read_dir(&self.root).map_err(|e| Error::io(&self.root, e))? {
             let entry = entry.map_err(|e| Error::io(&self.root, e))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(n) = name.strip_prefix("gen-").and_then(|n| n.parse::<u64>().ok()) {
+            if let Some(n) = name
+                .strip_prefix("gen-")
+                .and_then(|n| n.parse::<u64>().ok())
+            {
                 gens.push((n, entry.path()));
             }
         }
@@ -486,7 +640,10 @@ impl IndexFolder {
     /// Makes `gen` the live generation and removes every other one.
     fn publish(&self, gen: &Path) -> Result<()> {
         fsutil::sync_tree(gen)?;
-        let name = gen.file_name().expect("generation has a name").to_string_lossy();
+        let name = gen
+            .file_name()
+            .expect("generation has a name")
+            .to_string_lossy();
         fsutil::write_durably(&self.root.join(CURRENT), format!("{name}\n").as_bytes())?;
         for (_, old) in self.generations()? {
             if old != gen {
@@ -501,6 +658,7 @@ impl IndexFolder {
 pub struct Index {
     dir: PathBuf,
     manifest: Manifest,
+    sentence_vectors: Vec<f32>,
     bm25: Bm25Index,
     dense: DenseIndex,
     store: PassageStore,
@@ -517,8 +675,14 @@ impl Index {
         let dense = DenseIndex::open(&current, manifest.encoder.dimension)?;
         let store = PassageStore::open(&current.join(STORE_DIR))?;
         let deleted = store.deleted_ords()?.into_iter().collect();
+        let sentence_vectors = dense::read_vectors(
+            &current,
+            dense::SENTENCE_VECTORS,
+            manifest.encoder.dimension,
+        )?;
         Ok(Self {
             dir: dir.to_path_buf(),
+            sentence_vectors,
             manifest,
             bm25,
             dense,
@@ -560,6 +724,31 @@ impl Index {
     /// A live passage by ordinal.
     pub fn passage(&self, ord: PassageOrd) -> Result<Option<Passage>> {
         self.store.get(ord)
+    }
+
+    /// The sentences of a passage with their unit vectors (empty when the
+    /// index was built without sentence vectors).
+    pub fn sentences(&self, ord: PassageOrd) -> Result<Vec<(SentenceRef, &[f32])>> {
+        let dim = self.manifest.encoder.dimension;
+        self.store
+            .sentences(ord)?
+            .into_iter()
+            .map(|r| {
+                let start = r.row as usize * dim;
+                let v = self
+                    .sentence_vectors
+                    .get(start..start + dim)
+                    .ok_or_else(|| {
+                        Error::index(&self.dir, format!("sentence vector {} is missing", r.row))
+                    })?;
+                Ok((r, v))
+            })
+            .collect()
+    }
+
+    /// The ordinal of a passage id.
+    pub fn ord_of(&self, id: &str) -> Result<Option<PassageOrd>> {
+        self.store.ord_of(id)
     }
 
     /// A live passage by id (`doc#n`).

@@ -24,14 +24,20 @@ mod error;
 mod fsutil;
 mod index;
 mod manifest;
+mod sentence;
 mod store;
 
 pub use bm25::{Bm25Index, Bm25Params, Bm25Writer};
 pub use chunk::{ChunkParams, Chunker, Passage};
-pub use dense::{build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine};
+pub use dense::{
+    build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
+};
 pub use document::{read_corpus, Corpus, Document};
 pub use encoder::{Encoder, EncoderInfo, Pooling};
 pub use error::{Error, LineProblem, Result};
-pub use index::{append, build, compact, delete, ChangeSummary, Index, IndexSettings, NoProgress, Progress};
+pub use index::{
+    append, build, compact, delete, ChangeSummary, Index, IndexSettings, NoProgress, Progress,
+};
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
-pub use store::PassageOrd;
+pub use sentence::sentence_spans;
+pub use store::{PassageOrd, SentenceRef};

@@ -26,6 +26,9 @@ pub struct Manifest {
     pub bm25: Bm25Params,
     /// HNSW construction parameters.
     pub hnsw: HnswParams,
+    /// Whether passage sentences were embedded (for the extractive reader).
+    #[serde(default)]
+    pub sentence_vectors: bool,
     /// Sizes.
     pub counts: Counts,
     /// SHA-256 of the corpus of the last full build, followed by those of
@@ -44,6 +47,9 @@ pub struct Counts {
     pub stored_passages: u64,
     /// Tombstoned passages awaiting `capstan index compact`.
     pub deleted_passages: u64,
+    /// Stored sentence vectors (the next sentence row).
+    #[serde(default)]
+    pub stored_sentences: u64,
 }
 
 impl Manifest {

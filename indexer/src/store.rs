@@ -13,10 +13,23 @@ use crate::error::{Error, Result};
 /// Position of a passage in the index (vector row, HNSW id, BM25 fast field).
 pub type PassageOrd = u64;
 
+/// A sentence of a passage: byte offsets into the passage text and the row
+/// of its vector in the sentence vector file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct SentenceRef {
+    /// Byte offset of the sentence's first byte in the passage text.
+    pub start: u32,
+    /// Byte offset one past its last byte.
+    pub end: u32,
+    /// Row in `sentences.f32`.
+    pub row: u64,
+}
+
 /// The sled-backed passage store.
 pub struct PassageStore {
     db: sled::Db,
     passages: sled::Tree,
+    sentences: sled::Tree,
     ids: sled::Tree,
     documents: sled::Tree,
     deleted: sled::Tree,
@@ -28,6 +41,7 @@ impl PassageStore {
         let db = sled::Config::new().path(dir).open()?;
         Ok(Self {
             passages: db.open_tree("passages")?,
+            sentences: db.open_tree("sentences")?,
             ids: db.open_tree("passage_ids")?,
             documents: db.open_tree("documents")?,
             deleted: db.open_tree("deleted")?,
@@ -36,7 +50,12 @@ impl PassageStore {
     }
 
     /// Stores the passages of one document under consecutive ordinals from `first`.
-    pub fn put_document(&self, doc_id: &str, first: PassageOrd, passages: &[Passage]) -> Result<()> {
+    pub fn put_document(
+        &self,
+        doc_id: &str,
+        first: PassageOrd,
+        passages: &[Passage],
+    ) -> Result<()> {
         let mut batch = sled::Batch::default();
         let mut id_batch = sled::Batch::default();
         for (i, p) in passages.iter().enumerate() {
@@ -48,9 +67,31 @@ impl PassageStore {
         self.passages.apply_batch(batch)?;
         self.ids.apply_batch(id_batch)?;
         let ords: Vec<PassageOrd> = (first..first + passages.len() as u64).collect();
-        self.documents
-            .insert(doc_id.as_bytes(), serde_json::to_vec(&ords).expect("ords serialise"))?;
+        self.documents.insert(
+            doc_id.as_bytes(),
+            serde_json::to_vec(&ords).expect("ords serialise"),
+        )?;
         Ok(())
+    }
+
+    /// Records the sentences of the passage at `ord`.
+    pub fn put_sentences(&self, ord: PassageOrd, sentences: &[SentenceRef]) -> Result<()> {
+        let bytes = serde_json::to_vec(sentences).expect("sentence refs serialise");
+        self.sentences.insert(ord.to_be_bytes(), bytes)?;
+        Ok(())
+    }
+
+    /// The sentences of the passage at `ord` (empty when none were recorded).
+    pub fn sentences(&self, ord: PassageOrd) -> Result<Vec<SentenceRef>> {
+        match self.sentences.get(ord.to_be_bytes())? {
+            None => Ok(Vec::new()),
+            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                Error::index(
+                    Path::new("store"),
+                    format!("sentences of passage {ord} are corrupt: {e}"),
+                )
+            }),
+        }
     }
 
     /// The passage at `ord`, if it exists and is not deleted.
@@ -80,7 +121,10 @@ impl PassageStore {
         match self.documents.get(doc_id.as_bytes())? {
             None => Ok(None),
             Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
-                Error::index(Path::new("store"), format!("document {doc_id} is corrupt: {e}"))
+                Error::index(
+                    Path::new("store"),
+                    format!("document {doc_id} is corrupt: {e}"),
+                )
             })?)),
         }
     }
@@ -171,7 +215,9 @@ mod tests {
     fn round_trip_and_tombstones() {
         let dir = tempfile::tempdir().unwrap();
         let store = PassageStore::open(dir.path()).unwrap();
-        store.put_document("a", 0, &[passage("a", 0), passage("a", 1)]).unwrap();
+        store
+            .put_document("a", 0, &[passage("a", 0), passage("a", 1)])
+            .unwrap();
         store.put_document("b", 2, &[passage("b", 0)]).unwrap();
         assert_eq!(store.get(1).unwrap().unwrap().id, "a#1");
         assert_eq!(store.ord_of("b#0").unwrap(), Some(2));
