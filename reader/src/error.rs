@@ -81,6 +81,15 @@ pub enum Error {
     /// A tensor operation failed (device, dtype, out of memory, ...).
     #[error("tensor operation failed: {0}")]
     Tensor(candle_core::Error),
+    /// The dense encoder (extractive reader) failed.
+    #[error("sentence encoder: {0}")]
+    Encoder(Box<capstan_indexer::Error>),
+}
+
+impl From<capstan_indexer::Error> for Error {
+    fn from(err: capstan_indexer::Error) -> Self {
+        Error::Encoder(Box::new(err))
+    }
 }
 
 // Not `#[from]`: the cause is already in the message, so it is not repeated as a `source`.

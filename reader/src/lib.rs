@@ -22,6 +22,7 @@
 mod checkpoint;
 mod config;
 mod error;
+mod extractive;
 mod generate;
 mod llama;
 mod prompt;
@@ -29,6 +30,7 @@ mod prompt;
 pub use checkpoint::{default_dtype, Checkpoint, WeightFormat};
 pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, TokenIds};
 pub use error::{Error, Result};
+pub use extractive::{ExtractivePassage, ExtractiveReader, ScoredSentence};
 pub use generate::{
     apply_repetition_penalty, argmax, Flow, Generation, GenerationParams, Generator, Request,
     StopReason,
