@@ -204,11 +204,7 @@ fn bad_input_is_reported_and_leaves_the_index_untouched() {
     std::fs::create_dir_all(&fake).unwrap();
     for entry in std::fs::read_dir(&enc).unwrap() {
         let p = entry.unwrap().path();
-        if p.is_file() {
-            std::os::unix::fs::symlink(&p, fake.join(p.file_name().unwrap())).unwrap();
-        } else {
-            std::os::unix::fs::symlink(&p, fake.join(p.file_name().unwrap())).unwrap();
-        }
+        std::os::unix::fs::symlink(&p, fake.join(p.file_name().unwrap())).unwrap();
     }
     std::fs::remove_file(fake.join("config.json")).unwrap();
     let mut config: serde_json::Value =

@@ -4,6 +4,11 @@
 //! arguments and dispatches, and maps errors to a non-zero exit.
 
 mod cli;
+mod config;
+mod engine;
+mod pipeline;
+mod server;
+mod text;
 
 use clap::Parser;
 

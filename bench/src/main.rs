@@ -150,7 +150,7 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T
     std::io::BufReader::new(file)
         .lines()
         .enumerate()
-        .map(|(i, l)| Ok(serde_json::from_str(&l?).with_context(|| format!("{}:{}", path.display(), i + 1))?))
+        .map(|(i, l)| serde_json::from_str(&l?).with_context(|| format!("{}:{}", path.display(), i + 1)))
         .collect()
 }
 

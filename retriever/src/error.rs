@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum Error {
     /// The index or the encoder failed.
     #[error(transparent)]
-    Index(#[from] capstan_indexer::Error),
+    Index(Box<capstan_indexer::Error>),
     /// A request asked for something out of range.
     #[error("invalid {name}: {message}")]
     Invalid {
@@ -26,6 +26,12 @@ pub enum Error {
         /// What is wrong.
         message: String,
     },
+}
+
+impl From<capstan_indexer::Error> for Error {
+    fn from(err: capstan_indexer::Error) -> Self {
+        Error::Index(Box::new(err))
+    }
 }
 
 /// The retriever's result type.

@@ -49,6 +49,10 @@ struct BuildArgs {
     /// HNSW candidate list size while building.
     #[arg(long, default_value_t = 100)]
     hnsw_ef_construction: usize,
+    /// Do not embed passage sentences (smaller, faster index; the extractive
+    /// reader then embeds sentences at question time).
+    #[arg(long)]
+    no_sentence_vectors: bool,
     /// Add the corpus to the existing index (same ids replace documents).
     #[arg(long)]
     append: bool,
@@ -125,6 +129,7 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
             m: args.hnsw_m,
             ef_construction: args.hnsw_ef_construction,
         },
+        sentence_vectors: !args.no_sentence_vectors,
     };
     settings.chunk.validate()?;
     settings.bm25.validate()?;

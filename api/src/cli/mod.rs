@@ -1,12 +1,15 @@
 //! Subcommands of the `capstan` binary.
 
+mod ask;
 mod corpus;
 mod encoder_arg;
 mod eval;
 mod index;
 mod model;
+mod pipeline_args;
 mod progress;
 mod search;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +25,10 @@ pub struct Cli {
 enum Command {
     /// Index a corpus (BM25 + dense + passage store); delete from or compact an index.
     Index(index::IndexArgs),
+    /// Answer a question with citations (extractive, llama or cape reader).
+    Ask(ask::AskArgs),
+    /// Serve the HTTP API (QA, search, embeddings, OpenAI-compatible chat).
+    Serve(serve::ServeArgs),
     /// Retrieve the top-k passages for a question.
     Search(search::SearchArgs),
     /// Batch evaluation (retrieval: recall, MRR, nDCG).
@@ -36,6 +43,8 @@ enum Command {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Index(args) => index::run(args),
+        Command::Ask(args) => ask::run(args),
+        Command::Serve(args) => serve::run(args),
         Command::Search(args) => search::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Corpus(args) => corpus::run(args),

@@ -1,0 +1,71 @@
+//! `capstan ask`: answer one question with its sources.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use capstan_reader::Flow;
+use clap::Args;
+
+use super::pipeline_args::{build, PipelineArgs};
+use super::search::snippet;
+use crate::pipeline::ReaderKind;
+
+/// Arguments of `capstan ask`.
+#[derive(Debug, Args)]
+pub struct AskArgs {
+    /// The index folder.
+    index: PathBuf,
+    /// The question.
+    question: String,
+    /// Print the answer, citations, passages, usage and timings as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+}
+
+/// Runs `capstan ask`.
+pub fn run(args: AskArgs) -> anyhow::Result<()> {
+    if args.question.trim().is_empty() {
+        anyhow::bail!("the question is empty");
+    }
+    let (pipeline, defaults, _) = build(&args.index, &args.pipeline)?;
+    let mut request = defaults.request;
+    request.question = args.question.clone();
+    let stream = !args.json && request.reader != ReaderKind::Extractive;
+    if stream {
+        print!("answer: ");
+    }
+    let answer = pipeline.answer(&request, |piece| {
+        if stream {
+            print!("{piece}");
+            let _ = std::io::stdout().flush();
+        }
+        Flow::Continue
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&answer)?);
+        return Ok(());
+    }
+    if stream {
+        println!();
+    } else {
+        println!("answer: {}", answer.answer);
+    }
+    println!("sources:");
+    for (i, hit) in answer.passages.iter().enumerate() {
+        let cited = if answer.citations.contains(&hit.passage_id) { "*" } else { " " };
+        println!("{cited}[{}] {} ({}) score {:.4}", i + 1, hit.title, hit.passage_id, hit.score);
+        println!("     {}", snippet(&hit.text, 160));
+    }
+    let t = answer.timings;
+    println!(
+        "reader {} | retrieve {:.1} ms, assemble {:.1} ms, read {:.1} ms, total {:.1} ms",
+        answer.reader.name(),
+        t.retrieve_ms,
+        t.assemble_ms,
+        t.read_ms,
+        t.total_ms
+    );
+    Ok(())
+}

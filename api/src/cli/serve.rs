@@ -1,0 +1,79 @@
+//! `capstan serve`: the HTTP API over an index.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::pipeline_args::{build, PipelineArgs};
+use crate::engine::{Engine, EngineSettings};
+use crate::server::{parse_addr, AppState, Limits, Metrics};
+
+/// Arguments of `capstan serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The index folder.
+    #[arg(long)]
+    index: PathBuf,
+    /// Listen address [default: 127.0.0.1:8080].
+    #[arg(long, env = "CAPSTAN_ADDR")]
+    addr: Option<String>,
+    /// Require `Authorization: Bearer KEY` on every route but /health.
+    #[arg(long, env = "CAPSTAN_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Workers for retrieval, embeddings and extractive answers [default: CPU count].
+    #[arg(long, env = "CAPSTAN_WORKERS")]
+    workers: Option<usize>,
+    /// Requests that may wait for a worker before new ones get 503 [default: 256].
+    #[arg(long, env = "CAPSTAN_QUEUE")]
+    queue: Option<usize>,
+    /// Concurrent generations of the generative readers [default: 1].
+    #[arg(long, env = "CAPSTAN_MAX_GENERATIONS")]
+    max_generations: Option<usize>,
+    /// Largest request body in bytes [default: 65536].
+    #[arg(long, env = "CAPSTAN_MAX_BODY_BYTES")]
+    max_body_bytes: Option<usize>,
+    /// Longest question in characters [default: 2000].
+    #[arg(long, env = "CAPSTAN_MAX_QUESTION_CHARS")]
+    max_question_chars: Option<usize>,
+    /// Largest k a request may ask [default: 100].
+    #[arg(long, env = "CAPSTAN_MAX_K")]
+    max_k: Option<usize>,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+}
+
+/// Runs `capstan serve`.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let (pipeline, defaults, file) = build(&args.index, &args.pipeline)?;
+    let s = &file.server;
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let generations = args.max_generations.or(s.max_generations).unwrap_or(1);
+    let settings = EngineSettings {
+        workers: args.workers.or(s.workers).unwrap_or(cpus),
+        queue: args.queue.or(s.queue).unwrap_or(256),
+        generations,
+        generation_queue: 4 * generations,
+    };
+    let limits = Limits {
+        max_body_bytes: args.max_body_bytes.or(s.max_body_bytes).unwrap_or(65536),
+        max_question_chars: args.max_question_chars.or(s.max_question_chars).unwrap_or(2000),
+        max_k: args.max_k.or(s.max_k).unwrap_or(100).min(capstan_retriever::MAX_K),
+        max_embedding_inputs: 256,
+    };
+    let addr = parse_addr(&args.addr.clone().or(s.addr.clone()).unwrap_or_else(|| "127.0.0.1:8080".into()))?;
+    let api_key = args.api_key.clone().or(s.api_key.clone()).filter(|k| !k.is_empty());
+    let state = Arc::new(AppState {
+        engine: Engine::start(pipeline, settings),
+        metrics: Metrics::default(),
+        limits,
+        api_key,
+        defaults: defaults.request,
+        started: std::time::SystemTime::now(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    runtime.block_on(crate::server::serve(addr, state))
+}

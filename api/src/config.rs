@@ -1,0 +1,108 @@
+//! `capstan.toml`: settings of `ask`, `serve` and `eval qa`. Every setting
+//! can be overridden by a command-line flag or its environment variable
+//! (flag > environment > file > default).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use serde::Deserialize;
+
+/// The file's contents; every field optional.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `[retrieval]`
+    #[serde(default)]
+    pub retrieval: RetrievalConfig,
+    /// `[reader]`
+    #[serde(default)]
+    pub reader: ReaderConfig,
+    /// `[server]`
+    #[serde(default)]
+    pub server: ServerConfig,
+}
+
+/// `[retrieval]`
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetrievalConfig {
+    /// bm25 | dense | hybrid
+    pub mode: Option<String>,
+    /// Passages per question.
+    pub k: Option<usize>,
+    /// Dense encoder folder (default: the index's).
+    pub encoder: Option<PathBuf>,
+}
+
+/// `[reader]`
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReaderConfig {
+    /// extractive | llama | cape
+    pub default: Option<String>,
+    /// Llama checkpoint folder.
+    pub llama_model: Option<PathBuf>,
+    /// CEPE checkpoint folder.
+    pub cape_model: Option<PathBuf>,
+    /// cpu | cuda | auto
+    pub device: Option<String>,
+    /// Generated tokens at most.
+    pub max_new_tokens: Option<usize>,
+    /// Passages in the CAPE decoder.
+    pub decoder_passages: Option<usize>,
+    /// Strongest passages at both ends of the prompt.
+    pub lost_in_the_middle: Option<bool>,
+    /// Question before and after the documents.
+    pub query_aware: Option<bool>,
+}
+
+/// `[server]`
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Listen address.
+    pub addr: Option<String>,
+    /// Bearer token required on every route but /health.
+    pub api_key: Option<String>,
+    /// Retrieval/extractive workers.
+    pub workers: Option<usize>,
+    /// Waiting requests before 503.
+    pub queue: Option<usize>,
+    /// Concurrent generations.
+    pub max_generations: Option<usize>,
+    /// Largest request body in bytes.
+    pub max_body_bytes: Option<usize>,
+    /// Longest question in characters.
+    pub max_question_chars: Option<usize>,
+    /// Largest k.
+    pub max_k: Option<usize>,
+}
+
+impl FileConfig {
+    /// Reads `path`; a missing file is an error only when it was named explicitly.
+    pub fn load(path: Option<&Path>) -> anyhow::Result<Self> {
+        let (path, explicit) = match path {
+            Some(p) => (p.to_path_buf(), true),
+            None => (PathBuf::from("capstan.toml"), false),
+        };
+        match std::fs::read_to_string(&path) {
+            Ok(text) => toml::from_str(&text).with_context(|| format!("{}", path.display())),
+            Err(e) if !explicit && e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
+            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects_unknown_keys() {
+        let c: FileConfig = toml::from_str("[server]\nworkers = 3\n[reader]\ndefault = \"llama\"\n").unwrap();
+        assert_eq!(c.server.workers, Some(3));
+        assert_eq!(c.reader.default.as_deref(), Some("llama"));
+        let err = toml::from_str::<FileConfig>("[server]\nworkerz = 3\n").unwrap_err().to_string();
+        assert!(err.contains("workerz"), "{err}");
+    }
+}

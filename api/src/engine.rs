@@ -1,0 +1,217 @@
+//! Model work off the async runtime: worker threads fed by bounded queues.
+//!
+//! A request is admitted only if its queue has room (`try_send`); a full
+//! queue fails fast as [`Overloaded`] (HTTP 503 with Retry-After) instead of
+//! hanging. Generative reading has its own queue and workers, so a long
+//! generation never delays searches and extractive answers. Replies travel
+//! back on oneshot channels; streamed text on an unbounded channel whose
+//! closing (the client left) stops generation.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+
+use capstan_reader::Flow;
+use capstan_retriever::{Hit, SearchOptions};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::pipeline::{Answer, Pipeline, QaRequest, ReaderKind};
+
+/// The queue for this kind of work is full.
+#[derive(Debug, Clone, Copy, thiserror::Error)]
+#[error("the server is at capacity ({queue} queue full); retry shortly")]
+pub struct Overloaded {
+    /// Which queue.
+    pub queue: &'static str,
+}
+
+type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
+
+enum Job {
+    Qa {
+        request: Box<QaRequest>,
+        text: Option<mpsc::UnboundedSender<String>>,
+        reply: Reply<Answer>,
+    },
+    Search {
+        query: String,
+        options: SearchOptions,
+        reply: Reply<Vec<Hit>>,
+    },
+    Embed {
+        texts: Vec<String>,
+        reply: Reply<(Vec<Vec<f32>>, usize)>,
+    },
+}
+
+impl Job {
+    /// Whether nobody waits for the result any more.
+    fn abandoned(&self) -> bool {
+        match self {
+            Job::Qa { reply, .. } => reply.is_closed(),
+            Job::Search { reply, .. } => reply.is_closed(),
+            Job::Embed { reply, .. } => reply.is_closed(),
+        }
+    }
+}
+
+struct Queue {
+    tx: SyncSender<Job>,
+    depth: Arc<AtomicUsize>,
+    name: &'static str,
+}
+
+impl Queue {
+    fn start(name: &'static str, workers: usize, capacity: usize, pipeline: Arc<Pipeline>) -> Self {
+        let (tx, rx) = sync_channel::<Job>(capacity);
+        let rx = Arc::new(Mutex::new(rx));
+        let depth = Arc::new(AtomicUsize::new(0));
+        for i in 0..workers.max(1) {
+            let rx = rx.clone();
+            let depth = depth.clone();
+            let pipeline = pipeline.clone();
+            std::thread::Builder::new()
+                .name(format!("capstan-{name}-{i}"))
+                .spawn(move || worker(&rx, &depth, &pipeline))
+                .expect("spawning a worker thread");
+        }
+        Self { tx, depth, name }
+    }
+
+    fn submit(&self, job: Job) -> Result<(), Overloaded> {
+        self.depth.fetch_add(1, Ordering::SeqCst);
+        match self.tx.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.depth.fetch_sub(1, Ordering::SeqCst);
+                Err(Overloaded { queue: self.name })
+            }
+        }
+    }
+}
+
+fn worker(rx: &Mutex<Receiver<Job>>, depth: &AtomicUsize, pipeline: &Pipeline) {
+    loop {
+        let job = {
+            let guard = rx.lock().expect("queue lock");
+            match guard.recv() {
+                Ok(job) => job,
+                Err(_) => return,
+            }
+        };
+        depth.fetch_sub(1, Ordering::SeqCst);
+        if job.abandoned() {
+            continue;
+        }
+        match job {
+            Job::Qa { request, text, reply } => {
+                let result = pipeline.answer(&request, |piece| match &text {
+                    Some(tx) if tx.send(piece.to_string()).is_err() => Flow::Stop,
+                    _ => Flow::Continue,
+                });
+                let _ = reply.send(result);
+            }
+            Job::Search { query, options, reply } => {
+                let result = pipeline.retriever().search(&query, &options).map_err(Into::into);
+                let _ = reply.send(result);
+            }
+            Job::Embed { texts, reply } => {
+                let encoder = pipeline.retriever().encoder();
+                let tokens = texts
+                    .iter()
+                    .map(|t| encoder.tokenizer().encode(t.as_str(), true).map(|e| e.len()).unwrap_or(0))
+                    .sum();
+                let result = encoder.embed(&texts).map(|v| (v, tokens)).map_err(Into::into);
+                let _ = reply.send(result);
+            }
+        }
+    }
+}
+
+/// Sizes of the engine.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineSettings {
+    /// Workers for retrieval, embeddings and extractive answers.
+    pub workers: usize,
+    /// Requests that may wait for those workers.
+    pub queue: usize,
+    /// Concurrent generations (generative readers).
+    pub generations: usize,
+    /// Requests that may wait for a generation slot.
+    pub generation_queue: usize,
+}
+
+/// Handle to the worker pools; cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    fast: Arc<Queue>,
+    generate: Arc<Queue>,
+    pipeline: Arc<Pipeline>,
+}
+
+impl Engine {
+    /// Starts the worker threads.
+    pub fn start(pipeline: Arc<Pipeline>, settings: EngineSettings) -> Self {
+        Self {
+            fast: Arc::new(Queue::start("fast", settings.workers, settings.queue, pipeline.clone())),
+            generate: Arc::new(Queue::start(
+                "generate",
+                settings.generations,
+                settings.generation_queue,
+                pipeline.clone(),
+            )),
+            pipeline,
+        }
+    }
+
+    /// The pipeline the workers run.
+    pub fn pipeline(&self) -> &Arc<Pipeline> {
+        &self.pipeline
+    }
+
+    /// Requests waiting in each queue.
+    pub fn queue_depths(&self) -> [(&'static str, usize); 2] {
+        [
+            (self.fast.name, self.fast.depth.load(Ordering::SeqCst)),
+            (self.generate.name, self.generate.depth.load(Ordering::SeqCst)),
+        ]
+    }
+
+    /// Answers a question; with `text`, generated pieces are streamed there.
+    pub fn qa(
+        &self,
+        request: QaRequest,
+        text: Option<mpsc::UnboundedSender<String>>,
+    ) -> Result<oneshot::Receiver<anyhow::Result<Answer>>, Overloaded> {
+        let (reply, rx) = oneshot::channel();
+        let queue = if request.reader == ReaderKind::Extractive {
+            &self.fast
+        } else {
+            &self.generate
+        };
+        queue.submit(Job::Qa {
+            request: Box::new(request),
+            text,
+            reply,
+        })?;
+        Ok(rx)
+    }
+
+    /// Retrieves passages.
+    pub fn search(
+        &self,
+        query: String,
+        options: SearchOptions,
+    ) -> Result<oneshot::Receiver<anyhow::Result<Vec<Hit>>>, Overloaded> {
+        let (reply, rx) = oneshot::channel();
+        self.fast.submit(Job::Search { query, options, reply })?;
+        Ok(rx)
+    }
+
+    /// Embeds texts with the index's encoder; also returns the token count.
+    pub fn embed(&self, texts: Vec<String>) -> Result<oneshot::Receiver<anyhow::Result<(Vec<Vec<f32>>, usize)>>, Overloaded> {
+        let (reply, rx) = oneshot::channel();
+        self.fast.submit(Job::Embed { texts, reply })?;
+        Ok(rx)
+    }
+}

@@ -1,0 +1,405 @@
+//! The question-answering pipeline: retrieve -> assemble -> read, with the
+//! time each stage took. Shared (behind an `Arc`) by `capstan ask`, the HTTP
+//! server's workers and `capstan eval qa`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use candle_core::Device;
+use capstan_reader::{
+    cepe_prompt, llama_prompt, Checkpoint, ExtractivePassage, ExtractiveReader, Flow, GenerationParams, Generator,
+    Llama, PromptOptions, Request,
+};
+use capstan_retriever::{Hit, Mode, Retriever, SearchOptions};
+use serde::{Deserialize, Serialize};
+
+/// Which reader answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum ReaderKind {
+    /// The best sentence of the retrieved passages (dense encoder only).
+    Extractive,
+    /// A Llama-family decoder reading the passages in its prompt.
+    Llama,
+    /// CAPE (CEPE checkpoints): decoder passages plus encoder chunks.
+    Cape,
+}
+
+impl ReaderKind {
+    /// The reader's name as users spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReaderKind::Extractive => "extractive",
+            ReaderKind::Llama => "llama",
+            ReaderKind::Cape => "cape",
+        }
+    }
+}
+
+impl std::str::FromStr for ReaderKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "extractive" => Ok(ReaderKind::Extractive),
+            "llama" => Ok(ReaderKind::Llama),
+            "cape" => Ok(ReaderKind::Cape),
+            other => Err(format!("unknown reader `{other}` (expected extractive, llama or cape)")),
+        }
+    }
+}
+
+/// One question and how to answer it.
+#[derive(Debug, Clone)]
+pub struct QaRequest {
+    /// The question.
+    pub question: String,
+    /// Passages to retrieve.
+    pub k: usize,
+    /// Retrieval mode.
+    pub mode: Mode,
+    /// The reader.
+    pub reader: ReaderKind,
+    /// Generation settings (generative readers).
+    pub generation: GenerationParams,
+    /// Lost-in-the-middle reordering (Llama reader).
+    pub lost_in_the_middle: bool,
+    /// Question before and after the documents (Llama reader).
+    pub query_aware: bool,
+    /// Passages in the CAPE decoder; the rest become encoder chunks.
+    pub decoder_passages: usize,
+}
+
+/// The sentence an extractive answer comes from, for highlighting.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Highlight {
+    /// The cited passage.
+    pub passage_id: String,
+    /// Character offset of the sentence in the passage text.
+    pub start: usize,
+    /// Character offset one past its end.
+    pub end: usize,
+    /// Cosine similarity of the sentence to the question.
+    pub score: f32,
+}
+
+/// Tokens the reader consumed and produced.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens in the decoder prompt.
+    pub decoder_tokens: usize,
+    /// Tokens in CAPE encoder chunks.
+    pub encoder_tokens: usize,
+    /// Generated tokens.
+    pub generated_tokens: usize,
+}
+
+/// Milliseconds spent in each stage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Question embedding + retrieval.
+    pub retrieve_ms: f64,
+    /// Prompt assembly and tokenisation.
+    pub assemble_ms: f64,
+    /// Reading (sentence ranking or generation).
+    pub read_ms: f64,
+    /// Time to the first generated token (generative readers).
+    pub first_token_ms: Option<f64>,
+    /// Whole request.
+    pub total_ms: f64,
+}
+
+/// An answer with its sources.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Answer {
+    /// The answer text.
+    pub answer: String,
+    /// Passage ids the answer is based on.
+    pub citations: Vec<String>,
+    /// The retrieved passages, best first.
+    pub passages: Vec<Hit>,
+    /// The extractive answer's sentence.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub highlight: Option<Highlight>,
+    /// The reader that answered.
+    pub reader: ReaderKind,
+    /// Token counts.
+    pub usage: Usage,
+    /// Stage timings.
+    pub timings: Timings,
+}
+
+/// A loaded generative checkpoint.
+pub struct GenerativeModel {
+    checkpoint: Checkpoint,
+    model: Llama,
+}
+
+impl GenerativeModel {
+    /// Loads a checkpoint folder onto `device`.
+    pub fn load(dir: &PathBuf, device: &Device) -> anyhow::Result<Self> {
+        let checkpoint = Checkpoint::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+        if checkpoint.tokenizer().is_none() {
+            bail!("{}: a reader needs tokenizer.json", dir.display());
+        }
+        let model = checkpoint.load_model(device, None)?;
+        Ok(Self { checkpoint, model })
+    }
+}
+
+/// Retriever plus readers.
+pub struct Pipeline {
+    retriever: Arc<Retriever>,
+    extractive: ExtractiveReader,
+    llama: Option<GenerativeModel>,
+    cape: Option<GenerativeModel>,
+    /// Search settings besides mode and k.
+    pub search: SearchOptions,
+}
+
+impl Pipeline {
+    /// A pipeline over `retriever`, with the generative readers that were loaded.
+    pub fn new(
+        retriever: Arc<Retriever>,
+        llama: Option<GenerativeModel>,
+        cape: Option<GenerativeModel>,
+        search: SearchOptions,
+    ) -> Self {
+        let extractive = ExtractiveReader::new(retriever.encoder().clone());
+        Self {
+            retriever,
+            extractive,
+            llama,
+            cape,
+            search,
+        }
+    }
+
+    /// The retriever.
+    pub fn retriever(&self) -> &Arc<Retriever> {
+        &self.retriever
+    }
+
+    /// Readers that can answer now.
+    pub fn available_readers(&self) -> Vec<ReaderKind> {
+        let mut out = vec![ReaderKind::Extractive];
+        if self.llama.is_some() {
+            out.push(ReaderKind::Llama);
+        }
+        if self.cape.is_some() {
+            out.push(ReaderKind::Cape);
+        }
+        out
+    }
+
+    /// Retrieves passages; returns them with the question's vector (when one was computed).
+    pub fn retrieve(&self, question: &str, k: usize, mode: Mode) -> anyhow::Result<(Vec<Hit>, Option<Vec<f32>>)> {
+        let vector = match mode {
+            Mode::Bm25 => None,
+            _ => Some(self.retriever.embed_query(question)?),
+        };
+        let opts = SearchOptions { mode, k, ..self.search };
+        let hits = self.retriever.search_with_vector(question, vector.as_deref(), &opts)?;
+        Ok((hits, vector))
+    }
+
+    /// Answers a question. `on_text` receives each piece of generated text
+    /// as it comes (an extractive answer arrives as one piece) and may stop
+    /// generation early.
+    pub fn answer(&self, req: &QaRequest, mut on_text: impl FnMut(&str) -> Flow) -> anyhow::Result<Answer> {
+        let start = Instant::now();
+        let reader = match req.reader {
+            ReaderKind::Extractive => None,
+            ReaderKind::Llama => Some(self.llama.as_ref().ok_or(NotLoaded(ReaderKind::Llama))?),
+            ReaderKind::Cape => Some(self.cape.as_ref().ok_or(NotLoaded(ReaderKind::Cape))?),
+        };
+        let (hits, vector) = self.retrieve(&req.question, req.k, req.mode)?;
+        let mut timings = Timings {
+            retrieve_ms: ms(start),
+            ..Timings::default()
+        };
+        let mut answer = match reader {
+            None => self.read_extractive(req, hits, vector, &mut timings, &mut on_text)?,
+            Some(model) => self.read_generative(req, model, hits, &mut timings, &mut on_text)?,
+        };
+        timings.total_ms = ms(start);
+        answer.timings = timings;
+        Ok(answer)
+    }
+
+    fn read_extractive(
+        &self,
+        req: &QaRequest,
+        hits: Vec<Hit>,
+        vector: Option<Vec<f32>>,
+        timings: &mut Timings,
+        on_text: &mut impl FnMut(&str) -> Flow,
+    ) -> anyhow::Result<Answer> {
+        let t = Instant::now();
+        let question = match vector {
+            Some(v) => v,
+            None => self.retriever.embed_query(&req.question)?,
+        };
+        let index = self.retriever.index();
+        let mut stored = Vec::with_capacity(hits.len());
+        for h in &hits {
+            let sentences = match index.ord_of(&h.passage_id)? {
+                Some(ord) => index.sentences(ord)?,
+                None => Vec::new(),
+            };
+            stored.push(sentences.into_iter().map(|(r, v)| (r.start, r.end, v)).collect::<Vec<_>>());
+        }
+        let passages: Vec<ExtractivePassage> = hits
+            .iter()
+            .zip(&stored)
+            .map(|(h, s)| ExtractivePassage {
+                text: &h.text,
+                sentences: (!s.is_empty()).then_some(s.as_slice()),
+            })
+            .collect();
+        timings.assemble_ms = ms(t);
+        let t = Instant::now();
+        let ranked = self.extractive.rank(&question, &passages)?;
+        timings.read_ms = ms(t);
+        let (answer, citations, highlight) = match ranked.first() {
+            None => (String::new(), Vec::new(), None),
+            Some(best) => {
+                let hit = &hits[best.passage];
+                let text = hit.text[best.start..best.end].to_string();
+                let highlight = Highlight {
+                    passage_id: hit.passage_id.clone(),
+                    start: hit.text[..best.start].chars().count(),
+                    end: hit.text[..best.end].chars().count(),
+                    score: best.score,
+                };
+                (text, vec![hit.passage_id.clone()], Some(highlight))
+            }
+        };
+        on_text(&answer);
+        Ok(Answer {
+            answer,
+            citations,
+            passages: hits,
+            highlight,
+            reader: ReaderKind::Extractive,
+            usage: Usage::default(),
+            timings: Timings::default(),
+        })
+    }
+
+    fn read_generative(
+        &self,
+        req: &QaRequest,
+        model: &GenerativeModel,
+        hits: Vec<Hit>,
+        timings: &mut Timings,
+        on_text: &mut impl FnMut(&str) -> Flow,
+    ) -> anyhow::Result<Answer> {
+        let t = Instant::now();
+        let tokenizer = model.checkpoint.tokenizer().expect("checked at load");
+        let passages: Vec<capstan_reader::Passage> = hits
+            .iter()
+            .map(|h| capstan_reader::Passage::new(&h.title, &h.text))
+            .collect();
+        let bos = model.checkpoint.bos_token_id();
+        let (request, usage_in) = match req.reader {
+            ReaderKind::Cape => {
+                let inputs = cepe_prompt(&req.question, &passages, req.decoder_passages).tokenize(tokenizer, bos)?;
+                let encoder_tokens = inputs.encoder_ids.iter().map(Vec::len).sum();
+                let decoder_tokens = inputs.decoder_ids.len();
+                (
+                    Request {
+                        prompt: inputs.decoder_ids,
+                        encoder_chunks: inputs.encoder_ids,
+                    },
+                    (decoder_tokens, encoder_tokens),
+                )
+            }
+            _ => {
+                let opts = PromptOptions {
+                    lost_in_the_middle: req.lost_in_the_middle,
+                    query_aware: req.query_aware,
+                    ..PromptOptions::default()
+                };
+                let text = llama_prompt(&req.question, &passages, &opts);
+                let ids = tokenizer
+                    .encode(text, false)
+                    .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?;
+                let prompt: Vec<u32> = bos.into_iter().chain(ids.get_ids().iter().copied()).collect();
+                let n = prompt.len();
+                (
+                    Request {
+                        prompt,
+                        encoder_chunks: Vec::new(),
+                    },
+                    (n, 0),
+                )
+            }
+        };
+        let max_positions = model.model.config().max_position_embeddings;
+        if usage_in.0 + req.generation.max_new_tokens > max_positions {
+            bail!(
+                "the prompt has {} tokens; with {} new tokens it exceeds the model's {} positions (lower k)",
+                usage_in.0,
+                req.generation.max_new_tokens,
+                max_positions
+            );
+        }
+        timings.assemble_ms = ms(t);
+        let t = Instant::now();
+        let mut params = req.generation.clone();
+        params.stop_token_ids.extend(model.checkpoint.eos_token_ids());
+        let pad = model.checkpoint.config().pad_token_id.unwrap_or(2);
+        let generator = Generator::new(&model.model, Some(tokenizer), pad);
+        let generation = generator.generate_stream(&request, &params, |_, piece| match piece {
+            Some(p) if !p.is_empty() => on_text(p),
+            _ => Flow::Continue,
+        })?;
+        timings.read_ms = ms(t);
+        timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
+        let answer = generation.text.clone().unwrap_or_default().trim().to_string();
+        let citations = cite(&answer, &hits);
+        Ok(Answer {
+            answer,
+            citations,
+            passages: hits,
+            highlight: None,
+            reader: req.reader,
+            usage: Usage {
+                decoder_tokens: usage_in.0,
+                encoder_tokens: usage_in.1,
+                generated_tokens: generation.tokens.len(),
+            },
+            timings: Timings::default(),
+        })
+    }
+}
+
+/// A generative reader was asked for but not configured.
+#[derive(Debug, thiserror::Error)]
+#[error("reader `{}` is not loaded: configure its checkpoint folder (--{}-model or capstan.toml)", .0.name(), .0.name())]
+pub struct NotLoaded(pub ReaderKind);
+
+/// Passages that contain the (normalised) generated answer; all passages
+/// given to the model when none does.
+fn cite(answer: &str, hits: &[Hit]) -> Vec<String> {
+    let norm = crate::text::normalize_answer(answer);
+    let containing: Vec<String> = if norm.is_empty() {
+        Vec::new()
+    } else {
+        hits.iter()
+            .filter(|h| crate::text::normalize_answer(&h.text).contains(&norm))
+            .map(|h| h.passage_id.clone())
+            .collect()
+    };
+    if containing.is_empty() {
+        hits.iter().map(|h| h.passage_id.clone()).collect()
+    } else {
+        containing
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
+}

@@ -1,0 +1,250 @@
+//! `POST /v1/chat/completions`, OpenAI's format, retrieval-augmented: the
+//! last user message is the question; the answer cites its passages in an
+//! extra `citations` field. Streaming sends `chat.completion.chunk` events
+//! and `data: [DONE]`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::qa::{apply_sampling, record};
+use super::{await_reply, check_question, parse_json, ApiError, AppState};
+use crate::pipeline::{Answer, ReaderKind};
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatBody {
+    model: Option<String>,
+    messages: Vec<Message>,
+    #[serde(default)]
+    stream: bool,
+    max_tokens: Option<usize>,
+    max_completion_tokens: Option<usize>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    n: Option<usize>,
+}
+
+/// Reader behind a model id: `capstan` or `capstan-extractive`, `capstan-llama`, `capstan-cape`.
+pub fn reader_of(model: &str) -> Option<ReaderKind> {
+    match model {
+        "capstan" => None,
+        m => m.strip_prefix("capstan-")?.parse().ok(),
+    }
+}
+
+fn text_of(content: &Content) -> String {
+    match content {
+        Content::Text(s) => s.clone(),
+        Content::Parts(parts) => parts
+            .iter()
+            .filter(|p| p.kind == "text")
+            .filter_map(|p| p.text.clone())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+/// The handler.
+pub async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body: ChatBody = parse_json(body)?;
+    if body.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::invalid("`n` must be 1"));
+    }
+    let question = body
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .and_then(|m| m.content.as_ref())
+        .map(text_of)
+        .ok_or_else(|| ApiError::invalid("`messages` holds no user message"))?;
+    check_question(&question, &state.limits)?;
+    let mut req = state.defaults.clone();
+    req.question = question;
+    let model = body.model.clone().unwrap_or_else(|| format!("capstan-{}", req.reader.name()));
+    match reader_of(&model) {
+        Some(r) if state.engine.pipeline().available_readers().contains(&r) => req.reader = r,
+        None if model == "capstan" => {}
+        _ => {
+            return Err(ApiError::new(
+                axum::http::StatusCode::NOT_FOUND,
+                "model_not_found",
+                format!("model `{model}` does not exist or is not loaded (see GET /v1/models)"),
+            ))
+        }
+    }
+    apply_sampling(&mut req, body.max_completion_tokens.or(body.max_tokens), body.temperature, body.top_p)?;
+    let id = format!("chatcmpl-{:016x}", rand_id());
+    let created = unix_now();
+    if !body.stream {
+        let answer = await_reply(state.engine.qa(req, None)?).await?;
+        record(&state, &answer);
+        return Ok(Json(completion(&id, created, &model, &answer)).into_response());
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let reply = state.engine.qa(req, Some(tx))?;
+    Ok(Sse::new(chunks(state, id, created, model, rx, reply)).into_response())
+}
+
+fn usage(answer: &Answer) -> Value {
+    let prompt = answer.usage.decoder_tokens + answer.usage.encoder_tokens;
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": answer.usage.generated_tokens,
+        "total_tokens": prompt + answer.usage.generated_tokens,
+    })
+}
+
+fn completion(id: &str, created: u64, model: &str, answer: &Answer) -> Value {
+    json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": answer.answer},
+            "finish_reason": "stop",
+            "logprobs": null,
+        }],
+        "usage": usage(answer),
+        "citations": answer.citations,
+    })
+}
+
+fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Event {
+    Event::default().data(
+        json!({
+            "id": id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}],
+        })
+        .to_string(),
+    )
+}
+
+enum Phase {
+    Role,
+    Text,
+    Final,
+    Done,
+    End,
+}
+
+struct Streaming {
+    state: Arc<AppState>,
+    id: String,
+    created: u64,
+    model: String,
+    phase: Phase,
+    text: mpsc::UnboundedReceiver<String>,
+    reply: Option<oneshot::Receiver<anyhow::Result<Answer>>>,
+}
+
+fn chunks(
+    state: Arc<AppState>,
+    id: String,
+    created: u64,
+    model: String,
+    text: mpsc::UnboundedReceiver<String>,
+    reply: oneshot::Receiver<anyhow::Result<Answer>>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let init = Streaming {
+        state,
+        id,
+        created,
+        model,
+        phase: Phase::Role,
+        text,
+        reply: Some(reply),
+    };
+    stream::unfold(init, |mut st| async move {
+        loop {
+            match st.phase {
+                Phase::Role => {
+                    st.phase = Phase::Text;
+                    let ev = chunk(&st.id, st.created, &st.model, json!({"role": "assistant", "content": ""}), None);
+                    return Some((Ok(ev), st));
+                }
+                Phase::Text => match st.text.recv().await {
+                    Some(piece) => {
+                        let ev = chunk(&st.id, st.created, &st.model, json!({ "content": piece }), None);
+                        return Some((Ok(ev), st));
+                    }
+                    None => st.phase = Phase::Final,
+                },
+                Phase::Final => {
+                    st.phase = Phase::Done;
+                    let reply = st.reply.take()?;
+                    let ev = match await_reply(reply).await {
+                        Ok(answer) => {
+                            record(&st.state, &answer);
+                            let mut ev = json!({
+                                "id": st.id,
+                                "object": "chat.completion.chunk",
+                                "created": st.created,
+                                "model": st.model,
+                                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": null}],
+                                "usage": usage(&answer),
+                            });
+                            ev["citations"] = json!(answer.citations);
+                            Event::default().data(ev.to_string())
+                        }
+                        Err(e) => Event::default().data(e.body().to_string()),
+                    };
+                    return Some((Ok(ev), st));
+                }
+                Phase::Done => {
+                    st.phase = Phase::End;
+                    return Some((Ok(Event::default().data("[DONE]")), st));
+                }
+                Phase::End => return None,
+            }
+        }
+    })
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn rand_id() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.finish()
+}

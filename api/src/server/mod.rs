@@ -1,0 +1,211 @@
+//! The HTTP API (axum): QA, search, embeddings and OpenAI-compatible chat
+//! over one index, with limits, an optional API key, metrics and a web page.
+//! Handlers only validate and translate; model work goes through the
+//! [`Engine`](crate::engine::Engine)'s queues.
+
+mod chat;
+mod embeddings;
+mod error;
+mod meta;
+mod metrics;
+mod qa;
+mod search;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::de::DeserializeOwned;
+
+pub use error::ApiError;
+pub use metrics::Metrics;
+
+use crate::engine::Engine;
+use crate::pipeline::QaRequest;
+
+/// Limits on what a request may ask.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest body in bytes.
+    pub max_body_bytes: usize,
+    /// Longest question in characters.
+    pub max_question_chars: usize,
+    /// Largest k.
+    pub max_k: usize,
+    /// Most texts in one embeddings request.
+    pub max_embedding_inputs: usize,
+}
+
+/// State shared by the handlers.
+pub struct AppState {
+    /// The worker pools.
+    pub engine: Engine,
+    /// Metrics registry.
+    pub metrics: Metrics,
+    /// Request limits.
+    pub limits: Limits,
+    /// Bearer token required on every route but /health.
+    pub api_key: Option<String>,
+    /// Defaults of a QA request.
+    pub defaults: QaRequest,
+    /// Server start, for uptime and `created` fields.
+    pub started: std::time::SystemTime,
+}
+
+/// The router with every route and middleware.
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/", get(meta::ui))
+        .route("/health", get(meta::health))
+        .route("/metrics", get(meta::metrics))
+        .route("/openapi.json", get(meta::openapi))
+        .route("/v1/models", get(meta::models))
+        .route("/v1/qa", post(qa::qa))
+        .route("/v1/search", post(search::search))
+        .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/v1/chat/completions", post(chat::completions))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), authorize))
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(axum::extract::DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .with_state(state)
+}
+
+/// Serves until SIGINT or SIGTERM, then finishes the requests in flight.
+pub async fn serve(addr: SocketAddr, state: Arc<AppState>) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    eprintln!("capstan: listening on http://{}", listener.local_addr()?);
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    eprintln!("capstan: stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    eprintln!("capstan: shutting down, finishing requests in flight");
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route {} {}", req.method(), req.uri().path()))
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{} is not allowed on {}", req.method(), req.uri().path()),
+    )
+}
+
+async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &state.api_key {
+        if req.uri().path() != "/health" {
+            let given = req
+                .headers()
+                .get(axum::http::header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
+                let msg = if given.is_none() { "missing API key (Authorization: Bearer ...)" } else { "wrong API key" };
+                return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg).into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    state
+        .metrics
+        .request(&route, resp.status().as_u16(), start.elapsed().as_secs_f64());
+    resp
+}
+
+/// Parses a JSON body, turning every failure into a 4xx that says what is wrong.
+pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let bytes = body.map_err(|rejection| {
+        let status = rejection.status();
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE { "request_too_large" } else { "invalid_request_error" };
+        ApiError::new(status, kind, rejection.body_text())
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(format!("malformed request body: {e}")))
+}
+
+/// Validates a question against the limits.
+pub fn check_question(question: &str, limits: &Limits) -> Result<(), ApiError> {
+    if question.trim().is_empty() {
+        return Err(ApiError::invalid("`question` is empty"));
+    }
+    let n = question.chars().count();
+    if n > limits.max_question_chars {
+        return Err(ApiError::invalid(format!(
+            "`question` has {n} characters; the limit is {}",
+            limits.max_question_chars
+        )));
+    }
+    Ok(())
+}
+
+/// Validates k against the limits.
+pub fn check_k(k: usize, limits: &Limits) -> Result<(), ApiError> {
+    if k == 0 || k > limits.max_k {
+        return Err(ApiError::invalid(format!("`k` must be within 1..={}, got {k}", limits.max_k)));
+    }
+    Ok(())
+}
+
+/// Runs `addr` resolution for the CLI.
+pub fn parse_addr(addr: &str) -> anyhow::Result<SocketAddr> {
+    use std::net::ToSocketAddrs;
+    addr.to_socket_addrs()?
+        .next()
+        .ok_or_else(|| anyhow::anyhow!("--addr {addr} resolves to no address"))
+}
+
+/// Waits for a worker's reply, recording stage timings of QA answers.
+pub async fn await_reply<T>(rx: tokio::sync::oneshot::Receiver<anyhow::Result<T>>) -> Result<T, ApiError> {
+    match rx.await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ApiError::from_pipeline(e)),
+        Err(_) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "the worker stopped before answering",
+        )),
+    }
+}

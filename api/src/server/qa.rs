@@ -1,0 +1,156 @@
+//! `POST /v1/qa`: an answer with citations, passages, usage and timings; with
+//! `"stream": true`, server-sent events (`token` pieces, then `answer`).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use capstan_retriever::Mode;
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use serde_json::json;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
+use crate::pipeline::{Answer, QaRequest, ReaderKind};
+
+/// The request body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QaBody {
+    question: String,
+    k: Option<usize>,
+    mode: Option<Mode>,
+    reader: Option<ReaderKind>,
+    #[serde(default)]
+    stream: bool,
+    max_tokens: Option<usize>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    top_k: Option<usize>,
+    lost_in_the_middle: Option<bool>,
+    query_aware: Option<bool>,
+    decoder_passages: Option<usize>,
+}
+
+/// Largest `max_tokens` a request may ask for.
+pub const MAX_NEW_TOKENS: usize = 1024;
+
+/// Builds a pipeline request from a body and the server's defaults.
+pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool), ApiError> {
+    check_question(&body.question, &state.limits)?;
+    let mut req = state.defaults.clone();
+    req.question = body.question;
+    req.k = body.k.unwrap_or(req.k);
+    check_k(req.k, &state.limits)?;
+    req.mode = body.mode.unwrap_or(req.mode);
+    req.reader = body.reader.unwrap_or(req.reader);
+    if !state.engine.pipeline().available_readers().contains(&req.reader) {
+        return Err(ApiError::invalid(crate::pipeline::NotLoaded(req.reader).to_string()));
+    }
+    apply_sampling(&mut req, body.max_tokens, body.temperature, body.top_p)?;
+    if let Some(k) = body.top_k {
+        req.generation.top_k = Some(k);
+    }
+    req.lost_in_the_middle = body.lost_in_the_middle.unwrap_or(req.lost_in_the_middle);
+    req.query_aware = body.query_aware.unwrap_or(req.query_aware);
+    req.decoder_passages = body.decoder_passages.unwrap_or(req.decoder_passages);
+    Ok((req, body.stream))
+}
+
+/// Applies and checks OpenAI-style sampling fields.
+pub fn apply_sampling(
+    req: &mut QaRequest,
+    max_tokens: Option<usize>,
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+) -> Result<(), ApiError> {
+    if let Some(n) = max_tokens {
+        if n == 0 || n > MAX_NEW_TOKENS {
+            return Err(ApiError::invalid(format!("`max_tokens` must be within 1..={MAX_NEW_TOKENS}, got {n}")));
+        }
+        req.generation.max_new_tokens = n;
+    }
+    if let Some(t) = temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::invalid(format!("`temperature` must be within [0, 2], got {t}")));
+        }
+        req.generation.temperature = Some(t);
+    }
+    if let Some(p) = top_p {
+        if !(p > 0.0 && p <= 1.0) {
+            return Err(ApiError::invalid(format!("`top_p` must be within (0, 1], got {p}")));
+        }
+        req.generation.top_p = Some(p);
+    }
+    Ok(())
+}
+
+/// Records an answer's stage timings and tokens.
+pub fn record(state: &AppState, answer: &Answer) {
+    let t = answer.timings;
+    state.metrics.stage("retrieve", t.retrieve_ms / 1000.0);
+    state.metrics.stage("assemble", t.assemble_ms / 1000.0);
+    state.metrics.stage("read", t.read_ms / 1000.0);
+    state.metrics.generated(answer.usage.generated_tokens);
+}
+
+/// The handler.
+pub async fn qa(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let (req, stream) = build_request(&state, parse_json(body)?)?;
+    if !stream {
+        let answer = await_reply(state.engine.qa(req, None)?).await?;
+        record(&state, &answer);
+        return Ok(Json(answer).into_response());
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let reply = state.engine.qa(req, Some(tx))?;
+    Ok(Sse::new(qa_events(state, rx, reply))
+        .keep_alive(KeepAlive::default())
+        .into_response())
+}
+
+struct Streaming {
+    state: Arc<AppState>,
+    text: Option<mpsc::UnboundedReceiver<String>>,
+    reply: Option<oneshot::Receiver<anyhow::Result<Answer>>>,
+}
+
+fn qa_events(
+    state: Arc<AppState>,
+    text: mpsc::UnboundedReceiver<String>,
+    reply: oneshot::Receiver<anyhow::Result<Answer>>,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let init = Streaming {
+        state,
+        text: Some(text),
+        reply: Some(reply),
+    };
+    stream::unfold(init, |mut st| async move {
+        if let Some(rx) = st.text.as_mut() {
+            match rx.recv().await {
+                Some(piece) => {
+                    let ev = Event::default().event("token").data(json!({ "text": piece }).to_string());
+                    return Some((Ok(ev), st));
+                }
+                None => st.text = None,
+            }
+        }
+        let reply = st.reply.take()?;
+        let ev = match await_reply(reply).await {
+            Ok(answer) => {
+                record(&st.state, &answer);
+                Event::default()
+                    .event("answer")
+                    .data(serde_json::to_string(&answer).expect("answer serialises"))
+            }
+            Err(e) => Event::default().event("error").data(e.body().to_string()),
+        };
+        Some((Ok(ev), st))
+    })
+}

@@ -1,0 +1,54 @@
+//! `POST /v1/search`: the top-k passages for a query.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::Json;
+use capstan_retriever::{Fusion, Mode, SearchOptions};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    query: String,
+    k: Option<usize>,
+    mode: Option<Mode>,
+    /// `{"method": "rrf", "k": 60}` or `{"method": "weighted", "bm25_weight": 0.5}`.
+    fusion: Option<Fusion>,
+}
+
+/// The handler.
+pub async fn search(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+    let body: SearchBody = parse_json(body)?;
+    check_question(&body.query, &state.limits).map_err(|_| {
+        ApiError::invalid(format!(
+            "`query` must be 1..={} characters and not blank",
+            state.limits.max_question_chars
+        ))
+    })?;
+    let k = body.k.unwrap_or(state.defaults.k);
+    check_k(k, &state.limits)?;
+    let base = state.engine.pipeline().search;
+    let options = SearchOptions {
+        mode: body.mode.unwrap_or(state.defaults.mode),
+        k,
+        fusion: body.fusion.unwrap_or(base.fusion),
+        ..base
+    };
+    let start = Instant::now();
+    let hits = await_reply(state.engine.search(body.query.clone(), options)?).await?;
+    state.metrics.stage("retrieve", start.elapsed().as_secs_f64());
+    Ok(Json(json!({
+        "query": body.query,
+        "mode": options.mode,
+        "k": k,
+        "hits": hits,
+        "took_ms": start.elapsed().as_secs_f64() * 1000.0,
+    })))
+}
