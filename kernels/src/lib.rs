@@ -1,1 +1,67 @@
-//! placeholder
+//! Capstan's kernels: attention (with the papers' patterns), fused RoPE and RMSNorm with the
+//! residual add, as candle custom ops. On CPU each op runs its reference implementation
+//! ([`cpu`], f32 accumulation, the same tiling as the GPU); with the `cuda` feature on a CUDA
+//! device it runs CUDA C kernels ([`SOURCES`]) compiled at run time with NVRTC for the
+//! device's architecture, cached, and launched on candle's stream.
+//!
+//! Patterns ([`Pattern`]): full causal attention (prefill, or decode over a KV cache with
+//! `q_pos0`), Zebra local attention (Song et al. 2023, "Zebra: Extending Context Window with
+//! Layerwise Grouped Local-Global Attention", Appendix A), SelfExtend (Jin et al. 2024, "LLM
+//! Maybe LongLM"), the SCCA family (Guo 2023, "SCCA: Shifted Cross Chunk Attention": fixed and
+//! flow shifts, shifted dilated attention, LongMixed) and non-causal cross-attention with a
+//! key padding mask (CAPE).
+//!
+//! ```
+//! use candle_core::{Device, Tensor};
+//! use capstan_kernels::{attention, AttentionOptions, Pattern};
+//!
+//! # fn main() -> candle_core::Result<()> {
+//! let q = Tensor::randn(0f32, 1.0, (1, 4, 8, 16), &Device::Cpu)?;
+//! let k = Tensor::randn(0f32, 1.0, (1, 2, 8, 16), &Device::Cpu)?;
+//! let v = Tensor::randn(0f32, 1.0, (1, 2, 8, 16), &Device::Cpu)?;
+//! let out = attention(&q, &k, &v, AttentionOptions::new(Pattern::Local { window: 4 }))?;
+//! assert_eq!(out.dims(), &[1, 4, 8, 16]);
+//! # Ok(())
+//! # }
+//! ```
+#![warn(missing_docs)]
+
+pub mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod ops;
+mod pattern;
+
+pub use ops::{attention, rms_norm_residual, rope_qk, AttentionOptions, RopeParams};
+pub use pattern::{
+    effective_shift, key_range, scca_rules, visible, HeadRule, Pattern, SccaKind, TILE,
+};
+
+/// Results of this crate's ops (candle's error type: the ops run inside candle).
+pub type Result<T> = candle_core::Result<T>;
+
+/// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
+/// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
+pub const SOURCES: [(&str, &str); 3] = [
+    (
+        "attention",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/attention.cu")
+        ),
+    ),
+    (
+        "rope",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/rope.cu")
+        ),
+    ),
+    (
+        "rmsnorm",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/rmsnorm.cu")
+        ),
+    ),
+];

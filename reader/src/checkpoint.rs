@@ -256,6 +256,28 @@ impl Checkpoint {
         })
     }
 
+    /// Number of parameters stored in the weight files (read from their headers).
+    pub fn parameter_count(&self) -> Result<usize> {
+        let mut n = 0;
+        match &self.weights {
+            WeightFormat::Safetensors(files) => {
+                // SAFETY: as in `var_builder`.
+                let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(files)? };
+                for (_, view) in st.tensors() {
+                    n += view.shape().iter().product::<usize>();
+                }
+            }
+            WeightFormat::Pytorch(files) => {
+                for f in files {
+                    for info in candle_core::pickle::read_pth_tensor_info(f, false, None)? {
+                        n += info.layout.shape().elem_count();
+                    }
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// Loads the model on `device` in `dtype` (default: [`default_dtype`]).
     pub fn load_model(&self, device: &Device, dtype: Option<DType>) -> Result<Llama> {
         let dtype = dtype.unwrap_or_else(|| default_dtype(device));

@@ -111,6 +111,13 @@ pub struct LlamaConfig {
     /// CEPE: the bidirectional encoder's own config.
     #[serde(default)]
     pub encoder_config: Option<Box<LlamaConfig>>,
+    /// Capstan: the decoder's self-attention pattern (`zebra:every=4,window=512`, ...; see
+    /// `AttentionPattern`); absent means full attention.
+    #[serde(default)]
+    pub capstan_attention: Option<String>,
+    /// Dtype the checkpoint was saved in (`bfloat16`, `float16`, `float32`).
+    #[serde(default)]
+    pub torch_dtype: Option<String>,
 }
 
 fn default_rms_norm_eps() -> f64 {

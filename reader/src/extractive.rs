@@ -49,7 +49,11 @@ impl ExtractiveReader {
 
     /// Sentences of `passages` ranked by similarity to the unit question
     /// vector, best first (ties: earlier passage, earlier sentence).
-    pub fn rank(&self, question: &[f32], passages: &[ExtractivePassage<'_>]) -> Result<Vec<ScoredSentence>> {
+    pub fn rank(
+        &self,
+        question: &[f32],
+        passages: &[ExtractivePassage<'_>],
+    ) -> Result<Vec<ScoredSentence>> {
         let mut ranked = Vec::new();
         let mut missing: Vec<(usize, usize, usize)> = Vec::new();
         for (pi, p) in passages.iter().enumerate() {
@@ -68,7 +72,10 @@ impl ExtractiveReader {
             }
         }
         if !missing.is_empty() {
-            let texts: Vec<&str> = missing.iter().map(|&(pi, s, e)| &passages[pi].text[s..e]).collect();
+            let texts: Vec<&str> = missing
+                .iter()
+                .map(|&(pi, s, e)| &passages[pi].text[s..e])
+                .collect();
             let vectors = self.encoder.embed(&texts)?;
             for (&(pi, start, end), mut v) in missing.iter().zip(vectors) {
                 normalize(&mut v);

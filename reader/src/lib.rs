@@ -19,6 +19,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod attention;
 mod checkpoint;
 mod config;
 mod error;
@@ -27,6 +28,7 @@ mod generate;
 mod llama;
 mod prompt;
 
+pub use attention::{AttentionPattern, KV_REPORT_CONTEXT};
 pub use checkpoint::{default_dtype, Checkpoint, WeightFormat};
 pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, TokenIds};
 pub use error::{Error, Result};

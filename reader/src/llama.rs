@@ -20,6 +20,9 @@
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
+use capstan_kernels::{AttentionOptions, Pattern};
+
+use crate::attention::AttentionPattern;
 use crate::config::{LlamaConfig, RopeScaling};
 use crate::error::{Error, Result};
 
@@ -162,12 +165,15 @@ impl SelfAttention {
     }
 
     /// `kv` holds this layer's cached keys/values (post-RoPE) and is extended in place.
+    /// `pattern`: the decoder's per-layer attention (`None`: the reference path, as for the
+    /// encoder).
     fn forward(
         &self,
         x: &Tensor,
         rope: &(Tensor, Tensor),
         mask: Option<&Tensor>,
-        kv: &mut Option<(Tensor, Tensor)>,
+        kv: &mut Option<LayerKv>,
+        pattern: Option<&LayerAttention>,
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
         let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
@@ -175,19 +181,110 @@ impl SelfAttention {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let q = heads(self.q_proj.forward(x)?, self.n_heads)?;
-        let k = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
+        let q_raw = heads(self.q_proj.forward(x)?, self.n_heads)?;
+        let k_raw = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
         let v = heads(self.v_proj.forward(x)?, self.n_kv_heads)?;
-        let q = candle_nn::rotary_emb::rope(&q, &rope.0, &rope.1)?;
-        let k = candle_nn::rotary_emb::rope(&k, &rope.0, &rope.1)?;
-        let (k, v) = match kv.take() {
-            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
-            None => (k, v),
+        let q = candle_nn::rotary_emb::rope(&q_raw, &rope.0, &rope.1)?;
+        let k = candle_nn::rotary_emb::rope(&k_raw, &rope.0, &rope.1)?;
+        let Some(la) = pattern.filter(|la| la.use_kernels) else {
+            let (k, v) = match kv.take() {
+                Some(c) => (Tensor::cat(&[&c.k, &k], 2)?, Tensor::cat(&[&c.v, &v], 2)?),
+                None => (k, v),
+            };
+            *kv = Some(LayerKv {
+                k: k.clone(),
+                v: v.clone(),
+                k_grouped: None,
+                start: 0,
+            });
+            let out = attend(&q, k, v, mask, self.n_heads / self.n_kv_heads)?;
+            return self.o_proj.forward(&out);
         };
-        *kv = Some((k.clone(), v.clone()));
-        let out = attend(&q, k, v, mask, self.n_heads / self.n_kv_heads)?;
+        // SelfExtend: the query and key rotated at grouped positions as well.
+        let grouped = match &la.grouped_rope {
+            Some((rq, rk)) => Some((
+                candle_nn::rotary_emb::rope(&q_raw, &rq.0, &rq.1)?,
+                candle_nn::rotary_emb::rope(&k_raw, &rk.0, &rk.1)?,
+            )),
+            None => None,
+        };
+        let (k, v, kg, start) = match kv.take() {
+            Some(c) => {
+                let kg = match (&c.k_grouped, &grouped) {
+                    (Some(pk), Some((_, gk))) => Some(Tensor::cat(&[pk, gk], 2)?),
+                    _ => grouped.as_ref().map(|(_, gk)| gk.clone()),
+                };
+                (
+                    Tensor::cat(&[&c.k, &k], 2)?,
+                    Tensor::cat(&[&c.v, &v], 2)?,
+                    kg,
+                    c.start,
+                )
+            }
+            None => (k, v, grouped.as_ref().map(|(_, gk)| gk.clone()), 0),
+        };
+        let len = k.dim(2)?;
+        // Attention over the full new chunk first, then the cache keeps only what later
+        // queries can see (Zebra local layers: the last `window` keys).
+        let key_mask = match &la.key_mask {
+            Some(m) => Some(m.narrow(1, start, len)?),
+            None => None,
+        };
+        let opts = AttentionOptions {
+            pattern: la.pattern.clone(),
+            q_pos0: la.q_pos0 as u64,
+            k_pos0: start as u64,
+            scale: None,
+            q_grouped: grouped.as_ref().map(|(gq, _)| gq.clone()),
+            k_grouped: kg.clone(),
+            key_mask,
+        };
+        let out = capstan_kernels::attention(&q, &k, &v, opts)?;
+        let out = out
+            .transpose(1, 2)?
+            .reshape((b, s, self.n_heads * self.head_dim))?;
+        let drop = la.kept.map_or(0, |keep| len.saturating_sub(keep));
+        let trim = |t: Tensor| -> CResult<Tensor> {
+            if drop == 0 {
+                Ok(t)
+            } else {
+                t.narrow(2, drop, len - drop)?.contiguous()
+            }
+        };
+        *kv = Some(LayerKv {
+            k: trim(k)?,
+            v: trim(v)?,
+            k_grouped: kg.map(trim).transpose()?,
+            start: start + drop,
+        });
         self.o_proj.forward(&out)
     }
+}
+
+/// One layer's KV cache: keys (post-RoPE), values, SelfExtend's grouped keys, and the index of
+/// the first cached position (local layers drop old keys).
+#[derive(Debug, Clone)]
+struct LayerKv {
+    k: Tensor,
+    v: Tensor,
+    k_grouped: Option<Tensor>,
+    start: usize,
+}
+
+/// How one decoder layer attends in this forward pass.
+#[derive(Debug, Clone)]
+struct LayerAttention {
+    /// Run the kernels (a non-full pattern, or a CUDA device); else the reference path.
+    use_kernels: bool,
+    pattern: Pattern,
+    /// Keys kept in the cache after this pass (`None`: all).
+    kept: Option<usize>,
+    /// Absolute index of the first query row.
+    q_pos0: usize,
+    /// SelfExtend: RoPE tables at the grouped query and key positions.
+    grouped_rope: Option<((Tensor, Tensor), (Tensor, Tensor))>,
+    /// `(b, cached + new)` u8 key padding mask, when any row is padded.
+    key_mask: Option<Tensor>,
 }
 
 /// Cross-attention to the encoder states (`LlamaCrossAttention` of the CEPE reference): its own
@@ -318,11 +415,12 @@ impl Layer {
         x: &Tensor,
         rope: &(Tensor, Tensor),
         mask: Option<&Tensor>,
-        kv: &mut Option<(Tensor, Tensor)>,
+        kv: &mut Option<LayerKv>,
         cross: Option<(&CrossLayerState, &CrossContext)>,
+        pattern: Option<&LayerAttention>,
     ) -> CResult<Tensor> {
         let h = self.input_layernorm.forward(x)?;
-        let mut x = (x + self.self_attn.forward(&h, rope, mask, kv)?)?;
+        let mut x = (x + self.self_attn.forward(&h, rope, mask, kv, pattern)?)?;
         if let (Some(ca), Some((state, ctx))) = (&self.cross_attn, cross) {
             let mut h = ca.forward(&x, state, &ctx.mask)?;
             if let Some(gate) = &ctx.row_gate {
@@ -398,7 +496,7 @@ struct CrossContext {
 /// encoder context of CEPE models.
 #[derive(Debug, Clone)]
 pub struct Cache {
-    kv: Vec<Option<(Tensor, Tensor)>>,
+    kv: Vec<Option<LayerKv>>,
     cross: Option<CrossContext>,
     /// Per row, per cached position: real token (true) or padding.
     key_mask: Vec<Vec<bool>>,
@@ -505,6 +603,7 @@ pub struct Llama {
     encoder: Option<Stack>,
     cfg: LlamaConfig,
     arch: Architecture,
+    attention: AttentionPattern,
     device: Device,
     dtype: DType,
 }
@@ -515,6 +614,11 @@ impl Llama {
     pub fn load(vb: VarBuilder, cfg: &LlamaConfig) -> Result<Self> {
         cfg.validate()?;
         let arch = Architecture::from_config(cfg)?;
+        let attention = match &cfg.capstan_attention {
+            Some(p) => p.parse::<AttentionPattern>()?,
+            None => AttentionPattern::Full,
+        };
+        attention.validate(cfg)?;
         let (cross_from, enc_hidden) = match (arch, &cfg.encoder_config) {
             (Architecture::Cepe, Some(enc)) => (
                 cfg.num_hidden_layers - cfg.num_cross_attn_layers,
@@ -541,6 +645,7 @@ impl Llama {
             encoder,
             cfg: cfg.clone(),
             arch,
+            attention,
             device: vb.device().clone(),
             dtype: vb.dtype(),
         })
@@ -554,6 +659,19 @@ impl Llama {
     /// Llama or CEPE.
     pub fn architecture(&self) -> Architecture {
         self.arch
+    }
+
+    /// The decoder's self-attention pattern.
+    pub fn attention(&self) -> AttentionPattern {
+        self.attention
+    }
+
+    /// Selects the decoder's self-attention pattern (overriding config.json's
+    /// `capstan_attention`). Use a fresh [`Cache`] afterwards.
+    pub fn set_attention(&mut self, pattern: AttentionPattern) -> Result<()> {
+        pattern.validate(&self.cfg)?;
+        self.attention = pattern;
+        Ok(())
     }
 
     /// Device of the weights.
@@ -704,13 +822,61 @@ impl Llama {
                 .rope
                 .cos_sin(&positions, self.dtype, &self.device)?
         };
+        let kernel_key_mask = if any_pad {
+            let m: Vec<u8> = cache
+                .key_mask
+                .iter()
+                .flat_map(|r| r.iter().map(|&k| k as u8))
+                .collect();
+            Some(Tensor::from_vec(m, (b, total), &self.device)?)
+        } else {
+            None
+        };
+        let grouped_rope = match self.attention {
+            AttentionPattern::SelfExtend { group, window } => {
+                let shift = (window - window / group) as u32;
+                let g = group as u32;
+                let qp: Vec<Vec<u32>> = positions
+                    .iter()
+                    .map(|r| r.iter().map(|p| p / g + shift).collect())
+                    .collect();
+                let kp: Vec<Vec<u32>> = positions
+                    .iter()
+                    .map(|r| r.iter().map(|p| p / g).collect())
+                    .collect();
+                let rope = &self.decoder.rope;
+                Some((
+                    rope.cos_sin(&qp, self.dtype, &self.device)?,
+                    rope.cos_sin(&kp, self.dtype, &self.device)?,
+                ))
+            }
+            _ => None,
+        };
+        let n_heads = self.cfg.num_attention_heads;
+        let on_gpu = self.device.is_cuda();
         let mut x = self.decoder.embed_tokens.forward(ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
             let cross = cache
                 .cross
                 .as_ref()
                 .and_then(|c| c.layers[i].as_ref().map(|st| (st, c)));
-            x = layer.forward(&x, &rope, attn_mask.as_ref(), &mut cache.kv[i], cross)?;
+            let full = self.attention.is_full(i);
+            let la = LayerAttention {
+                use_kernels: !full || on_gpu,
+                pattern: self.attention.layer_pattern(i, n_heads),
+                kept: self.attention.kept_keys(i, n_heads),
+                q_pos0: past,
+                grouped_rope: if full { None } else { grouped_rope.clone() },
+                key_mask: kernel_key_mask.clone(),
+            };
+            x = layer.forward(
+                &x,
+                &rope,
+                attn_mask.as_ref(),
+                &mut cache.kv[i],
+                cross,
+                Some(&la),
+            )?;
         }
         if !all {
             x = x.narrow(1, s - 1, 1)?.contiguous()?;
@@ -760,7 +926,7 @@ impl Llama {
         let rope = enc.rope.cos_sin(&positions, self.dtype, &self.device)?;
         let mut x = enc.embed_tokens.forward(&ids)?;
         for layer in &enc.layers {
-            x = layer.forward(&x, &rope, Some(&add_mask), &mut None, None)?;
+            x = layer.forward(&x, &rope, Some(&add_mask), &mut None, None, None)?;
         }
         let hidden_states = enc.norm.forward(&x)?;
         Ok(EncodedChunks {

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Compile every CUDA kernel source of capstan-kernels with NVRTC, without a GPU.
+
+Loads libnvrtc.so.13 (from the PyPI wheel nvidia-cuda-nvrtc==13.0.88, or $CAPSTAN_NVRTC) with
+ctypes and compiles each source exactly as the Rust side does (common.cuh prepended) for
+compute_90 (override with --arch). Exits non-zero on the first failure, printing NVRTC's log.
+"""
+import argparse
+import ctypes
+import glob
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.join(HERE, "..", "src", "cuda")
+# Must match kernels/src/cuda.rs (SOURCES) and the entry points it launches.
+SOURCES = {
+    "attention.cu": ["capstan_attention_f32", "capstan_attention_bf16", "capstan_attention_f16"],
+    "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
+    "rmsnorm.cu": [
+        "capstan_rms_norm_residual_f32",
+        "capstan_rms_norm_residual_bf16",
+        "capstan_rms_norm_residual_f16",
+    ],
+}
+
+
+def find_nvrtc():
+    env = os.environ.get("CAPSTAN_NVRTC")
+    if env:
+        return env
+    home = os.environ.get("CAPSTAN_HOME", os.path.expanduser("~/.cache/capstan"))
+    candidates = glob.glob(os.path.join(home, "cuda", "nvidia", "cu13", "lib", "libnvrtc.so.13"))
+    try:
+        import nvidia  # noqa: F401  (pip wheel nvidia-cuda-nvrtc installed in this Python)
+
+        for p in nvidia.__path__:
+            candidates += glob.glob(os.path.join(p, "cu13", "lib", "libnvrtc.so.13"))
+    except ImportError:
+        pass
+    return candidates[0] if candidates else "libnvrtc.so.13"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--arch", default="compute_90")
+    args = ap.parse_args()
+    path = find_nvrtc()
+    try:
+        # NVRTC dlopens its builtins library by soname: load it from the same folder first.
+        for b in glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.13.*")):
+            if ".alt." not in b:
+                ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        sys.exit(f"nvrtc-check: cannot load {path} ({e}); run scripts/setup-cuda.sh or "
+                 "pip install nvidia-cuda-nvrtc==13.0.88")
+    major, minor = ctypes.c_int(), ctypes.c_int()
+    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+    common = open(os.path.join(SRC, "common.cuh")).read()
+    failed = False
+    for name, entries in SOURCES.items():
+        src = (common + open(os.path.join(SRC, name)).read()).encode()
+        prog = ctypes.c_void_p()
+        rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None)
+        assert rc == 0, f"nvrtcCreateProgram {rc}"
+        for e in entries:
+            assert lib.nvrtcAddNameExpression(prog, e.encode()) == 0
+        opts = [f"--gpu-architecture={args.arch}".encode(), b"-default-device"]
+        arr = (ctypes.c_char_p * len(opts))(*opts)
+        rc = lib.nvrtcCompileProgram(prog, len(opts), arr)
+        size = ctypes.c_size_t()
+        lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
+        log = ctypes.create_string_buffer(size.value)
+        lib.nvrtcGetProgramLog(prog, log)
+        text = log.value.decode(errors="replace").strip()
+        if rc != 0:
+            print(f"nvrtc-check: {name}: FAILED (nvrtc {rc})\n{text}")
+            failed = True
+            continue
+        ptx_size = ctypes.c_size_t()
+        lib.nvrtcGetPTXSize(prog, ctypes.byref(ptx_size))
+        ptx = ctypes.create_string_buffer(ptx_size.value)
+        lib.nvrtcGetPTX(prog, ptx)
+        missing = [e for e in entries if f".entry {e}".encode() not in ptx.raw]
+        if missing:
+            print(f"nvrtc-check: {name}: entry points missing from PTX: {missing}")
+            failed = True
+            continue
+        warn = f" (log: {text})" if text else ""
+        print(f"nvrtc-check: {name}: ok, {ptx_size.value} bytes of PTX for {args.arch}{warn}")
+    print(f"nvrtc-check: NVRTC {major.value}.{minor.value}, {path}")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

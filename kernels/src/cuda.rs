@@ -1,0 +1,384 @@
+//! CUDA implementations: the sources of [`crate::SOURCES`] compiled at run time with NVRTC for
+//! the device's architecture (once per process and architecture), loaded once per device
+//! (candle's module cache) and launched on candle's stream.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use candle_core::backend::BackendStorage;
+use candle_core::cuda_backend::cudarc::driver::{
+    sys::CUfunction_attribute_enum, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+use candle_core::cuda_backend::{CudaDType, CudaFunc, CudaStorageSlice, WrapErr};
+use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor};
+
+use crate::ops::{AttentionOp, RmsNormOp, RopeOp};
+use crate::pattern::{Pattern, TILE};
+
+/// Query rows per block of the attention kernel (`ROWS` in attention.cu).
+const ROWS: usize = 4;
+/// Largest head width the attention kernel supports (`MAXD` in attention.cu).
+const MAXD: usize = 256;
+
+type PtxCache = Mutex<HashMap<(&'static str, String), String>>;
+
+/// PTX of `module` for the device's compute capability, compiled once per process.
+fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
+    static CACHE: OnceLock<PtxCache> = OnceLock::new();
+    let (major, minor) = dev.cuda_stream().context().compute_capability().w()?;
+    let arch = format!("compute_{major}{minor}");
+    let cache = CACHE.get_or_init(Default::default);
+    let mut map = cache.lock().expect("ptx cache");
+    if let Some(p) = map.get(&(module, arch.clone())) {
+        return Ok(p.clone());
+    }
+    let src = crate::SOURCES
+        .iter()
+        .find(|(name, _)| *name == module)
+        .map(|(_, src)| *src)
+        .expect("known module");
+    // CompileOptions wants a &'static str: one small leak per architecture and module.
+    let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
+    let opts = CompileOptions {
+        arch: Some(arch_static),
+        options: vec!["-default-device".into()],
+        name: Some(format!("{module}.cu")),
+        ..Default::default()
+    };
+    let compiled = compile_ptx_with_opts(src, opts)
+        .map_err(|e| candle_core::Error::Cuda(format!("NVRTC {module}.cu for {arch}: {e}").into()))?
+        .to_src();
+    map.insert((module, arch), compiled.clone());
+    Ok(compiled)
+}
+
+fn func(dev: &CudaDevice, module: &'static str, name: &str) -> Result<CudaFunc> {
+    let ptx = ptx(module, dev)?;
+    dev.get_or_load_custom_func(name, &format!("capstan_{module}"), &ptx)
+}
+
+fn suffix(s: &CudaStorage) -> Result<&'static str> {
+    Ok(match &s.slice {
+        CudaStorageSlice::F32(_) => "f32",
+        CudaStorageSlice::BF16(_) => "bf16",
+        CudaStorageSlice::F16(_) => "f16",
+        _ => bail!(
+            "capstan-kernels: CUDA kernels take f32, bf16 or f16, got {:?}",
+            s.dtype()
+        ),
+    })
+}
+
+fn offsets(l: &Layout) -> Result<(usize, usize)> {
+    l.contiguous_offsets()
+        .ok_or_else(|| candle_core::Error::Msg(format!("capstan-kernels: non-contiguous {l:?}")))
+}
+
+/// Kernel arguments of attention.cu (`AttnArgs`), field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct AttnArgs {
+    batch: i32,
+    heads: i32,
+    kv_heads: i32,
+    q_len: i32,
+    kv_len: i32,
+    dim: i32,
+    q_pos0: i64,
+    k_pos0: i64,
+    scale: f32,
+    pattern: i32,
+    window: i32,
+    neighbor: i32,
+    group: i32,
+    has_mask: i32,
+}
+
+// SAFETY: plain-old-data with the C layout of the kernel's struct.
+unsafe impl DeviceRepr for AttnArgs {}
+
+fn cuda_of(g: &Storage) -> Result<&CudaStorage> {
+    match g {
+        Storage::Cuda(s) => Ok(s),
+        _ => bail!("capstan-kernels: an extra attention input is not on the CUDA device"),
+    }
+}
+
+fn extra_slice<T: CudaDType + DeviceRepr>(
+    t: &Option<Tensor>,
+) -> Result<Option<(candle_core::StorageRef<'_>, usize, usize)>> {
+    match t {
+        Some(t) => {
+            let (g, l) = t.storage_and_layout();
+            let (a, b) = offsets(l)?;
+            cuda_of(&g)?.as_cuda_slice::<T>()?;
+            Ok(Some((g, a, b)))
+        }
+        None => Ok(None),
+    }
+}
+
+fn attention_typed<T: CudaDType + DeviceRepr>(
+    op: &AttentionOp,
+    q: &CudaStorage,
+    lq: &Layout,
+    k: &CudaStorage,
+    lk: &Layout,
+    v: &CudaStorage,
+    lv: &Layout,
+) -> Result<CudaSlice<T>> {
+    let dims = op.dims(lq, lk, lv)?;
+    if dims.dim > MAXD {
+        bail!(
+            "attention: head width {} > {MAXD} is not supported by the CUDA kernel",
+            dims.dim
+        )
+    }
+    let dev = &q.device;
+    let pos = op.positions(dims.dim);
+    let o = &op.opts;
+    let (qa, qb) = offsets(lq)?;
+    let (ka, kb) = offsets(lk)?;
+    let (va, vb) = offsets(lv)?;
+    let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
+    let ks = k.as_cuda_slice::<T>()?.slice(ka..kb);
+    let vs = v.as_cuda_slice::<T>()?.slice(va..vb);
+    let qg = extra_slice::<T>(&o.q_grouped)?;
+    let kg = extra_slice::<T>(&o.k_grouped)?;
+    let qg_s = match &qg {
+        Some((g, a, b)) => cuda_of(g)?.as_cuda_slice::<T>()?.slice(*a..*b),
+        None => q.as_cuda_slice::<T>()?.slice(qa..qb),
+    };
+    let kg_s = match &kg {
+        Some((g, a, b)) => cuda_of(g)?.as_cuda_slice::<T>()?.slice(*a..*b),
+        None => k.as_cuda_slice::<T>()?.slice(ka..kb),
+    };
+    let mask_guard = match &o.key_mask {
+        Some(t) => {
+            let (g, l) = t.storage_and_layout();
+            let (a, b) = offsets(l)?;
+            Some((g, a, b))
+        }
+        None => None,
+    };
+    let dummy_mask: CudaSlice<u8>;
+    let mask_s = match &mask_guard {
+        Some((g, a, b)) => cuda_of(g)?.as_cuda_slice::<u8>()?.slice(*a..*b),
+        None => {
+            dummy_mask = dev.alloc_zeros::<u8>(1)?;
+            dummy_mask.slice(0..1)
+        }
+    };
+    let (code, window, neighbor, group, rules) = match &o.pattern {
+        Pattern::Causal => (0, 0, 0, 0, vec![0i32; 4]),
+        Pattern::Local { window } => (1, *window as i32, 0, 0, vec![0i32; 4]),
+        Pattern::SelfExtend { neighbor, group } => {
+            (2, 0, *neighbor as i32, *group as i32, vec![0i32; 4])
+        }
+        Pattern::Scca(rules) => (
+            3,
+            0,
+            0,
+            0,
+            rules
+                .iter()
+                .flat_map(|r| [r.chunk, r.shift, r.dilation, r.offset].map(|x| x as i32))
+                .collect(),
+        ),
+        Pattern::Cross => (4, 0, 0, 0, vec![0i32; 4]),
+    };
+    let rules = dev.clone_htod(&rules)?;
+    let args = AttnArgs {
+        batch: dims.batch as i32,
+        heads: dims.heads as i32,
+        kv_heads: dims.kv_heads as i32,
+        q_len: dims.q_len as i32,
+        kv_len: dims.kv_len as i32,
+        dim: dims.dim as i32,
+        q_pos0: pos.q_pos0 as i64,
+        k_pos0: pos.k_pos0 as i64,
+        scale: pos.scale,
+        pattern: code,
+        window,
+        neighbor,
+        group,
+        has_mask: mask_guard.is_some() as i32,
+    };
+    let n = dims.batch * dims.heads * dims.q_len * dims.dim;
+    // SAFETY: every element is written by the kernel.
+    let out = unsafe { dev.alloc::<T>(n)? };
+    let tiles = if code == 2 { 3 } else { 2 };
+    let shared = (tiles * TILE * dims.dim * 4) as u32;
+    let f = func(
+        dev,
+        "attention",
+        &format!("capstan_attention_{}", suffix(q)?),
+    )?;
+    if shared > 48 * 1024 - 256 {
+        f.set_attribute(
+            CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            shared as i32,
+        )
+        .w()?;
+    }
+    let cfg = LaunchConfig {
+        grid_dim: (
+            dims.q_len.div_ceil(ROWS) as u32,
+            dims.heads as u32,
+            dims.batch as u32,
+        ),
+        block_dim: (32 * ROWS as u32, 1, 1),
+        shared_mem_bytes: shared,
+    };
+    let mut b = f.builder();
+    b.arg(&qs);
+    b.arg(&ks);
+    b.arg(&vs);
+    b.arg(&qg_s);
+    b.arg(&kg_s);
+    b.arg(&mask_s);
+    b.arg(&rules);
+    b.arg(&out);
+    b.arg(&args);
+    // SAFETY: argument list and types match capstan_attention_* in attention.cu.
+    unsafe { b.launch(cfg) }.w()?;
+    Ok(out)
+}
+
+macro_rules! dispatch {
+    ($first:expr, $f:ident, $($arg:expr),*) => {{
+        let dev = $first.device.clone();
+        let slice = match &$first.slice {
+            CudaStorageSlice::F32(_) => CudaStorageSlice::F32($f::<f32>($($arg),*)?),
+            CudaStorageSlice::BF16(_) => CudaStorageSlice::BF16($f::<half::bf16>($($arg),*)?),
+            CudaStorageSlice::F16(_) => CudaStorageSlice::F16($f::<half::f16>($($arg),*)?),
+            _ => bail!("capstan-kernels: CUDA kernels take f32, bf16 or f16, got {:?}", $first.dtype()),
+        };
+        CudaStorage { slice, device: dev }
+    }};
+}
+
+pub(crate) fn attention_fwd(
+    op: &AttentionOp,
+    q: &CudaStorage,
+    lq: &Layout,
+    k: &CudaStorage,
+    lk: &Layout,
+    v: &CudaStorage,
+    lv: &Layout,
+) -> Result<(CudaStorage, Shape)> {
+    let out = dispatch!(q, attention_typed, op, q, lq, k, lk, v, lv);
+    Ok((out, lq.shape().clone()))
+}
+
+fn rope_typed<T: CudaDType + DeviceRepr>(
+    op: &RopeOp,
+    q: &CudaStorage,
+    lq: &Layout,
+    k: &CudaStorage,
+    lk: &Layout,
+    p: &CudaStorage,
+    lp: &Layout,
+) -> Result<CudaSlice<T>> {
+    let (b, h, hk, s, d, per_row) = op.dims(lq, lk, lp)?;
+    let dev = &q.device;
+    let (qa, qb) = offsets(lq)?;
+    let (ka, kb) = offsets(lk)?;
+    let (pa, pb) = offsets(lp)?;
+    let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
+    let ks = k.as_cuda_slice::<T>()?.slice(ka..kb);
+    let ps = p.as_cuda_slice::<u32>()?.slice(pa..pb);
+    let inv = dev.clone_htod(&op.inv_freq)?;
+    let n = b * (h + hk) * s * d;
+    // SAFETY: every element is written by the kernel.
+    let out = unsafe { dev.alloc::<T>(n)? };
+    let f = func(dev, "rope", &format!("capstan_rope_{}", suffix(q)?))?;
+    let cfg = LaunchConfig::for_num_elems((n / 2).max(1) as u32);
+    let mut bld = f.builder();
+    bld.arg(&qs);
+    bld.arg(&ks);
+    bld.arg(&ps);
+    bld.arg(&inv);
+    bld.arg(&out);
+    let ints = [b, h, hk, s, d, per_row as usize].map(|x| x as i32);
+    for x in &ints {
+        bld.arg(x);
+    }
+    bld.arg(&op.factor);
+    // SAFETY: argument list and types match capstan_rope_* in rope.cu.
+    unsafe { bld.launch(cfg) }.w()?;
+    Ok(out)
+}
+
+pub(crate) fn rope_fwd(
+    op: &RopeOp,
+    q: &CudaStorage,
+    lq: &Layout,
+    k: &CudaStorage,
+    lk: &Layout,
+    p: &CudaStorage,
+    lp: &Layout,
+) -> Result<(CudaStorage, Shape)> {
+    let (b, h, hk, s, d, _) = op.dims(lq, lk, lp)?;
+    let out = dispatch!(q, rope_typed, op, q, lq, k, lk, p, lp);
+    Ok((out, Shape::from((b, h + hk, s, d))))
+}
+
+fn rms_typed<T: CudaDType + DeviceRepr>(
+    op: &RmsNormOp,
+    x: &CudaStorage,
+    lx: &Layout,
+    r: &CudaStorage,
+    lr: &Layout,
+    w: &CudaStorage,
+    lw: &Layout,
+) -> Result<CudaSlice<T>> {
+    let (rows, dim) = op.dims(lx, lr, lw)?;
+    let dev = &x.device;
+    let (xa, xb) = offsets(lx)?;
+    let (ra, rb) = offsets(lr)?;
+    let (wa, wb) = offsets(lw)?;
+    let xs = x.as_cuda_slice::<T>()?.slice(xa..xb);
+    let rs = r.as_cuda_slice::<T>()?.slice(ra..rb);
+    let ws = w.as_cuda_slice::<T>()?.slice(wa..wb);
+    // SAFETY: every element is written by the kernel.
+    let out = unsafe { dev.alloc::<T>(2 * rows * dim)? };
+    let f = func(
+        dev,
+        "rmsnorm",
+        &format!("capstan_rms_norm_residual_{}", suffix(x)?),
+    )?;
+    let cfg = LaunchConfig {
+        grid_dim: (rows as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let mut bld = f.builder();
+    bld.arg(&xs);
+    bld.arg(&rs);
+    bld.arg(&ws);
+    bld.arg(&out);
+    let (rows_i, dim_i) = (rows as i32, dim as i32);
+    bld.arg(&rows_i);
+    bld.arg(&dim_i);
+    bld.arg(&op.eps);
+    // SAFETY: argument list and types match capstan_rms_norm_residual_* in rmsnorm.cu.
+    unsafe { bld.launch(cfg) }.w()?;
+    Ok(out)
+}
+
+pub(crate) fn rms_norm_fwd(
+    op: &RmsNormOp,
+    x: &CudaStorage,
+    lx: &Layout,
+    r: &CudaStorage,
+    lr: &Layout,
+    w: &CudaStorage,
+    lw: &Layout,
+) -> Result<(CudaStorage, Shape)> {
+    let out = dispatch!(x, rms_typed, op, x, lx, r, lr, w, lw);
+    let mut dims = vec![2];
+    dims.extend_from_slice(lx.shape().dims());
+    Ok((out, Shape::from(dims)))
+}

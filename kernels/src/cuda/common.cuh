@@ -1,0 +1,48 @@
+// Shared by every Capstan kernel source (prepended before NVRTC compilation).
+// No CUDA headers: bf16 and f16 are handled as raw 16-bit values, so the sources compile with
+// NVRTC alone.
+typedef unsigned short u16;
+typedef unsigned char u8;
+typedef unsigned int u32;
+
+struct F32 {
+    typedef float T;
+    static __device__ __forceinline__ float ld(float x) { return x; }
+    static __device__ __forceinline__ float st(float x) { return x; }
+};
+
+struct BF16 {
+    typedef u16 T;
+    static __device__ __forceinline__ float ld(u16 x) { return __uint_as_float(((u32)x) << 16); }
+    // Round to nearest even, as half::bf16::from_f32; NaN stays NaN.
+    static __device__ __forceinline__ u16 st(float f) {
+        u32 u = __float_as_uint(f);
+        if ((u & 0x7fffffffu) > 0x7f800000u) return (u16)((u >> 16) | 0x40u);
+        u += 0x7fffu + ((u >> 16) & 1u);
+        return (u16)(u >> 16);
+    }
+};
+
+struct F16 {
+    typedef u16 T;
+    static __device__ __forceinline__ float ld(u16 x) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+        return f;
+    }
+    static __device__ __forceinline__ u16 st(float f) {
+        u16 h;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+        return h;
+    }
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}

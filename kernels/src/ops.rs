@@ -1,0 +1,424 @@
+//! The kernels as candle custom ops: `cpu_fwd` runs the CPU reference ([`crate::cpu`]),
+//! `cuda_fwd` the NVRTC-compiled CUDA kernel on candle's stream.
+
+use candle_core::backend::BackendStorage;
+use candle_core::{bail, CpuStorage, CustomOp3, DType, Layout, Result, Shape, Tensor, WithDType};
+
+use crate::cpu::{self, AttnDims, AttnExtras, AttnPositions};
+use crate::pattern::Pattern;
+
+/// The data of a contiguous float tensor as f32.
+pub(crate) fn cpu_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
+    let Some((a, b)) = l.contiguous_offsets() else {
+        bail!("capstan-kernels: input must be contiguous, got {:?}", l)
+    };
+    Ok(match s {
+        CpuStorage::F32(v) => v[a..b].to_vec(),
+        CpuStorage::BF16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
+        CpuStorage::F16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
+        CpuStorage::F64(v) => v[a..b].iter().map(|&x| x as f32).collect(),
+        _ => bail!(
+            "capstan-kernels: expected a float tensor, got {:?}",
+            s.dtype()
+        ),
+    })
+}
+
+fn convert<T: WithDType>(v: &[f32]) -> Vec<T> {
+    v.iter().map(|&x| T::from_f64(x as f64)).collect()
+}
+
+/// f32 results back in `dtype`.
+pub(crate) fn cpu_from_f32(v: &[f32], dtype: DType) -> Result<CpuStorage> {
+    Ok(match dtype {
+        DType::F32 => CpuStorage::F32(v.to_vec()),
+        DType::BF16 => CpuStorage::BF16(convert(v)),
+        DType::F16 => CpuStorage::F16(convert(v)),
+        DType::F64 => CpuStorage::F64(v.iter().map(|&x| x as f64).collect()),
+        d => bail!("capstan-kernels: unsupported dtype {d:?}"),
+    })
+}
+
+/// Options of [`attention`].
+#[derive(Debug, Clone)]
+pub struct AttentionOptions {
+    /// The pattern.
+    pub pattern: Pattern,
+    /// Absolute position of the first query row.
+    pub q_pos0: u64,
+    /// Absolute position of the first key row.
+    pub k_pos0: u64,
+    /// Score scale; `None`: `1 / sqrt(dim)`.
+    pub scale: Option<f32>,
+    /// SelfExtend: queries rotated at grouped positions (shaped as `q`).
+    pub q_grouped: Option<Tensor>,
+    /// SelfExtend: keys rotated at grouped positions (shaped as `k`).
+    pub k_grouped: Option<Tensor>,
+    /// `(batch, kv_len)` u8: 0 marks a padding key.
+    pub key_mask: Option<Tensor>,
+}
+
+impl AttentionOptions {
+    /// Options for `pattern` with rows starting at position 0 and no extras.
+    pub fn new(pattern: Pattern) -> Self {
+        Self {
+            pattern,
+            q_pos0: 0,
+            k_pos0: 0,
+            scale: None,
+            q_grouped: None,
+            k_grouped: None,
+            key_mask: None,
+        }
+    }
+}
+
+pub(crate) struct AttentionOp {
+    pub(crate) opts: AttentionOptions,
+}
+
+impl AttentionOp {
+    pub(crate) fn dims(&self, lq: &Layout, lk: &Layout, lv: &Layout) -> Result<AttnDims> {
+        let (batch, heads, q_len, dim) = lq.shape().dims4()?;
+        let (kb, kv_heads, kv_len, kd) = lk.shape().dims4()?;
+        if kb != batch || kd != dim || lv.shape() != lk.shape() || kv_heads == 0 {
+            bail!(
+                "attention: q {:?}, k {:?}, v {:?} do not fit (b, h, s, d) / (b, kv, t, d)",
+                lq.shape(),
+                lk.shape(),
+                lv.shape()
+            )
+        }
+        if heads % kv_heads != 0 {
+            bail!("attention: {heads} query heads are not a multiple of {kv_heads} kv heads")
+        }
+        if let Pattern::Scca(rules) = &self.opts.pattern {
+            if rules.len() != heads {
+                bail!(
+                    "attention: {} SCCA head rules for {heads} heads",
+                    rules.len()
+                )
+            }
+        }
+        Ok(AttnDims {
+            batch,
+            heads,
+            kv_heads,
+            q_len,
+            kv_len,
+            dim,
+        })
+    }
+
+    pub(crate) fn positions(&self, dim: usize) -> AttnPositions {
+        AttnPositions {
+            q_pos0: self.opts.q_pos0,
+            k_pos0: self.opts.k_pos0,
+            scale: self.opts.scale.unwrap_or(1.0 / (dim as f32).sqrt()),
+        }
+    }
+}
+
+fn tensor_f32(t: &Tensor) -> Result<Vec<f32>> {
+    t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()
+}
+
+impl CustomOp3 for AttentionOp {
+    fn name(&self) -> &'static str {
+        "capstan-attention"
+    }
+
+    fn cpu_fwd(
+        &self,
+        sq: &CpuStorage,
+        lq: &Layout,
+        sk: &CpuStorage,
+        lk: &Layout,
+        sv: &CpuStorage,
+        lv: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let dims = self.dims(lq, lk, lv)?;
+        let (q, k, v) = (cpu_f32(sq, lq)?, cpu_f32(sk, lk)?, cpu_f32(sv, lv)?);
+        let qg = self.opts.q_grouped.as_ref().map(tensor_f32).transpose()?;
+        let kg = self.opts.k_grouped.as_ref().map(tensor_f32).transpose()?;
+        let mask = match &self.opts.key_mask {
+            Some(m) => Some(
+                m.flatten_all()?
+                    .to_dtype(DType::U8)?
+                    .to_vec1::<u8>()?
+                    .into_iter()
+                    .map(|x| x != 0)
+                    .collect::<Vec<bool>>(),
+            ),
+            None => None,
+        };
+        let out = cpu::attention(
+            &q,
+            &k,
+            &v,
+            dims,
+            self.positions(dims.dim),
+            &self.opts.pattern,
+            AttnExtras {
+                q_grouped: qg.as_deref(),
+                k_grouped: kg.as_deref(),
+                key_mask: mask.as_deref(),
+            },
+        );
+        Ok((cpu_from_f32(&out, sq.dtype())?, lq.shape().clone()))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        sq: &candle_core::CudaStorage,
+        lq: &Layout,
+        sk: &candle_core::CudaStorage,
+        lk: &Layout,
+        sv: &candle_core::CudaStorage,
+        lv: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::attention_fwd(self, sq, lq, sk, lk, sv, lv)
+    }
+}
+
+fn check_extras(q: &Tensor, k: &Tensor, opts: &AttentionOptions) -> Result<()> {
+    match (&opts.pattern, &opts.q_grouped, &opts.k_grouped) {
+        (Pattern::SelfExtend { neighbor, group }, Some(qg), Some(kg)) => {
+            if *group == 0 || *neighbor == 0 {
+                bail!("SelfExtend needs group >= 1 and neighbor window >= 1")
+            }
+            if qg.dims() != q.dims() || kg.dims() != k.dims() {
+                bail!(
+                    "SelfExtend: grouped q {:?} / k {:?} must be shaped as q {:?} / k {:?}",
+                    qg.dims(),
+                    kg.dims(),
+                    q.dims(),
+                    k.dims()
+                )
+            }
+        }
+        (Pattern::SelfExtend { .. }, _, _) => {
+            bail!("SelfExtend needs q_grouped and k_grouped")
+        }
+        _ => {}
+    }
+    if let Some(m) = &opts.key_mask {
+        let (b, _, t, _) = k.dims4()?;
+        if m.dims() != [b, t] {
+            bail!("key_mask {:?}, expected [{b}, {t}]", m.dims())
+        }
+    }
+    Ok(())
+}
+
+/// Attention of `q` `(b, h, s, d)` over `k`, `v` `(b, kv_heads, t, d)` with a pattern;
+/// returns `(b, h, s, d)` in `q`'s dtype (f32 accumulation).
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<Tensor> {
+    check_extras(q, k, &opts)?;
+    let mut opts = opts;
+    opts.q_grouped = opts.q_grouped.map(|t| t.contiguous()).transpose()?;
+    opts.k_grouped = opts.k_grouped.map(|t| t.contiguous()).transpose()?;
+    opts.key_mask = opts
+        .key_mask
+        .map(|t| t.to_dtype(DType::U8)?.contiguous())
+        .transpose()?;
+    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
+    q.apply_op3_no_bwd(&k, &v, &AttentionOp { opts })
+}
+
+pub(crate) struct RopeOp {
+    pub(crate) inv_freq: Vec<f32>,
+    pub(crate) factor: f32,
+}
+
+impl RopeOp {
+    pub(crate) fn dims(
+        &self,
+        lq: &Layout,
+        lk: &Layout,
+        lp: &Layout,
+    ) -> Result<(usize, usize, usize, usize, usize, bool)> {
+        let (b, h, s, d) = lq.shape().dims4()?;
+        let (kb, hk, ks, kd) = lk.shape().dims4()?;
+        if kb != b || ks != s || kd != d || d % 2 != 0 || self.inv_freq.len() != d / 2 {
+            bail!(
+                "rope: q {:?} and k {:?} must be (b, h, s, d) with the same b, s and even d = 2 * {}",
+                lq.shape(),
+                lk.shape(),
+                self.inv_freq.len()
+            )
+        }
+        let per_row = match lp.shape().dims() {
+            [n] if *n == s => false,
+            [pb, n] if *pb == b && *n == s => true,
+            other => bail!("rope: positions {other:?}, expected [{s}] or [{b}, {s}]"),
+        };
+        Ok((b, h, hk, s, d, per_row))
+    }
+}
+
+impl CustomOp3 for RopeOp {
+    fn name(&self) -> &'static str {
+        "capstan-rope-qk"
+    }
+
+    fn cpu_fwd(
+        &self,
+        sq: &CpuStorage,
+        lq: &Layout,
+        sk: &CpuStorage,
+        lk: &Layout,
+        sp: &CpuStorage,
+        lp: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        let (b, h, hk, s, d, per_row) = self.dims(lq, lk, lp)?;
+        let pos = match sp {
+            CpuStorage::U32(v) => {
+                let (a, e) = lp.contiguous_offsets().expect("contiguous positions");
+                let p = &v[a..e];
+                if per_row {
+                    p.to_vec()
+                } else {
+                    p.repeat(b)
+                }
+            }
+            _ => bail!("rope: positions must be u32"),
+        };
+        let mut q = cpu_f32(sq, lq)?;
+        let mut k = cpu_f32(sk, lk)?;
+        cpu::rope(&mut q, (b, h, s, d), &pos, &self.inv_freq, self.factor);
+        cpu::rope(&mut k, (b, hk, s, d), &pos, &self.inv_freq, self.factor);
+        // (b, h + hk, s, d): per batch row, the q heads then the k heads.
+        let mut out = Vec::with_capacity(q.len() + k.len());
+        let (qs, ks) = (h * s * d, hk * s * d);
+        for r in 0..b {
+            out.extend_from_slice(&q[r * qs..(r + 1) * qs]);
+            out.extend_from_slice(&k[r * ks..(r + 1) * ks]);
+        }
+        Ok((
+            cpu_from_f32(&out, sq.dtype())?,
+            Shape::from((b, h + hk, s, d)),
+        ))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        sq: &candle_core::CudaStorage,
+        lq: &Layout,
+        sk: &candle_core::CudaStorage,
+        lk: &Layout,
+        sp: &candle_core::CudaStorage,
+        lp: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::rope_fwd(self, sq, lq, sk, lk, sp, lp)
+    }
+}
+
+/// Parameters of [`rope_qk`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeParams {
+    /// RoPE base (`rope_theta`).
+    pub base: f64,
+    /// Linear scaling factor (position interpolation; 1 = none).
+    pub factor: f64,
+}
+
+/// Fused RoPE of `q` `(b, h, s, d)` and `k` `(b, kv_heads, s, d)` at explicit `positions`
+/// (u32, `(s)` or `(b, s)`), in one kernel; returns the rotated `(q, k)`.
+pub fn rope_qk(
+    q: &Tensor,
+    k: &Tensor,
+    positions: &Tensor,
+    params: RopeParams,
+) -> Result<(Tensor, Tensor)> {
+    let (_, h, _, d) = q.dims4()?;
+    let (_, hk, _, _) = k.dims4()?;
+    let op = RopeOp {
+        inv_freq: cpu::inv_freq(params.base, d),
+        factor: params.factor as f32,
+    };
+    let (q, k) = (q.contiguous()?, k.contiguous()?);
+    let p = positions.to_dtype(DType::U32)?.contiguous()?;
+    let both = q.apply_op3_no_bwd(&k, &p, &op)?;
+    Ok((both.narrow(1, 0, h)?, both.narrow(1, h, hk)?))
+}
+
+pub(crate) struct RmsNormOp {
+    pub(crate) eps: f32,
+}
+
+impl RmsNormOp {
+    pub(crate) fn dims(&self, lx: &Layout, lr: &Layout, lw: &Layout) -> Result<(usize, usize)> {
+        let dim = *lx.shape().dims().last().unwrap_or(&0);
+        if lx.shape() != lr.shape() || lw.shape().dims() != [dim] || dim == 0 {
+            bail!(
+                "rms_norm_residual: x {:?}, residual {:?}, weight {:?}",
+                lx.shape(),
+                lr.shape(),
+                lw.shape()
+            )
+        }
+        Ok((lx.shape().elem_count() / dim, dim))
+    }
+}
+
+impl CustomOp3 for RmsNormOp {
+    fn name(&self) -> &'static str {
+        "capstan-rms-norm-residual"
+    }
+
+    fn cpu_fwd(
+        &self,
+        sx: &CpuStorage,
+        lx: &Layout,
+        sr: &CpuStorage,
+        lr: &Layout,
+        sw: &CpuStorage,
+        lw: &Layout,
+    ) -> Result<(CpuStorage, Shape)> {
+        self.dims(lx, lr, lw)?;
+        let (sum, normed) = cpu::rms_norm_residual(
+            &cpu_f32(sx, lx)?,
+            &cpu_f32(sr, lr)?,
+            &cpu_f32(sw, lw)?,
+            self.eps,
+        );
+        let mut out = sum;
+        out.extend_from_slice(&normed);
+        let mut dims = vec![2];
+        dims.extend_from_slice(lx.shape().dims());
+        Ok((cpu_from_f32(&out, sx.dtype())?, Shape::from(dims)))
+    }
+
+    #[cfg(feature = "cuda")]
+    fn cuda_fwd(
+        &self,
+        sx: &candle_core::CudaStorage,
+        lx: &Layout,
+        sr: &candle_core::CudaStorage,
+        lr: &Layout,
+        sw: &candle_core::CudaStorage,
+        lw: &Layout,
+    ) -> Result<(candle_core::CudaStorage, Shape)> {
+        crate::cuda::rms_norm_fwd(self, sx, lx, sr, lr, sw, lw)
+    }
+}
+
+/// RMSNorm with the residual add fused: returns `(x + residual, rms_norm(x + residual) *
+/// weight)`; the norm is computed in f32 from the unrounded sum.
+pub fn rms_norm_residual(
+    x: &Tensor,
+    residual: &Tensor,
+    weight: &Tensor,
+    eps: f64,
+) -> Result<(Tensor, Tensor)> {
+    let op = RmsNormOp { eps: eps as f32 };
+    let both = x.contiguous()?.apply_op3_no_bwd(
+        &residual.contiguous()?,
+        &weight.to_dtype(x.dtype())?.contiguous()?,
+        &op,
+    )?;
+    Ok((both.get(0)?, both.get(1)?))
+}
