@@ -1,15 +1,45 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: set up, generate the encyclopedia,
-# index it, search it and evaluate retrieval.
+# index it, search it, evaluate retrieval, then serve it and ask the HTTP API
+# a few questions, printing the answers with their sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
 data="$CAPSTAN_HOME/demo"
-"$CAPSTAN_BIN" corpus generate --out "$data/encyclopedia" --seed 42
+docs="${CAPSTAN_DEMO_DOCUMENTS:-3000}"
+"$CAPSTAN_BIN" corpus generate --out "$data/encyclopedia" --seed 42 --documents "$docs"
 "$CAPSTAN_BIN" index "$data/encyclopedia/corpus.jsonl" --out "$data/index"
 question=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' "$data/encyclopedia/questions.jsonl")
-echo; echo "search (hybrid): $question"
+echo; echo "== capstan search (hybrid): $question"
 "$CAPSTAN_BIN" search "$data/index" "$question" -k 3
-echo
-"$CAPSTAN_BIN" eval retrieval "$data/index" --dataset "$data/encyclopedia" --out "$data/eval-retrieval"
+echo; echo "== capstan eval retrieval"
+"$CAPSTAN_BIN" eval retrieval "$data/index" --dataset "$data/encyclopedia" --out "$data/eval-retrieval" --quiet
+
+port="${CAPSTAN_DEMO_PORT:-8080}"
+echo; echo "== capstan serve on 127.0.0.1:$port"
+"$CAPSTAN_BIN" serve --index "$data/index" --addr "127.0.0.1:$port" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+  sleep 0.2
+done
+python3 - "$data/encyclopedia/questions.jsonl" "$port" <<'PY'
+import json, sys, urllib.request
+questions = [json.loads(l) for l in open(sys.argv[1])][:3]
+for q in questions:
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{sys.argv[2]}/v1/qa",
+        data=json.dumps({"question": q["question"], "k": 5}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    a = json.load(urllib.request.urlopen(req))
+    print(f"\nQ: {q['question']}   (gold: {', '.join(q['answers'])})")
+    print(f"A: {a['answer']}")
+    for i, p in enumerate(a["passages"], 1):
+        mark = "*" if p["passage_id"] in a["citations"] else " "
+        print(f"  {mark}[{i}] {p['title']} ({p['passage_id']})")
+    print(f"  {a['timings']['total_ms']:.1f} ms")
+PY
+echo; echo "open http://127.0.0.1:$port/ for the web page; stopping the demo server now"
