@@ -4,18 +4,20 @@
 //! `1_Pooling/config.json` ask for.
 //!
 //! Reference: sentence-transformers' `Transformer` -> `Pooling` -> `Normalize`
-//! modules; the BERT itself is candle-transformers' `BertModel`, which mirrors
-//! HF transformers' `BertModel`.
+//! modules. On the CPU the BERT is Capstan's own (`bert.rs`: packed sequences,
+//! no padding, fused kernels); on other devices candle-transformers'
+//! `BertModel`. Both mirror HF transformers' `BertModel`.
 
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use candle_transformers::models::bert::{BertModel as CandleBert, Config as CandleBertConfig};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
+use crate::bert::{BertModel, Config as BertConfig};
 use crate::error::{Error, Result};
 
 /// How token states become one vector (sentence-transformers' pooling modes).
@@ -50,15 +52,27 @@ pub struct EncoderInfo {
 
 /// A loaded dense encoder. Immutable; share it behind an `Arc`.
 pub struct Encoder {
-    model: BertModel,
+    model: Model,
     tokenizer: Tokenizer,
     pad_id: u32,
     info: EncoderInfo,
     device: Device,
 }
 
-/// Sequences encoded together; sorted by length first so padding stays small.
+/// The BERT behind an encoder.
+enum Model {
+    /// Capstan's CPU BERT over packed (unpadded) sequences.
+    Cpu(BertModel),
+    /// candle-transformers' BERT over padded batches, for other devices.
+    Candle(CandleBert),
+}
+
+/// Sequences encoded together on a non-CPU device; sorted by length first so
+/// padding stays small.
 const BATCH_SIZE: usize = 32;
+
+/// Tokens packed into one CPU forward pass (sequences are not padded).
+const CPU_BATCH_TOKENS: usize = 4096;
 
 #[derive(Deserialize)]
 struct ModuleEntry {
@@ -104,8 +118,8 @@ impl Encoder {
             ));
         }
         let config_path = dir.join("config.json");
-        let config_bytes = std::fs::read(&config_path)
-            .map_err(|e| err(format!("config.json: {e}")))?;
+        let config_bytes =
+            std::fs::read(&config_path).map_err(|e| err(format!("config.json: {e}")))?;
         let config: BertConfig = serde_json::from_slice(&config_bytes)
             .map_err(|e| err(format!("config.json is not a BERT config: {e}")))?;
         let config_sha256 = format!("{:x}", Sha256::digest(&config_bytes));
@@ -141,9 +155,17 @@ impl Encoder {
             VarBuilder::from_pth(&pth, dtype, device)
                 .map_err(|e| err(format!("pytorch_model.bin: {e}")))?
         } else {
-            return Err(err("neither model.safetensors nor pytorch_model.bin is present".into()));
+            return Err(err(
+                "neither model.safetensors nor pytorch_model.bin is present".into(),
+            ));
         };
-        let model = BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?;
+        let model = if device.is_cpu() {
+            Model::Cpu(BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
+        } else {
+            let config: CandleBertConfig = serde_json::from_slice(&config_bytes)
+                .map_err(|e| err(format!("config.json is not a BERT config: {e}")))?;
+            Model::Candle(CandleBert::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
+        };
         Ok(Self {
             model,
             tokenizer,
@@ -189,18 +211,80 @@ impl Encoder {
         let mut order: Vec<usize> = (0..encodings.len()).collect();
         order.sort_by_key(|&i| encodings[i].get_ids().len());
         let mut out = vec![Vec::new(); encodings.len()];
-        for batch in order.chunks(BATCH_SIZE) {
+        let mut start = 0;
+        while start < order.len() {
+            let end = match self.model {
+                Model::Cpu(_) => {
+                    let mut end = start + 1;
+                    let mut tokens = encodings[order[start]].get_ids().len();
+                    while end < order.len() {
+                        tokens += encodings[order[end]].get_ids().len();
+                        if tokens > CPU_BATCH_TOKENS {
+                            break;
+                        }
+                        end += 1;
+                    }
+                    end
+                }
+                Model::Candle(_) => (start + BATCH_SIZE).min(order.len()),
+            };
+            let batch = &order[start..end];
             let ids: Vec<&[u32]> = batch.iter().map(|&i| encodings[i].get_ids()).collect();
-            let vectors = self.embed_ids(&ids)?;
+            let vectors = match &self.model {
+                Model::Cpu(model) => self.embed_packed(model, &ids)?,
+                Model::Candle(model) => self.embed_padded(model, &ids)?,
+            };
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }
+            start = end;
         }
         Ok(out)
     }
 
-    /// Embeds one batch of token id sequences (already truncated).
-    fn embed_ids(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+    /// Embeds one batch of token id sequences (already truncated) with the
+    /// CPU BERT, packed without padding.
+    fn embed_packed(&self, model: &BertModel, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+        let states = model.forward(ids)?;
+        let h = self.info.dimension;
+        let mut rows = states.chunks_exact(h);
+        let mut out = Vec::with_capacity(ids.len());
+        for seq in ids {
+            let seq_rows: Vec<&[f32]> = rows.by_ref().take(seq.len()).collect();
+            let mut pooled = match self.info.pooling {
+                Pooling::Mean => {
+                    let mut sum = vec![0f32; h];
+                    for row in &seq_rows {
+                        sum.iter_mut().zip(*row).for_each(|(s, v)| *s += v);
+                    }
+                    let count = (seq_rows.len() as f32).max(1e-9);
+                    sum.iter_mut().for_each(|s| *s /= count);
+                    sum
+                }
+                Pooling::Cls => seq_rows
+                    .first()
+                    .map(|r| r.to_vec())
+                    .unwrap_or_else(|| vec![0f32; h]),
+                Pooling::Max => {
+                    let mut max = vec![f32::NEG_INFINITY; h];
+                    for row in &seq_rows {
+                        max.iter_mut().zip(*row).for_each(|(m, v)| *m = m.max(*v));
+                    }
+                    max
+                }
+            };
+            if self.info.normalize {
+                let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+                pooled.iter_mut().for_each(|v| *v /= norm);
+            }
+            out.push(pooled);
+        }
+        Ok(out)
+    }
+
+    /// Embeds one batch of token id sequences (already truncated) with
+    /// candle-transformers' BERT, padded to the longest.
+    fn embed_padded(&self, model: &CandleBert, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let n = ids.len();
         let len = ids.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
         let mut flat_ids = Vec::with_capacity(n * len);
@@ -214,7 +298,7 @@ impl Encoder {
         let input_ids = Tensor::from_vec(flat_ids, (n, len), &self.device)?;
         let mask = Tensor::from_vec(flat_mask, (n, len), &self.device)?;
         let token_type_ids = input_ids.zeros_like()?;
-        let states = self.model.forward(&input_ids, &token_type_ids, Some(&mask))?;
+        let states = model.forward(&input_ids, &token_type_ids, Some(&mask))?;
         let mask_f = mask.to_dtype(states.dtype())?.unsqueeze(2)?;
         let pooled = match self.info.pooling {
             Pooling::Mean => {
@@ -230,7 +314,11 @@ impl Encoder {
             }
         };
         let pooled = if self.info.normalize {
-            let norm = pooled.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+            let norm = pooled
+                .sqr()?
+                .sum_keepdim(1)?
+                .sqrt()?
+                .clamp(1e-12, f64::MAX)?;
             pooled.broadcast_div(&norm)?
         } else {
             pooled
@@ -239,7 +327,9 @@ impl Encoder {
     }
 }
 
-fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> std::result::Result<Option<T>, String> {
+fn read_json<T: serde::de::DeserializeOwned>(
+    path: &Path,
+) -> std::result::Result<Option<T>, String> {
     match std::fs::read(path) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map(Some)
@@ -284,4 +374,42 @@ fn read_pooling(dir: &Path) -> std::result::Result<(Pooling, bool), String> {
         }
     };
     Ok((pooling, normalize))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Not a check: writes the embeddings of the first `CAPSTAN_EMBED_N`
+    /// passages of a `passages.jsonl` (`title + ". " + text`) as little-endian
+    /// f32 rows, for bench/encode_vs_sentence_transformers.py to compare with
+    /// sentence-transformers'.
+    #[test]
+    #[ignore = "run by bench/encode_vs_sentence_transformers.py"]
+    fn dump_embeddings() {
+        let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"));
+        let n: usize = var("CAPSTAN_EMBED_N").parse().unwrap();
+        let texts: Vec<String> = std::fs::read_to_string(var("CAPSTAN_EMBED_IN"))
+            .unwrap()
+            .lines()
+            .take(n)
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                format!(
+                    "{}. {}",
+                    v["title"].as_str().unwrap(),
+                    v["text"].as_str().unwrap()
+                )
+            })
+            .collect();
+        let encoder = Encoder::load(Path::new(&var("CAPSTAN_ENCODER"))).unwrap();
+        let bytes: Vec<u8> = encoder
+            .embed(&texts)
+            .unwrap()
+            .iter()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        std::fs::write(var("CAPSTAN_EMBED_OUT"), bytes).unwrap();
+    }
 }

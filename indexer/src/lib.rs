@@ -15,6 +15,7 @@
 //! ```
 #![warn(missing_docs)]
 
+mod bert;
 mod bm25;
 mod chunk;
 mod dense;

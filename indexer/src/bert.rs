@@ -1,0 +1,692 @@
+//! A BERT encoder (Devlin et al. 2019, <https://arxiv.org/abs/1810.04805>)
+//! whose forward pass is written for CPU throughput: the sequences of a batch
+//! are packed end to end with no padding, Q, K and V come from one fused
+//! matmul, attention runs per (sequence, head) on all cores, bias, residual,
+//! GELU and LayerNorm are tight loops over contiguous `f32` rows, and the big
+//! matmuls call the `gemm` crate (candle's CPU matmul) directly.
+//!
+//! Reference: Hugging Face transformers' `models/bert/modeling_bert.py`
+//! (`BertEmbeddings`, `BertSelfAttention`, `BertSelfOutput`,
+//! `BertIntermediate`, `BertOutput`, `BertLayer`), eager attention, absolute
+//! positions, `f32` throughout so that results equal sentence-transformers'.
+
+use candle_core::{bail, DType, Result, Tensor};
+use candle_nn::VarBuilder;
+use rayon::prelude::*;
+use serde::Deserialize;
+
+/// The activation of the intermediate layer (`hidden_act` in config.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum HiddenAct {
+    /// GELU with the exact erf (HF `gelu`).
+    #[serde(rename = "gelu")]
+    Gelu,
+    /// GELU's tanh approximation (HF `gelu_new`, `gelu_pytorch_tanh`).
+    #[serde(rename = "gelu_new", alias = "gelu_pytorch_tanh")]
+    GeluTanh,
+    /// ReLU.
+    #[serde(rename = "relu")]
+    Relu,
+}
+
+/// Position embeddings; only BERT's learned absolute positions are supported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PositionEmbeddingType {
+    /// Learned absolute positions.
+    #[default]
+    Absolute,
+}
+
+/// `config.json` of a Hugging Face BERT checkpoint (the fields the encoder uses).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Config {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub intermediate_size: usize,
+    #[serde(default = "default_act")]
+    pub hidden_act: HiddenAct,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_type_vocab_size")]
+    pub type_vocab_size: usize,
+    #[serde(default = "default_layer_norm_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default)]
+    pub pad_token_id: usize,
+    #[serde(default)]
+    pub position_embedding_type: PositionEmbeddingType,
+    #[serde(default)]
+    pub model_type: Option<String>,
+}
+
+fn default_act() -> HiddenAct {
+    HiddenAct::Gelu
+}
+
+fn default_type_vocab_size() -> usize {
+    2
+}
+
+fn default_layer_norm_eps() -> f64 {
+    1e-12
+}
+
+/// A tensor's values as a flat `f32` vector.
+fn flat(t: &Tensor) -> Result<Vec<f32>> {
+    t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
+}
+
+/// `nn.Linear`, stored transposed (`in x out`, row-major) so that `gemm`
+/// reads it without packing.
+struct Linear {
+    w_t: Vec<f32>,
+    bias: Vec<f32>,
+    n_in: usize,
+    n_out: usize,
+}
+
+impl Linear {
+    /// Loads several `nn.Linear(n_in, n_out_i)` and concatenates their
+    /// outputs (one matmul for Q, K and V).
+    fn load_concat(vbs: &[VarBuilder], n_in: usize, n_out: usize) -> Result<Self> {
+        let mut ws = Vec::with_capacity(vbs.len());
+        let mut bs = Vec::with_capacity(vbs.len());
+        for vb in vbs {
+            ws.push(vb.get((n_out, n_in), "weight")?);
+            bs.push(vb.get(n_out, "bias")?);
+        }
+        let w = Tensor::cat(&ws, 0)?;
+        let b = Tensor::cat(&bs, 0)?;
+        Ok(Self {
+            w_t: flat(&w.t()?.contiguous()?)?,
+            bias: flat(&b)?,
+            n_in,
+            n_out: n_out * vbs.len(),
+        })
+    }
+
+    fn load(vb: VarBuilder, n_in: usize, n_out: usize) -> Result<Self> {
+        Self::load_concat(&[vb], n_in, n_out)
+    }
+
+    /// `dst = src · Wᵀ + b`, or with `accumulate` `dst += src · Wᵀ + b`
+    /// (a fused residual connection); `src` is `rows x n_in`, `dst` is
+    /// `rows x n_out`.
+    fn forward_into(&self, src: &[f32], dst: &mut [f32], rows: usize, accumulate: bool) {
+        assert_eq!(src.len(), rows * self.n_in);
+        assert_eq!(dst.len(), rows * self.n_out);
+        let bias = &self.bias;
+        dst.par_chunks_mut(self.n_out * 64).for_each(|block| {
+            for row in block.chunks_exact_mut(self.n_out) {
+                if accumulate {
+                    row.iter_mut().zip(bias).for_each(|(d, b)| *d += b);
+                } else {
+                    row.copy_from_slice(bias);
+                }
+            }
+        });
+        // SAFETY: the slices' lengths were checked above against the shapes
+        // and strides given to gemm; dst does not alias src or the weights.
+        unsafe {
+            gemm::gemm(
+                rows,
+                self.n_out,
+                self.n_in,
+                dst.as_mut_ptr(),
+                1,
+                self.n_out as isize,
+                true,
+                src.as_ptr(),
+                1,
+                self.n_in as isize,
+                self.w_t.as_ptr(),
+                1,
+                self.n_out as isize,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                parallelism(),
+            );
+        }
+    }
+}
+
+/// The `gemm` parallelism for the big matmuls: every rayon thread.
+fn parallelism() -> gemm::Parallelism {
+    match rayon::current_num_threads() {
+        0 | 1 => gemm::Parallelism::None,
+        n => gemm::Parallelism::Rayon(n),
+    }
+}
+
+/// `nn.LayerNorm` over the last dimension.
+struct LayerNorm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    eps: f32,
+}
+
+impl LayerNorm {
+    fn load(vb: VarBuilder, size: usize, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight: flat(&vb.get(size, "weight")?)?,
+            bias: flat(&vb.get(size, "bias")?)?,
+            eps: eps as f32,
+        })
+    }
+
+    /// Normalises every row of `x` (`rows x size`) in place.
+    fn forward_inplace(&self, x: &mut [f32]) {
+        let size = self.weight.len();
+        x.par_chunks_mut(size * 32).for_each(|block| {
+            for row in block.chunks_exact_mut(size) {
+                layer_norm_row(row, &self.weight, &self.bias, self.eps);
+            }
+        });
+    }
+}
+
+/// Sum with eight lanes, so that the reduction vectorises.
+#[inline(always)]
+fn sum(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let mut chunks = x.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += v;
+        }
+    }
+    acc.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
+}
+
+#[inline(always)]
+fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
+    let n = row.len() as f32;
+    let mean = sum(row) / n;
+    let mut acc = [0f32; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += (v - mean) * (v - mean);
+        }
+    }
+    let var = (acc.iter().sum::<f32>()
+        + chunks
+            .remainder()
+            .iter()
+            .map(|v| (v - mean) * (v - mean))
+            .sum::<f32>())
+        / n;
+    let inv = 1.0 / (var + eps).sqrt();
+    for ((v, w), b) in row.iter_mut().zip(weight).zip(bias) {
+        *v = (*v - mean) * inv * w + b;
+    }
+}
+
+/// `BertEmbeddings`: word + token type (always 0) + absolute position, then LayerNorm.
+struct Embeddings {
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type0: Vec<f32>,
+    layer_norm: LayerNorm,
+    vocab_size: usize,
+    max_positions: usize,
+    hidden: usize,
+}
+
+impl Embeddings {
+    fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let token_type = vb.get((cfg.type_vocab_size, h), "token_type_embeddings.weight")?;
+        Ok(Self {
+            word: flat(&vb.get((cfg.vocab_size, h), "word_embeddings.weight")?)?,
+            position: flat(&vb.get(
+                (cfg.max_position_embeddings, h),
+                "position_embeddings.weight",
+            )?)?,
+            token_type0: flat(&token_type.get(0)?)?,
+            layer_norm: LayerNorm::load(vb.pp("LayerNorm"), h, cfg.layer_norm_eps)?,
+            vocab_size: cfg.vocab_size,
+            max_positions: cfg.max_position_embeddings,
+            hidden: h,
+        })
+    }
+
+    /// Fills `x` (`total tokens x hidden`) for the packed sequences.
+    fn forward_into(&self, seqs: &[&[u32]], x: &mut [f32]) -> Result<()> {
+        let h = self.hidden;
+        let mut rows = x.chunks_exact_mut(h);
+        for seq in seqs {
+            if seq.len() > self.max_positions {
+                bail!(
+                    "sequence of {} tokens, the model has {} positions",
+                    seq.len(),
+                    self.max_positions
+                );
+            }
+            for (pos, &id) in seq.iter().enumerate() {
+                let id = id as usize;
+                if id >= self.vocab_size {
+                    bail!(
+                        "token id {id} outside the vocabulary of {}",
+                        self.vocab_size
+                    );
+                }
+                let row = rows.next().expect("x holds every token");
+                let word = &self.word[id * h..(id + 1) * h];
+                let position = &self.position[pos * h..(pos + 1) * h];
+                for (((r, w), t), p) in row
+                    .iter_mut()
+                    .zip(word)
+                    .zip(&self.token_type0)
+                    .zip(position)
+                {
+                    *r = (w + t) + p;
+                }
+            }
+        }
+        self.layer_norm.forward_inplace(x);
+        Ok(())
+    }
+}
+
+/// A raw pointer that rayon tasks writing disjoint parts of one buffer share.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: every task writes a disjoint (sequence, head) block.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// The pointer (a method, so that closures capture the whole `Sync` struct).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// `BertSelfAttention` (Q, K, V fused) + `BertSelfOutput` (dense, residual, LayerNorm).
+struct Attention {
+    qkv: Linear,
+    output: Linear,
+    layer_norm: LayerNorm,
+    heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
+        let h = cfg.hidden_size;
+        if !h.is_multiple_of(cfg.num_attention_heads) {
+            bail!(
+                "hidden_size {h} is not a multiple of num_attention_heads {}",
+                cfg.num_attention_heads
+            );
+        }
+        let sa = vb.pp("self");
+        Ok(Self {
+            qkv: Linear::load_concat(&[sa.pp("query"), sa.pp("key"), sa.pp("value")], h, h)?,
+            output: Linear::load(vb.pp("output.dense"), h, h)?,
+            layer_norm: LayerNorm::load(vb.pp("output.LayerNorm"), h, cfg.layer_norm_eps)?,
+            heads: cfg.num_attention_heads,
+            head_dim: h / cfg.num_attention_heads,
+        })
+    }
+
+    /// `x = LayerNorm(x + dense(attention(x)))` over packed sequences.
+    fn forward(&self, x: &mut [f32], spans: &[(usize, usize)], buf: &mut Buffers) {
+        let rows = buf.rows;
+        let h = self.heads * self.head_dim;
+        let (d, h3) = (self.head_dim, 3 * h);
+        self.qkv.forward_into(x, &mut buf.qkv, rows, false);
+        let qkv = &buf.qkv;
+        let ctx = SharedMut(buf.ctx.as_mut_ptr());
+        let scale = 1.0 / (d as f32).sqrt();
+        let tasks: Vec<(usize, usize, usize)> = spans
+            .iter()
+            .flat_map(|&(start, len)| (0..self.heads).map(move |head| (start, len, head)))
+            .collect();
+        tasks
+            .par_iter()
+            .for_each_init(Vec::new, |scores: &mut Vec<f32>, &(start, len, head)| {
+                scores.resize(len * len, 0.0);
+                let q = qkv[start * h3 + head * d..].as_ptr();
+                let k = qkv[start * h3 + h + head * d..].as_ptr();
+                let v = qkv[start * h3 + 2 * h + head * d..].as_ptr();
+                // SAFETY: q, k, v address rows start..start + len of the packed
+                // `rows x 3h` buffer (len rows of stride 3h, d columns each);
+                // scores holds len x len; the context block (rows start..start +
+                // len, columns head*d..head*d + d of `rows x h`) belongs to this
+                // task alone.
+                unsafe {
+                    // scores = scale · Q Kᵀ
+                    gemm::gemm(
+                        len,
+                        len,
+                        d,
+                        scores.as_mut_ptr(),
+                        1,
+                        len as isize,
+                        false,
+                        q,
+                        1,
+                        h3 as isize,
+                        k,
+                        h3 as isize,
+                        1,
+                        0.0,
+                        scale,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                    for row in scores.chunks_exact_mut(len) {
+                        softmax_inplace(row);
+                    }
+                    // context = P V
+                    gemm::gemm(
+                        len,
+                        d,
+                        len,
+                        ctx.ptr().add(start * h + head * d),
+                        1,
+                        h as isize,
+                        false,
+                        scores.as_ptr(),
+                        1,
+                        len as isize,
+                        v,
+                        1,
+                        h3 as isize,
+                        0.0,
+                        1.0,
+                        false,
+                        false,
+                        false,
+                        gemm::Parallelism::None,
+                    );
+                }
+            });
+        self.output.forward_into(&buf.ctx, x, rows, true);
+        self.layer_norm.forward_inplace(x);
+    }
+}
+
+/// `BertIntermediate` (dense + activation) + `BertOutput` (dense, residual, LayerNorm).
+struct FeedForward {
+    intermediate: Linear,
+    output: Linear,
+    layer_norm: LayerNorm,
+    act: HiddenAct,
+}
+
+impl FeedForward {
+    fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        Ok(Self {
+            intermediate: Linear::load(vb.pp("intermediate.dense"), h, i)?,
+            output: Linear::load(vb.pp("output.dense"), i, h)?,
+            layer_norm: LayerNorm::load(vb.pp("output.LayerNorm"), h, cfg.layer_norm_eps)?,
+            act: cfg.hidden_act,
+        })
+    }
+
+    fn forward(&self, x: &mut [f32], buf: &mut Buffers) {
+        let rows = buf.rows;
+        self.intermediate
+            .forward_into(x, &mut buf.inter, rows, false);
+        let act = self.act;
+        buf.inter
+            .par_chunks_mut(8192)
+            .for_each(|chunk| activate(act, chunk));
+        self.output.forward_into(&buf.inter, x, rows, true);
+        self.layer_norm.forward_inplace(x);
+    }
+}
+
+/// `BertLayer`.
+struct Layer {
+    attention: Attention,
+    feed_forward: FeedForward,
+}
+
+impl Layer {
+    fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
+        Ok(Self {
+            attention: Attention::load(vb.pp("attention"), cfg)?,
+            feed_forward: FeedForward::load(vb.clone(), cfg)?,
+        })
+    }
+}
+
+/// Activations of one forward pass.
+struct Buffers {
+    rows: usize,
+    qkv: Vec<f32>,
+    ctx: Vec<f32>,
+    inter: Vec<f32>,
+}
+
+/// `BertModel` without the pooler: packed token ids in, last hidden states out.
+pub struct BertModel {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+    hidden: usize,
+    intermediate: usize,
+}
+
+impl BertModel {
+    /// Loads the weights; tensor names as in HF checkpoints (`embeddings.*`,
+    /// `encoder.layer.{i}.*`), with or without a `bert.` prefix. The weights
+    /// are copied to host memory as `f32`.
+    pub fn load(vb: VarBuilder, cfg: &Config) -> Result<Self> {
+        if !vb.device().is_cpu() {
+            bail!("this BERT runs on the CPU only, got {:?}", vb.device());
+        }
+        // The only variant; other position types fail to deserialize.
+        let PositionEmbeddingType::Absolute = cfg.position_embedding_type;
+        let vb = if vb.contains_tensor("embeddings.word_embeddings.weight") {
+            vb
+        } else {
+            vb.pp(cfg.model_type.as_deref().unwrap_or("bert"))
+        };
+        let embeddings = Embeddings::load(vb.pp("embeddings"), cfg)?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| Layer::load(vb.pp(format!("encoder.layer.{i}")), cfg))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            embeddings,
+            layers,
+            hidden: cfg.hidden_size,
+            intermediate: cfg.intermediate_size,
+        })
+    }
+
+    /// Runs the encoder over `seqs` packed end to end (no padding, so no
+    /// mask; token type 0). Returns the last hidden states, `total tokens x
+    /// hidden`, row-major, sequence after sequence.
+    pub fn forward(&self, seqs: &[&[u32]]) -> Result<Vec<f32>> {
+        let mut spans = Vec::with_capacity(seqs.len());
+        let mut rows = 0;
+        for s in seqs {
+            spans.push((rows, s.len()));
+            rows += s.len();
+        }
+        let h = self.hidden;
+        let mut x = vec![0f32; rows * h];
+        self.embeddings.forward_into(seqs, &mut x)?;
+        let mut buf = Buffers {
+            rows,
+            qkv: vec![0f32; rows * 3 * h],
+            ctx: vec![0f32; rows * h],
+            inter: vec![0f32; rows * self.intermediate],
+        };
+        for layer in &self.layers {
+            layer.attention.forward(&mut x, &spans, &mut buf);
+            layer.feed_forward.forward(&mut x, &mut buf);
+        }
+        Ok(x)
+    }
+}
+
+/// Runs `$body` (a call on slices) compiled for AVX2 when the CPU has it.
+macro_rules! with_avx2 {
+    ($generic:ident, $avx2:ident, ($($arg:ident : $ty:ty),*)) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn $avx2($($arg: $ty),*) {
+            $generic($($arg),*)
+        }
+    };
+}
+
+with_avx2!(softmax_generic, softmax_avx2, (row: &mut [f32]));
+with_avx2!(gelu_generic, gelu_avx2, (x: &mut [f32]));
+
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+fn softmax_inplace(row: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA.
+        return unsafe { softmax_avx2(row) };
+    }
+    softmax_generic(row)
+}
+
+fn activate(act: HiddenAct, x: &mut [f32]) {
+    match act {
+        HiddenAct::Gelu => {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                // SAFETY: the CPU supports AVX2 and FMA.
+                return unsafe { gelu_avx2(x) };
+            }
+            gelu_generic(x)
+        }
+        HiddenAct::GeluTanh => x.iter_mut().for_each(|v| {
+            let u = *v;
+            *v = 0.5
+                * u
+                * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (u + 0.044715 * u * u * u)).tanh());
+        }),
+        HiddenAct::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+    }
+}
+
+#[inline(always)]
+fn softmax_generic(row: &mut [f32]) {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for v in row.iter_mut() {
+        *v = exp(*v - max);
+    }
+    let inv = 1.0 / sum(row);
+    row.iter_mut().for_each(|v| *v *= inv);
+}
+
+#[inline(always)]
+fn gelu_generic(x: &mut [f32]) {
+    for v in x.iter_mut() {
+        let u = *v;
+        *v = 0.5 * u * (1.0 + erf(u * std::f32::consts::FRAC_1_SQRT_2));
+    }
+}
+
+/// `exp` for `x <= 88`, vectorisable, relative error below 1e-7 (Cephes'
+/// `expf`: `x = n ln 2 + r`, a degree-6 polynomial in `r`, `2^n` from bits).
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
+    let x = x.clamp(-87.336_54, 88.37626);
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let p = p * r * r + r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+/// `erf`, vectorisable, absolute error below 1e-7: the rational
+/// approximation of Eigen's `generic_fast_erf_float` (also XLA's), evaluated
+/// in `f64` so that the division does not lose the last bits.
+#[inline(always)]
+fn erf(x: f32) -> f32 {
+    let x = (x as f64).clamp(-4.0, 4.0);
+    let x2 = x * x;
+    let p = -2.726_142_258_013_06e-10;
+    let p = p * x2 + 2.770_681_424_959_02e-8;
+    let p = p * x2 + -2.101_024_020_825_08e-6;
+    let p = p * x2 + -5.692_506_394_623_46e-5;
+    let p = p * x2 + -7.349_906_303_268_55e-4;
+    let p = p * x2 + -2.954_599_808_540_25e-3;
+    let p = p * x2 + -1.609_603_332_624_15e-2;
+    let q = -1.456_607_184_649_96e-5;
+    let q = q * x2 + -2.133_740_552_789_05e-4;
+    let q = q * x2 + -1.682_826_974_382_03e-3;
+    let q = q * x2 + -7.373_329_167_204_68e-3;
+    let q = q * x2 + -1.426_473_905_141_89e-2;
+    (x * p / q) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_and_exp_are_accurate() {
+        let mut worst_erf = 0f64;
+        let mut worst_exp = 0f64;
+        for i in 0..=200_000 {
+            let x = -6.0 + 12.0 * i as f64 / 200_000.0;
+            let xf = x as f32;
+            worst_erf = worst_erf.max((erf(xf) as f64 - libm_erf(xf as f64)).abs());
+            let y = -80.0 + 80.0 * i as f64 / 200_000.0;
+            let yf = y as f32;
+            let e = (yf as f64).exp();
+            worst_exp = worst_exp.max(((exp(yf) as f64) - e).abs() / e);
+        }
+        assert!(worst_erf < 1e-7, "erf abs error {worst_erf}");
+        assert!(worst_exp < 2e-7, "exp rel error {worst_exp}");
+    }
+
+    /// erf in f64 from its Taylor series / continued fraction, for the test only.
+    fn libm_erf(x: f64) -> f64 {
+        if x.abs() < 3.0 {
+            let mut term = x;
+            let mut sum = x;
+            let mut n = 0.0;
+            while term.abs() > 1e-17 {
+                n += 1.0;
+                term *= -x * x / n;
+                sum += term / (2.0 * n + 1.0);
+            }
+            2.0 / std::f64::consts::PI.sqrt() * sum
+        } else {
+            // erfc continued fraction (Lentz), accurate for |x| >= 3.
+            let a = x.abs();
+            let mut f = 0.0;
+            for k in (1..60).rev() {
+                f = (k as f64 / 2.0) / (a + f);
+            }
+            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f);
+            (1.0 - erfc).copysign(x)
+        }
+    }
+}
