@@ -63,10 +63,10 @@ mod tests {
     #[test]
     fn rrf_rewards_agreement() {
         let bm25 = [(1, 9.0), (2, 5.0), (3, 1.0)];
-        let dense = [(3, 0.9), (2, 0.8), (4, 0.1)];
+        let dense = [(2, 0.9), (3, 0.8), (4, 0.1)];
         let out = fuse(&bm25, &dense, Fusion::default());
-        assert_eq!(out[0].0, 2); // 1/62 + 1/62 beats 1/61 alone
-        let expected = 1.0 / 62.0 + 1.0 / 62.0;
+        assert_eq!(out[0].0, 2); // 1/62 + 1/61 beats 1/61 alone and 1/63 + 1/62
+        let expected = 1.0 / 62.0 + 1.0 / 61.0;
         assert!((out[0].1 - expected).abs() < 1e-7);
         assert_eq!(out.len(), 4);
     }
