@@ -57,7 +57,7 @@ impl AttentionPattern {
     pub fn is_full(&self, layer: usize) -> bool {
         match self {
             AttentionPattern::Full => true,
-            AttentionPattern::Zebra { every, .. } => layer % every == 0,
+            AttentionPattern::Zebra { every, .. } => layer.is_multiple_of(*every),
             _ => false,
         }
     }
@@ -128,9 +128,9 @@ impl AttentionPattern {
                 bad(format!("{self}: group and window must be >= 1"))
             }
             AttentionPattern::Scca {
-                kind: SccaKind::Dilated { dilation },
+                kind: SccaKind::Dilated { dilation: 0 },
                 ..
-            } if dilation == 0 => bad(format!("{self}: dilation must be >= 1")),
+            } => bad(format!("{self}: dilation must be >= 1")),
             AttentionPattern::Scca { kind, chunk }
                 if chunk == 0 && !matches!(kind, SccaKind::Dilated { .. }) =>
             {
@@ -139,10 +139,12 @@ impl AttentionPattern {
             AttentionPattern::Scca {
                 kind: SccaKind::Flow { groups },
                 ..
-            } if groups == 0 || cfg.num_attention_heads % groups as usize != 0 => bad(format!(
-                "{self}: {} heads do not split into {groups} groups",
-                cfg.num_attention_heads
-            )),
+            } if groups == 0 || !cfg.num_attention_heads.is_multiple_of(groups as usize) => {
+                bad(format!(
+                    "{self}: {} heads do not split into {groups} groups",
+                    cfg.num_attention_heads
+                ))
+            }
             _ => Ok(()),
         }
     }

@@ -8,7 +8,9 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
-use capstan_reader::{Cache, Checkpoint, GenerationParams, Generator, Request};
+use capstan_reader::{
+    AttentionPattern, Cache, Checkpoint, GenerationParams, Generator, Request, KV_REPORT_CONTEXT,
+};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 
@@ -26,6 +28,22 @@ enum ModelCommand {
     /// Greedy generation: writes {"tokens": [...]} (and "text" when the checkpoint has a
     /// tokenizer).
     Generate(GenerateArgs),
+    /// Config summary, parameter count and KV-cache bytes per token at 32K context for each
+    /// attention pattern (or only the one given).
+    Info(InfoArgs),
+}
+
+#[derive(Debug, Args)]
+struct InfoArgs {
+    /// Checkpoint folder (Hugging Face layout).
+    #[arg(long)]
+    model: PathBuf,
+    /// Report only this attention pattern (see `forward --attention`).
+    #[arg(long)]
+    attention: Option<AttentionPattern>,
+    /// Context length of the KV-cache report.
+    #[arg(long, default_value_t = KV_REPORT_CONTEXT)]
+    context: usize,
 }
 
 #[derive(Debug, Args)]
@@ -45,6 +63,12 @@ struct CommonArgs {
     /// Weight and activation dtype (default: f32 on CPU, bf16 on CUDA).
     #[arg(long, value_enum)]
     dtype: Option<DtypeArg>,
+    /// Self-attention pattern, overriding config.json's `capstan_attention`: `full`,
+    /// `zebra:every=4,window=512`, `selfextend:group=4,window=64`, `scca:flow,chunk=1024`
+    /// (`groups=M`, default 4), `scca:fixed,chunk=N`, `scca:sda,dilation=D`,
+    /// `scca:mixed,chunk=N`.
+    #[arg(long)]
+    attention: Option<AttentionPattern>,
 }
 
 #[derive(Debug, Args)]
@@ -127,7 +151,10 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
         DtypeArg::Bf16 => DType::BF16,
         DtypeArg::F16 => DType::F16,
     });
-    let model = ckpt.load_model(&dev, dtype)?;
+    let mut model = ckpt.load_model(&dev, dtype)?;
+    if let Some(p) = args.attention {
+        model.set_attention(p)?;
+    }
     let pad = input
         .encoder_pad_token_id
         .or(ckpt.config().pad_token_id)
@@ -205,10 +232,66 @@ fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     write(&args.common.out, &value)
 }
 
+fn info(args: &InfoArgs) -> anyhow::Result<()> {
+    let ckpt = Checkpoint::open(&args.model)?;
+    let cfg = ckpt.config();
+    // Parameters from the weight files' shapes, without loading the model.
+    let params = ckpt.parameter_count()?;
+    let dtype = cfg.torch_dtype.as_deref().unwrap_or("float32");
+    let bytes = match dtype {
+        "float32" => 4,
+        "float64" => 8,
+        _ => 2,
+    };
+    println!("model        {}", args.model.display());
+    println!(
+        "architecture {}",
+        cfg.architectures
+            .first()
+            .map_or("LlamaForCausalLM", String::as_str)
+    );
+    println!("layers       {}", cfg.num_hidden_layers);
+    println!("heads        {}", cfg.num_attention_heads);
+    println!("kv heads     {}", cfg.kv_heads());
+    println!("head dim     {}", cfg.head_size());
+    println!("hidden       {}", cfg.hidden_size);
+    println!("dtype        {dtype}");
+    println!("parameters   {params}");
+    println!("rope theta   {}", cfg.rope_theta);
+    println!(
+        "attention    {} (config.json)",
+        cfg.capstan_attention.as_deref().unwrap_or("full")
+    );
+    let patterns: Vec<AttentionPattern> = match args.attention {
+        Some(p) => vec![p],
+        None => [
+            "full",
+            "zebra:every=4,window=512",
+            "selfextend:group=4,window=64",
+            "scca:fixed,chunk=1024",
+            "scca:flow,chunk=1024",
+        ]
+        .iter()
+        .map(|s| s.parse())
+        .collect::<Result<_, _>>()?,
+    };
+    println!(
+        "KV-cache bytes per token at {} context ({dtype}):",
+        args.context
+    );
+    for p in patterns {
+        p.validate(cfg)?;
+        let per_token = p.kv_bytes_per_token(cfg, args.context, bytes);
+        println!("  {:<34} {:>12.1}", p.to_string(), per_token);
+    }
+    Ok(())
+}
+
 /// Runs `capstan model`.
 pub fn run(args: ModelArgs) -> anyhow::Result<()> {
     match &args.command {
         ModelCommand::Forward(common) => forward(common),
         ModelCommand::Generate(gen) => generate(gen),
+        ModelCommand::Info(info_args) => info(info_args),
     }
 }
