@@ -1,0 +1,121 @@
+//! CUDA kernels against the CPU references (needs the `cuda` feature and a GPU; without a
+//! device every test prints a note and passes). Run on the GPU machine:
+//! `cargo test --release -p capstan-kernels --features cuda --test gpu -- --nocapture`.
+//! Outputs are compared element by element at bf16/f16/f32 tolerances; an element the kernel
+//! never wrote shows up as a mismatch or NaN (fresh device buffers are not zeroed).
+#![cfg(feature = "cuda")]
+
+use candle_core::{DType, Device, Tensor};
+use capstan_kernels::{attention, scca_rules, AttentionOptions, Pattern, SccaKind};
+
+fn gpu() -> Option<Device> {
+    match std::panic::catch_unwind(|| Device::new_cuda(0)) {
+        Ok(Ok(d)) => Some(d),
+        _ => {
+            eprintln!("no CUDA device: GPU test skipped");
+            None
+        }
+    }
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    let a = a
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    let b = b
+        .to_dtype(DType::F32)
+        .unwrap()
+        .flatten_all()
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap();
+    a.iter()
+        .zip(&b)
+        .map(|(x, y)| {
+            if x.is_finite() {
+                (x - y).abs()
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn attention_kernels_match_the_cpu_reference() {
+    let Some(dev) = gpu() else { return };
+    for (b, h, kvh, s, d) in [(1, 8, 8, 100, 64), (2, 16, 4, 257, 128), (1, 4, 2, 33, 256)] {
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+            let q = Tensor::randn(0f32, 1.0, (b, h, s, d), &Device::Cpu).unwrap();
+            let k = Tensor::randn(0f32, 1.0, (b, kvh, s, d), &Device::Cpu).unwrap();
+            let v = Tensor::randn(0f32, 1.0, (b, kvh, s, d), &Device::Cpu).unwrap();
+            let (q, k, v) = (
+                q.to_dtype(dtype).unwrap(),
+                k.to_dtype(dtype).unwrap(),
+                v.to_dtype(dtype).unwrap(),
+            );
+            let patterns = [
+                Pattern::Causal,
+                Pattern::Local { window: 37 },
+                Pattern::Scca(scca_rules(SccaKind::Fixed, 32, h)),
+                Pattern::Scca(scca_rules(SccaKind::Flow { groups: 4 }, 16, h)),
+                Pattern::Scca(scca_rules(SccaKind::Mixed, 16, h)),
+                Pattern::Cross,
+            ];
+            for p in patterns {
+                let cpu = attention(&q, &k, &v, AttentionOptions::new(p.clone())).unwrap();
+                let on = |t: &Tensor| t.to_device(&dev).unwrap();
+                let g =
+                    attention(&on(&q), &on(&k), &on(&v), AttentionOptions::new(p.clone())).unwrap();
+                let diff = max_diff(&g, &cpu);
+                assert!(
+                    diff <= tol,
+                    "{p:?} {dtype:?} {:?}: {diff}",
+                    (b, h, kvh, s, d)
+                );
+            }
+            // Decode: one query at the end over the cache.
+            let q1 = q.narrow(2, s - 1, 1).unwrap();
+            let mut o = AttentionOptions::new(Pattern::Causal);
+            o.q_pos0 = (s - 1) as u64;
+            let cpu = attention(&q1, &k, &v, o.clone()).unwrap();
+            let g = attention(
+                &q1.to_device(&dev).unwrap(),
+                &k.to_device(&dev).unwrap(),
+                &v.to_device(&dev).unwrap(),
+                o,
+            )
+            .unwrap();
+            assert!(max_diff(&g, &cpu) <= tol, "decode {dtype:?}");
+        }
+    }
+}
+
+#[test]
+fn rope_and_rms_norm_kernels_match_the_cpu_reference() {
+    let Some(dev) = gpu() else { return };
+    let q = Tensor::randn(0f32, 1.0, (2, 8, 50, 128), &Device::Cpu).unwrap();
+    let k = Tensor::randn(0f32, 1.0, (2, 2, 50, 128), &Device::Cpu).unwrap();
+    let pos = Tensor::arange(1000u32, 1100u32, &Device::Cpu)
+        .unwrap()
+        .reshape((2, 50))
+        .unwrap();
+    let params = capstan_kernels::RopeParams {
+        base: 500000.0,
+        factor: 2.0,
+    };
+    let (cq, ck) = capstan_kernels::rope_qk(&q, &k, &pos, params).unwrap();
+    let on = |t: &Tensor| t.to_device(&dev).unwrap();
+    let (gq, gk) = capstan_kernels::rope_qk(&on(&q), &on(&k), &on(&pos), params).unwrap();
+    assert!(max_diff(&gq, &cq) < 1e-3 && max_diff(&gk, &ck) < 1e-3);
+    let x = Tensor::randn(0f32, 1.0, (7, 4096), &Device::Cpu).unwrap();
+    let r = Tensor::randn(0f32, 1.0, (7, 4096), &Device::Cpu).unwrap();
+    let w = Tensor::randn(0f32, 1.0, 4096, &Device::Cpu).unwrap();
+    let (cs, cn) = capstan_kernels::rms_norm_residual(&x, &r, &w, 1e-5).unwrap();
+    let (gs, gn) = capstan_kernels::rms_norm_residual(&on(&x), &on(&r), &on(&w), 1e-5).unwrap();
+    assert!(max_diff(&gs, &cs) < 1e-5 && max_diff(&gn, &cn) < 1e-4);
+}
