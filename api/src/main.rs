@@ -6,6 +6,7 @@
 mod cli;
 mod config;
 mod engine;
+mod eval;
 mod pipeline;
 mod server;
 mod text;

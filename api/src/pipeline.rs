@@ -9,8 +9,8 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use candle_core::Device;
 use capstan_reader::{
-    cepe_prompt, llama_prompt, Checkpoint, ExtractivePassage, ExtractiveReader, Flow, GenerationParams, Generator,
-    Llama, PromptOptions, Request,
+    cepe_prompt, llama_prompt, Checkpoint, ExtractivePassage, ExtractiveReader, Flow,
+    GenerationParams, Generator, Llama, PromptOptions, Request,
 };
 use capstan_retriever::{Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
@@ -45,7 +45,9 @@ impl std::str::FromStr for ReaderKind {
             "extractive" => Ok(ReaderKind::Extractive),
             "llama" => Ok(ReaderKind::Llama),
             "cape" => Ok(ReaderKind::Cape),
-            other => Err(format!("unknown reader `{other}` (expected extractive, llama or cape)")),
+            other => Err(format!(
+                "unknown reader `{other}` (expected extractive, llama or cape)"
+            )),
         }
     }
 }
@@ -139,7 +141,8 @@ pub struct GenerativeModel {
 impl GenerativeModel {
     /// Loads a checkpoint folder onto `device`.
     pub fn load(dir: &PathBuf, device: &Device) -> anyhow::Result<Self> {
-        let checkpoint = Checkpoint::open(dir).with_context(|| format!("opening {}", dir.display()))?;
+        let checkpoint =
+            Checkpoint::open(dir).with_context(|| format!("opening {}", dir.display()))?;
         if checkpoint.tokenizer().is_none() {
             bail!("{}: a reader needs tokenizer.json", dir.display());
         }
@@ -194,32 +197,76 @@ impl Pipeline {
     }
 
     /// Retrieves passages; returns them with the question's vector (when one was computed).
-    pub fn retrieve(&self, question: &str, k: usize, mode: Mode) -> anyhow::Result<(Vec<Hit>, Option<Vec<f32>>)> {
+    pub fn retrieve(
+        &self,
+        question: &str,
+        k: usize,
+        mode: Mode,
+    ) -> anyhow::Result<(Vec<Hit>, Option<Vec<f32>>)> {
         let vector = match mode {
             Mode::Bm25 => None,
             _ => Some(self.retriever.embed_query(question)?),
         };
-        let opts = SearchOptions { mode, k, ..self.search };
-        let hits = self.retriever.search_with_vector(question, vector.as_deref(), &opts)?;
+        let opts = SearchOptions {
+            mode,
+            k,
+            ..self.search
+        };
+        let hits = self
+            .retriever
+            .search_with_vector(question, vector.as_deref(), &opts)?;
         Ok((hits, vector))
     }
 
     /// Answers a question. `on_text` receives each piece of generated text
     /// as it comes (an extractive answer arrives as one piece) and may stop
     /// generation early.
-    pub fn answer(&self, req: &QaRequest, mut on_text: impl FnMut(&str) -> Flow) -> anyhow::Result<Answer> {
+    pub fn answer(
+        &self,
+        req: &QaRequest,
+        on_text: impl FnMut(&str) -> Flow,
+    ) -> anyhow::Result<Answer> {
         let start = Instant::now();
-        let reader = match req.reader {
+        self.reader_model(req.reader)?;
+        let (hits, vector) = self.retrieve(&req.question, req.k, req.mode)?;
+        self.read(req, hits, vector, start, on_text)
+    }
+
+    /// Answers a question from the given passages, in the given order, without
+    /// retrieving (`vector`: the question's embedding, when the caller has it).
+    /// Used by `capstan eval` (answer recall, the lost-in-the-middle protocol).
+    pub fn answer_with_passages(
+        &self,
+        req: &QaRequest,
+        hits: Vec<Hit>,
+        vector: Option<Vec<f32>>,
+        on_text: impl FnMut(&str) -> Flow,
+    ) -> anyhow::Result<Answer> {
+        self.read(req, hits, vector, Instant::now(), on_text)
+    }
+
+    fn reader_model(&self, reader: ReaderKind) -> anyhow::Result<Option<&GenerativeModel>> {
+        Ok(match reader {
             ReaderKind::Extractive => None,
             ReaderKind::Llama => Some(self.llama.as_ref().ok_or(NotLoaded(ReaderKind::Llama))?),
             ReaderKind::Cape => Some(self.cape.as_ref().ok_or(NotLoaded(ReaderKind::Cape))?),
-        };
-        let (hits, vector) = self.retrieve(&req.question, req.k, req.mode)?;
+        })
+    }
+
+    /// The read step shared by [`Pipeline::answer`] and [`Pipeline::answer_with_passages`].
+    fn read(
+        &self,
+        req: &QaRequest,
+        hits: Vec<Hit>,
+        vector: Option<Vec<f32>>,
+        start: Instant,
+        mut on_text: impl FnMut(&str) -> Flow,
+    ) -> anyhow::Result<Answer> {
         let mut timings = Timings {
             retrieve_ms: ms(start),
             ..Timings::default()
         };
-        let mut answer = match reader {
+        let mut answer = match self.reader_model(req.reader)? {
             None => self.read_extractive(req, hits, vector, &mut timings, &mut on_text)?,
             Some(model) => self.read_generative(req, model, hits, &mut timings, &mut on_text)?,
         };
@@ -248,7 +295,12 @@ impl Pipeline {
                 Some(ord) => index.sentences(ord)?,
                 None => Vec::new(),
             };
-            stored.push(sentences.into_iter().map(|(r, v)| (r.start, r.end, v)).collect::<Vec<_>>());
+            stored.push(
+                sentences
+                    .into_iter()
+                    .map(|(r, v)| (r.start, r.end, v))
+                    .collect::<Vec<_>>(),
+            );
         }
         let passages: Vec<ExtractivePassage> = hits
             .iter()
@@ -305,7 +357,8 @@ impl Pipeline {
         let bos = model.checkpoint.bos_token_id();
         let (request, usage_in) = match req.reader {
             ReaderKind::Cape => {
-                let inputs = cepe_prompt(&req.question, &passages, req.decoder_passages).tokenize(tokenizer, bos)?;
+                let inputs = cepe_prompt(&req.question, &passages, req.decoder_passages)
+                    .tokenize(tokenizer, bos)?;
                 let encoder_tokens = inputs.encoder_ids.iter().map(Vec::len).sum();
                 let decoder_tokens = inputs.decoder_ids.len();
                 (
@@ -326,7 +379,10 @@ impl Pipeline {
                 let ids = tokenizer
                     .encode(text, false)
                     .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?;
-                let prompt: Vec<u32> = bos.into_iter().chain(ids.get_ids().iter().copied()).collect();
+                let prompt: Vec<u32> = bos
+                    .into_iter()
+                    .chain(ids.get_ids().iter().copied())
+                    .collect();
                 let n = prompt.len();
                 (
                     Request {
@@ -349,7 +405,9 @@ impl Pipeline {
         timings.assemble_ms = ms(t);
         let t = Instant::now();
         let mut params = req.generation.clone();
-        params.stop_token_ids.extend(model.checkpoint.eos_token_ids());
+        params
+            .stop_token_ids
+            .extend(model.checkpoint.eos_token_ids());
         let pad = model.checkpoint.config().pad_token_id.unwrap_or(2);
         let generator = Generator::new(&model.model, Some(tokenizer), pad);
         let generation = generator.generate_stream(&request, &params, |_, piece| match piece {
@@ -358,7 +416,12 @@ impl Pipeline {
         })?;
         timings.read_ms = ms(t);
         timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
-        let answer = generation.text.clone().unwrap_or_default().trim().to_string();
+        let answer = generation
+            .text
+            .clone()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
         let citations = cite(&answer, &hits);
         Ok(Answer {
             answer,

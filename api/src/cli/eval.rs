@@ -1,16 +1,26 @@
-//! `capstan eval`: batch evaluation.
+//! `capstan eval`: batch evaluation. Retrieval metrics live here; the QA,
+//! position and synthetic-probe evaluations in `crate::eval`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
+use candle_core::Device;
 use capstan_indexer::Progress;
 use capstan_retriever::{load_beir, mrr_at, ndcg_at, recall_at, Mode, Retriever};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::pipeline_args::{build, PipelineArgs};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
+use crate::eval::{
+    self,
+    probes::{KvSettings, PasskeySettings, ProbeModel, ProbeReader},
+    resume::RunSpec,
+};
+use crate::pipeline::{Pipeline, QaRequest, ReaderKind};
 
 /// Arguments of `capstan eval`.
 #[derive(Debug, Args)]
@@ -23,6 +33,111 @@ pub struct EvalArgs {
 enum EvalTask {
     /// Retrieval quality on a BEIR folder: recall@1/10/100, MRR@10, nDCG@10 per mode.
     Retrieval(RetrievalEvalArgs),
+    /// Open-domain QA (NQ-open JSONL): exact match, F1, answer recall@1/5/20/100, latency.
+    Qa(QaEvalArgs),
+    /// Lost in the middle: accuracy by position of the gold passage among distractors.
+    Position(PositionEvalArgs),
+    /// Synthetic key-value retrieval (JSON of UUIDs) with a generative model.
+    KvRetrieval(KvEvalArgs),
+    /// Synthetic passkey retrieval at several lengths and depths with a generative model.
+    Passkey(PasskeyEvalArgs),
+}
+
+/// Output, resumption and parallelism of the batch evaluations.
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Output folder: config.json, items.jsonl, results.json, results.md, PNG plots.
+    #[arg(long)]
+    out: PathBuf,
+    /// Questions (or probes) evaluated at once [default: the CPU count].
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Discard the items of an earlier run in --out instead of resuming it.
+    #[arg(long)]
+    restart: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
+struct QaEvalArgs {
+    /// The index folder.
+    index: PathBuf,
+    /// JSONL questions: {"question", "answers": [...]} per line.
+    #[arg(long)]
+    questions: PathBuf,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+}
+
+#[derive(Debug, Args)]
+struct PositionEvalArgs {
+    /// The index folder.
+    index: PathBuf,
+    /// JSONL questions: {"question", "answers": [...]} per line.
+    #[arg(long)]
+    questions: PathBuf,
+    /// Positions (0-based) of the gold passage: `all` or a list like 0,4,9.
+    #[arg(long, default_value = "all")]
+    positions: String,
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    pipeline: PipelineArgs,
+}
+
+/// The generative model of the synthetic probes.
+#[derive(Debug, Args)]
+struct ProbeModelArgs {
+    /// Checkpoint folder (Hugging Face layout, with tokenizer.json).
+    #[arg(long)]
+    model: PathBuf,
+    /// Device: cpu, cuda or auto.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Seed of the generated examples.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Examples per point [default: 50 for kv-retrieval, 5 for passkey].
+    #[arg(long)]
+    samples: Option<usize>,
+    /// Generated tokens at most [default: 48 for kv-retrieval, 12 for passkey].
+    #[arg(long)]
+    max_new_tokens: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+struct KvEvalArgs {
+    /// Numbers of key-value pairs.
+    #[arg(long, value_delimiter = ',', default_value = "75,140,300")]
+    pairs: Vec<usize>,
+    /// Evenly spaced positions of the queried key (first and last included).
+    #[arg(long, default_value_t = 5)]
+    positions: usize,
+    /// The model's kind: llama (all in the decoder) or cape (pairs in encoder chunks).
+    #[arg(long, value_enum, default_value_t = ProbeReader::Llama)]
+    reader: ProbeReader,
+    #[command(flatten)]
+    model: ProbeModelArgs,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct PasskeyEvalArgs {
+    /// Prompt lengths in the model's tokens.
+    #[arg(long, value_delimiter = ',', default_value = "1000,4000,16000")]
+    lengths: Vec<usize>,
+    /// Depths of the pass key in the filler text (0 = start, 1 = end).
+    #[arg(long, value_delimiter = ',', default_value = "0,0.25,0.5,0.75,1")]
+    depths: Vec<f64>,
+    #[command(flatten)]
+    model: ProbeModelArgs,
+    #[command(flatten)]
+    run: RunArgs,
 }
 
 #[derive(Debug, Args)]
@@ -49,7 +164,162 @@ struct RetrievalEvalArgs {
 pub fn run(args: EvalArgs) -> anyhow::Result<()> {
     match args.task {
         EvalTask::Retrieval(a) => retrieval(a),
+        EvalTask::Qa(a) => qa(a),
+        EvalTask::Position(a) => position(a),
+        EvalTask::KvRetrieval(a) => kv_retrieval(a),
+        EvalTask::Passkey(a) => passkey(a),
     }
+}
+
+/// The pipeline of `eval qa` / `eval position` and the configuration its results depend on.
+fn qa_setup(
+    index: &Path,
+    questions: &Path,
+    args: &PipelineArgs,
+    task: &str,
+) -> anyhow::Result<(Arc<Pipeline>, QaRequest, serde_json::Value)> {
+    let (pipeline, defaults, file) = build(index, args)?;
+    let request = defaults.request;
+    let model = match request.reader {
+        ReaderKind::Extractive => None,
+        ReaderKind::Llama => args.llama_model.clone().or(file.reader.llama_model),
+        ReaderKind::Cape => args.cape_model.clone().or(file.reader.cape_model),
+    };
+    let config = serde_json::json!({
+        "task": task,
+        "index": canonical(index),
+        "questions": canonical(questions),
+        "questions_hash": eval::file_hash(questions)?,
+        "reader": request.reader.name(),
+        "model": model.map(|m| canonical(&m)),
+        "mode": request.mode.name(),
+        "k": request.k,
+        "search": pipeline.search,
+        "max_new_tokens": request.generation.max_new_tokens,
+        "lost_in_the_middle": request.lost_in_the_middle,
+        "query_aware": request.query_aware,
+        "decoder_passages": request.decoder_passages,
+    });
+    Ok((pipeline, request, config))
+}
+
+fn canonical(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
+
+fn spec<'a>(
+    run: &'a RunArgs,
+    config: serde_json::Value,
+    stage: &'a str,
+    bars: &'a Bars,
+) -> RunSpec<'a> {
+    RunSpec {
+        out: &run.out,
+        config,
+        restart: run.restart,
+        concurrency: eval::concurrency(run.concurrency),
+        stage,
+        progress: bars,
+    }
+}
+
+fn qa(args: QaEvalArgs) -> anyhow::Result<()> {
+    let questions = eval::qa::load_questions(&args.questions)?;
+    let (pipeline, request, config) = qa_setup(&args.index, &args.questions, &args.pipeline, "qa")?;
+    let bars = Bars::new(args.run.quiet);
+    eval::qa::run(
+        &pipeline,
+        &request,
+        questions,
+        &spec(&args.run, config, "qa", &bars),
+    )
+}
+
+fn position(args: PositionEvalArgs) -> anyhow::Result<()> {
+    if args.pipeline.lost_in_the_middle {
+        anyhow::bail!(
+            "--lost-in-the-middle reorders the passages, which this protocol places itself"
+        );
+    }
+    let questions = eval::qa::load_questions(&args.questions)?;
+    let mut pipeline_args = args.pipeline.clone();
+    pipeline_args.k = Some(pipeline_args.k.unwrap_or(10));
+    let (pipeline, mut request, mut config) =
+        qa_setup(&args.index, &args.questions, &pipeline_args, "position")?;
+    request.lost_in_the_middle = false;
+    let positions = eval::position::parse_positions(&args.positions, request.k)?;
+    config["positions"] = serde_json::json!(positions);
+    let bars = Bars::new(args.run.quiet);
+    eval::position::run(
+        &pipeline,
+        &request,
+        questions,
+        &positions,
+        &spec(&args.run, config, "position", &bars),
+    )
+}
+
+fn probe_device(name: &str) -> anyhow::Result<Device> {
+    Ok(match name {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::new_cuda(0).context("--device cuda")?,
+        "auto" => Device::cuda_if_available(0).unwrap_or(Device::Cpu),
+        other => anyhow::bail!("--device: `{other}` (expected cpu, cuda or auto)"),
+    })
+}
+
+fn kv_retrieval(args: KvEvalArgs) -> anyhow::Result<()> {
+    let m = &args.model;
+    let settings = KvSettings {
+        pairs: args.pairs.clone(),
+        positions: args.positions.max(1),
+        samples: m.samples.unwrap_or(50),
+        seed: m.seed,
+        max_new_tokens: m.max_new_tokens.unwrap_or(48),
+    };
+    let config = serde_json::json!({
+        "task": "kv-retrieval",
+        "model": canonical(&m.model),
+        "reader": args.reader,
+        "pairs": settings.pairs,
+        "positions": settings.positions,
+        "samples": settings.samples,
+        "seed": settings.seed,
+        "max_new_tokens": settings.max_new_tokens,
+    });
+    let model = ProbeModel::load(&m.model, &probe_device(&m.device)?, args.reader)?;
+    let bars = Bars::new(args.run.quiet);
+    eval::probes::kv_retrieval(&model, &settings, &spec(&args.run, config, "kv", &bars))
+}
+
+fn passkey(args: PasskeyEvalArgs) -> anyhow::Result<()> {
+    let m = &args.model;
+    let settings = PasskeySettings {
+        lengths: args.lengths.clone(),
+        depths: args.depths.clone(),
+        samples: m.samples.unwrap_or(5),
+        seed: m.seed,
+        max_new_tokens: m.max_new_tokens.unwrap_or(12),
+    };
+    let config = serde_json::json!({
+        "task": "passkey",
+        "model": canonical(&m.model),
+        "lengths": settings.lengths,
+        "depths": settings.depths,
+        "samples": settings.samples,
+        "seed": settings.seed,
+        "max_new_tokens": settings.max_new_tokens,
+    });
+    let model = ProbeModel::load(&m.model, &probe_device(&m.device)?, ProbeReader::Llama)?;
+    let bars = Bars::new(args.run.quiet);
+    eval::probes::passkey(
+        &model,
+        &settings,
+        &spec(&args.run, config, "passkey", &bars),
+    )
 }
 
 /// Passages retrieved per query: enough for 100 distinct documents in most cases.

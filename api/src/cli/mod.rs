@@ -31,7 +31,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Retrieve the top-k passages for a question.
     Search(search::SearchArgs),
-    /// Batch evaluation (retrieval: recall, MRR, nDCG).
+    /// Batch evaluation: retrieval, QA, lost-in-the-middle positions, kv-retrieval and passkey probes.
     Eval(eval::EvalArgs),
     /// Generate the project's synthetic corpora.
     Corpus(corpus::CorpusArgs),

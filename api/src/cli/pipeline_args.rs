@@ -24,7 +24,7 @@ pub struct PipelineArgs {
     #[arg(long, env = "CAPSTAN_MODE")]
     pub mode: Option<Mode>,
     /// Passages retrieved per question [default: 5].
-    #[arg(short, env = "CAPSTAN_K")]
+    #[arg(short, long, env = "CAPSTAN_K")]
     pub k: Option<usize>,
     /// Reader: extractive, llama or cape [default: extractive].
     #[arg(long, env = "CAPSTAN_READER")]
@@ -62,7 +62,10 @@ pub struct QaDefaults {
 }
 
 /// Builds the pipeline over `index` and the request defaults.
-pub fn build(index: &std::path::Path, args: &PipelineArgs) -> anyhow::Result<(Arc<Pipeline>, QaDefaults, FileConfig)> {
+pub fn build(
+    index: &std::path::Path,
+    args: &PipelineArgs,
+) -> anyhow::Result<(Arc<Pipeline>, QaDefaults, FileConfig)> {
     let file = FileConfig::load(args.config.as_deref())?;
     let mode = match (&args.mode, &file.retrieval.mode) {
         (Some(m), _) => *m,
@@ -71,12 +74,23 @@ pub fn build(index: &std::path::Path, args: &PipelineArgs) -> anyhow::Result<(Ar
     };
     let reader = match (&args.reader, &file.reader.default) {
         (Some(r), _) => *r,
-        (None, Some(r)) => r.parse().map_err(anyhow::Error::msg).context("capstan.toml [reader] default")?,
+        (None, Some(r)) => r
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("capstan.toml [reader] default")?,
         (None, None) => ReaderKind::Extractive,
     };
-    let encoder = args.retrieval.encoder.clone().or(file.retrieval.encoder.clone());
+    let encoder = args
+        .retrieval
+        .encoder
+        .clone()
+        .or(file.retrieval.encoder.clone());
     let retriever = Arc::new(Retriever::open(index, encoder.as_deref())?);
-    let device_name = args.device.clone().or(file.reader.device.clone()).unwrap_or_else(|| "auto".into());
+    let device_name = args
+        .device
+        .clone()
+        .or(file.reader.device.clone())
+        .unwrap_or_else(|| "auto".into());
     let device = match device_name.as_str() {
         "cpu" => Device::Cpu,
         "cuda" => Device::new_cuda(0).context("--device cuda")?,
@@ -94,7 +108,10 @@ pub fn build(index: &std::path::Path, args: &PipelineArgs) -> anyhow::Result<(Ar
     if !pipeline.available_readers().contains(&reader) {
         return Err(crate::pipeline::NotLoaded(reader).into());
     }
-    let max_new_tokens = args.max_new_tokens.or(file.reader.max_new_tokens).unwrap_or(32);
+    let max_new_tokens = args
+        .max_new_tokens
+        .or(file.reader.max_new_tokens)
+        .unwrap_or(32);
     let request = QaRequest {
         question: String::new(),
         k,
@@ -105,9 +122,13 @@ pub fn build(index: &std::path::Path, args: &PipelineArgs) -> anyhow::Result<(Ar
             stop_strings: vec!["\n".into()],
             ..GenerationParams::default()
         },
-        lost_in_the_middle: args.lost_in_the_middle || file.reader.lost_in_the_middle.unwrap_or(false),
+        lost_in_the_middle: args.lost_in_the_middle
+            || file.reader.lost_in_the_middle.unwrap_or(false),
         query_aware: args.query_aware || file.reader.query_aware.unwrap_or(false),
-        decoder_passages: args.decoder_passages.or(file.reader.decoder_passages).unwrap_or(10),
+        decoder_passages: args
+            .decoder_passages
+            .or(file.reader.decoder_passages)
+            .unwrap_or(10),
     };
     Ok((pipeline, QaDefaults { request }, file))
 }
