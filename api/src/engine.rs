@@ -27,6 +27,12 @@ pub struct Overloaded {
 
 type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
 
+/// Where a reply arrives.
+pub type Pending<T> = oneshot::Receiver<anyhow::Result<T>>;
+
+/// Embedding vectors and the number of tokens they took.
+pub type Embedded = (Vec<Vec<f32>>, usize);
+
 enum Job {
     Qa {
         request: Box<QaRequest>,
@@ -40,7 +46,7 @@ enum Job {
     },
     Embed {
         texts: Vec<String>,
-        reply: Reply<(Vec<Vec<f32>>, usize)>,
+        reply: Reply<Embedded>,
     },
 }
 
@@ -103,29 +109,69 @@ fn worker(rx: &Mutex<Receiver<Job>>, depth: &AtomicUsize, pipeline: &Pipeline) {
         if job.abandoned() {
             continue;
         }
+        // A panic fails its own request (500) instead of killing the worker:
+        // with every worker dead the queue would refuse all work for good.
         match job {
-            Job::Qa { request, text, reply } => {
-                let result = pipeline.answer(&request, |piece| match &text {
-                    Some(tx) if tx.send(piece.to_string()).is_err() => Flow::Stop,
-                    _ => Flow::Continue,
+            Job::Qa {
+                request,
+                text,
+                reply,
+            } => {
+                let result = guarded(|| {
+                    pipeline.answer(&request, |piece| match &text {
+                        Some(tx) if tx.send(piece.to_string()).is_err() => Flow::Stop,
+                        _ => Flow::Continue,
+                    })
                 });
                 let _ = reply.send(result);
             }
-            Job::Search { query, options, reply } => {
-                let result = pipeline.retriever().search(&query, &options).map_err(Into::into);
+            Job::Search {
+                query,
+                options,
+                reply,
+            } => {
+                let result = guarded(|| {
+                    pipeline
+                        .retriever()
+                        .search(&query, &options)
+                        .map_err(Into::into)
+                });
                 let _ = reply.send(result);
             }
             Job::Embed { texts, reply } => {
-                let encoder = pipeline.retriever().encoder();
-                let tokens = texts
-                    .iter()
-                    .map(|t| encoder.tokenizer().encode(t.as_str(), true).map(|e| e.len()).unwrap_or(0))
-                    .sum();
-                let result = encoder.embed(&texts).map(|v| (v, tokens)).map_err(Into::into);
+                let result = guarded(|| {
+                    let encoder = pipeline.retriever().encoder();
+                    let tokens = texts
+                        .iter()
+                        .map(|t| {
+                            encoder
+                                .tokenizer()
+                                .encode(t.as_str(), true)
+                                .map(|e| e.len())
+                                .unwrap_or(0)
+                        })
+                        .sum();
+                    encoder
+                        .embed(&texts)
+                        .map(|v| (v, tokens))
+                        .map_err(Into::into)
+                });
                 let _ = reply.send(result);
             }
         }
     }
+}
+
+/// Runs `f`, turning a panic into an error.
+fn guarded<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("unknown panic");
+        Err(anyhow::anyhow!("internal error: {what}"))
+    })
 }
 
 /// Sizes of the engine.
@@ -153,7 +199,12 @@ impl Engine {
     /// Starts the worker threads.
     pub fn start(pipeline: Arc<Pipeline>, settings: EngineSettings) -> Self {
         Self {
-            fast: Arc::new(Queue::start("fast", settings.workers, settings.queue, pipeline.clone())),
+            fast: Arc::new(Queue::start(
+                "fast",
+                settings.workers,
+                settings.queue,
+                pipeline.clone(),
+            )),
             generate: Arc::new(Queue::start(
                 "generate",
                 settings.generations,
@@ -173,7 +224,10 @@ impl Engine {
     pub fn queue_depths(&self) -> [(&'static str, usize); 2] {
         [
             (self.fast.name, self.fast.depth.load(Ordering::SeqCst)),
-            (self.generate.name, self.generate.depth.load(Ordering::SeqCst)),
+            (
+                self.generate.name,
+                self.generate.depth.load(Ordering::SeqCst),
+            ),
         ]
     }
 
@@ -204,12 +258,16 @@ impl Engine {
         options: SearchOptions,
     ) -> Result<oneshot::Receiver<anyhow::Result<Vec<Hit>>>, Overloaded> {
         let (reply, rx) = oneshot::channel();
-        self.fast.submit(Job::Search { query, options, reply })?;
+        self.fast.submit(Job::Search {
+            query,
+            options,
+            reply,
+        })?;
         Ok(rx)
     }
 
     /// Embeds texts with the index's encoder; also returns the token count.
-    pub fn embed(&self, texts: Vec<String>) -> Result<oneshot::Receiver<anyhow::Result<(Vec<Vec<f32>>, usize)>>, Overloaded> {
+    pub fn embed(&self, texts: Vec<String>) -> Result<Pending<Embedded>, Overloaded> {
         let (reply, rx) = oneshot::channel();
         self.fast.submit(Job::Embed { texts, reply })?;
         Ok(rx)

@@ -75,7 +75,10 @@ fn text_of(content: &Content) -> String {
 }
 
 /// The handler.
-pub async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let body: ChatBody = parse_json(body)?;
     if body.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("`n` must be 1"));
@@ -91,19 +94,25 @@ pub async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes,
     check_question(&question, &state.limits)?;
     let mut req = state.defaults.clone();
     req.question = question;
-    let model = body.model.clone().unwrap_or_else(|| format!("capstan-{}", req.reader.name()));
+    let model = body
+        .model
+        .clone()
+        .unwrap_or_else(|| format!("capstan-{}", req.reader.name()));
     match reader_of(&model) {
         Some(r) if state.engine.pipeline().available_readers().contains(&r) => req.reader = r,
         None if model == "capstan" => {}
         _ => {
-            return Err(ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "model_not_found",
-                format!("model `{model}` does not exist or is not loaded (see GET /v1/models)"),
-            ))
+            return Err(ApiError::model_not_found(format!(
+                "model `{model}` does not exist or is not loaded (see GET /v1/models)"
+            )))
         }
     }
-    apply_sampling(&mut req, body.max_completion_tokens.or(body.max_tokens), body.temperature, body.top_p)?;
+    apply_sampling(
+        &mut req,
+        body.max_completion_tokens.or(body.max_tokens),
+        body.temperature,
+        body.top_p,
+    )?;
     let id = format!("chatcmpl-{:016x}", rand_id());
     let created = unix_now();
     if !body.stream {
@@ -195,12 +204,24 @@ fn chunks(
             match st.phase {
                 Phase::Role => {
                     st.phase = Phase::Text;
-                    let ev = chunk(&st.id, st.created, &st.model, json!({"role": "assistant", "content": ""}), None);
+                    let ev = chunk(
+                        &st.id,
+                        st.created,
+                        &st.model,
+                        json!({"role": "assistant", "content": ""}),
+                        None,
+                    );
                     return Some((Ok(ev), st));
                 }
                 Phase::Text => match st.text.recv().await {
                     Some(piece) => {
-                        let ev = chunk(&st.id, st.created, &st.model, json!({ "content": piece }), None);
+                        let ev = chunk(
+                            &st.id,
+                            st.created,
+                            &st.model,
+                            json!({ "content": piece }),
+                            None,
+                        );
                         return Some((Ok(ev), st));
                     }
                     None => st.phase = Phase::Final,
@@ -245,6 +266,10 @@ fn unix_now() -> u64 {
 fn rand_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
     h.finish()
 }

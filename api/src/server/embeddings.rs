@@ -29,10 +29,18 @@ pub struct EmbeddingsBody {
 }
 
 /// The handler.
-pub async fn embeddings(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+pub async fn embeddings(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
     let body: EmbeddingsBody = parse_json(body).map_err(|e| {
-        if e.body()["error"]["message"].as_str().is_some_and(|m| m.contains("did not match any variant")) {
-            ApiError::invalid("`input` must be a string or an array of strings (token arrays are not supported)")
+        if e.body()["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("did not match any variant"))
+        {
+            ApiError::invalid(
+                "`input` must be a string or an array of strings (token arrays are not supported)",
+            )
         } else {
             e
         }
@@ -40,11 +48,9 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, body: Result<Bytes, 
     let model = embedding_model_id(&state);
     if let Some(m) = &body.model {
         if m != &model {
-            return Err(ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "model_not_found",
-                format!("model `{m}` does not exist; this server embeds with `{model}`"),
-            ));
+            return Err(ApiError::model_not_found(format!(
+                "model `{m}` does not exist; this server embeds with `{model}`"
+            )));
         }
     }
     let texts = match body.input {
@@ -70,12 +76,18 @@ pub async fn embeddings(State(state): State<Arc<AppState>>, body: Result<Bytes, 
     }
     let dim = state.engine.pipeline().retriever().encoder().dimension();
     if body.dimensions.is_some_and(|d| d != dim) {
-        return Err(ApiError::invalid(format!("`dimensions`: this model has {dim}")));
+        return Err(ApiError::invalid(format!(
+            "`dimensions`: this model has {dim}"
+        )));
     }
     let base64 = match body.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
-        Some(other) => return Err(ApiError::invalid(format!("`encoding_format` `{other}`: use float or base64"))),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`encoding_format` `{other}`: use float or base64"
+            )))
+        }
     };
     let (vectors, tokens) = await_reply(state.engine.embed(texts)?).await?;
     let data: Vec<Value> = vectors

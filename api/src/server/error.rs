@@ -22,6 +22,11 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
     }
 
+    /// 404: the model a request names is not served here.
+    pub fn model_not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "model_not_found", message)
+    }
+
     /// Any status.
     pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self {
@@ -67,7 +72,8 @@ impl IntoResponse for ApiError {
         let body = self.body();
         let mut resp = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()

@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use axum::extract::State;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
 use axum::http::header;
 use axum::response::{Html, IntoResponse};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::AppState;
+use super::{ApiError, AppState};
 
 /// The web page: a question box, the answer streaming in, cited passages.
 pub async fn ui() -> Html<&'static str> {
@@ -35,34 +36,67 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
 /// Prometheus text format.
 pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         state.metrics.render(&state.engine.queue_depths()),
     )
 }
 
 /// The id under which the index's encoder serves embeddings.
 pub fn embedding_model_id(state: &AppState) -> String {
-    let path = &state.engine.pipeline().retriever().index().manifest().encoder.path;
-    std::path::Path::new(path)
-        .file_name()
-        .map_or_else(|| "encoder".to_string(), |n| n.to_string_lossy().into_owned())
+    let path = &state
+        .engine
+        .pipeline()
+        .retriever()
+        .index()
+        .manifest()
+        .encoder
+        .path;
+    std::path::Path::new(path).file_name().map_or_else(
+        || "encoder".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
 }
 
-/// OpenAI's model list: one chat model per loaded reader, plus the encoder.
-pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+/// Every model this server answers with: one chat model per loaded reader, plus the encoder.
+fn model_list(state: &AppState) -> Vec<Value> {
     let created = state
         .started
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let mut data: Vec<Value> = state
+    let mut ids: Vec<String> = state
         .engine
         .pipeline()
         .available_readers()
         .into_iter()
-        .map(|r| json!({"id": format!("capstan-{}", r.name()), "object": "model", "created": created, "owned_by": "capstan"}))
+        .map(|r| format!("capstan-{}", r.name()))
         .collect();
-    data.push(json!({"id": embedding_model_id(&state), "object": "model", "created": created, "owned_by": "capstan"}));
-    Json(json!({"object": "list", "data": data}))
+    ids.push(embedding_model_id(state));
+    ids.into_iter()
+        .map(|id| json!({"id": id, "object": "model", "created": created, "owned_by": "capstan"}))
+        .collect()
+}
+
+/// OpenAI's model list.
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({"object": "list", "data": model_list(&state)}))
+}
+
+/// OpenAI's model retrieval: `GET /v1/models/{model}`.
+pub async fn model(
+    State(state): State<Arc<AppState>>,
+    id: Result<Path<String>, PathRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Path(id) = id.map_err(|e| ApiError::invalid(e.body_text()))?;
+    model_list(&state)
+        .into_iter()
+        .find(|m| m["id"] == id.as_str())
+        .map(Json)
+        .ok_or_else(|| {
+            ApiError::model_not_found(format!("model `{id}` does not exist (see GET /v1/models)"))
+        })
 }
 
 /// The OpenAPI 3.1 description of this API.
@@ -76,11 +110,23 @@ pub async fn openapi() -> Json<Value> {
     });
     let post = |summary: &str, body: Value, ok: Value| {
         let mut responses = errors.clone();
-        responses["200"] = json!({"description": "OK", "content": {"application/json": {"schema": ok}}});
+        responses["200"] =
+            json!({"description": "OK", "content": {"application/json": {"schema": ok}}});
         json!({"post": {"summary": summary, "requestBody": {"required": true, "content": {"application/json": {"schema": body}}}, "responses": responses}})
     };
     let get = |summary: &str, ok: Value, ctype: &str| {
-        json!({"get": {"summary": summary, "responses": {"200": {"description": "OK", "content": {ctype: {"schema": ok}}}}}})
+        json!({"get": {"summary": summary, "responses": {
+            "200": {"description": "OK", "content": {ctype: {"schema": ok}}},
+            "401": errors["401"].clone()}}})
+    };
+    // Routes that need no API key.
+    let public = |mut op: Value| {
+        op["get"]["security"] = json!([]);
+        op["get"]["responses"]
+            .as_object_mut()
+            .expect("responses")
+            .remove("401");
+        op
     };
     let mode = json!({"type": "string", "enum": ["bm25", "dense", "hybrid"]});
     let reader = json!({"type": "string", "enum": ["extractive", "llama", "cape"]});
@@ -129,8 +175,15 @@ pub async fn openapi() -> Json<Value> {
                     "stream": {"type": "boolean"}, "max_tokens": {"type": "integer"}, "temperature": {"type": "number"}}}),
                 json!({"type": "object"})),
             "/v1/models": get("Models this server answers with", json!({"type": "object"}), "application/json"),
-            "/health": get("Liveness (no API key needed)", json!({"type": "object"}), "application/json"),
+            "/v1/models/{model}": {"get": {"summary": "One model",
+                "parameters": [{"name": "model", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
+                              "401": errors["401"].clone(),
+                              "404": {"description": "No such model", "content": {"application/json": {"schema": error}}}}}},
+            "/health": public(get("Liveness (no API key needed)", json!({"type": "object"}), "application/json")),
             "/metrics": get("Prometheus metrics", json!({"type": "string"}), "text/plain"),
+            "/openapi.json": get("This description", json!({"type": "object"}), "application/json"),
+            "/": public(get("The web page (static; no API key needed: it sends ?key= itself)", json!({"type": "string"}), "text/html")),
         },
     }))
 }

@@ -12,6 +12,7 @@ mod qa;
 mod search;
 
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,6 +24,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use futures_util::FutureExt;
 use serde::de::DeserializeOwned;
 
 pub use error::ApiError;
@@ -68,6 +70,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(meta::metrics))
         .route("/openapi.json", get(meta::openapi))
         .route("/v1/models", get(meta::models))
+        .route("/v1/models/{model}", get(meta::model))
         .route("/v1/qa", post(qa::qa))
         .route("/v1/search", post(search::search))
         .route("/v1/embeddings", post(embeddings::embeddings))
@@ -76,7 +79,9 @@ pub fn router(state: Arc<AppState>) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
-        .layer(axum::extract::DefaultBodyLimit::max(state.limits.max_body_bytes))
+        .layer(axum::extract::DefaultBodyLimit::max(
+            state.limits.max_body_bytes,
+        ))
         .with_state(state)
 }
 
@@ -97,7 +102,8 @@ async fn shutdown_signal() {
     };
     #[cfg(unix)]
     let term = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };
@@ -111,7 +117,11 @@ async fn shutdown_signal() {
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no route {} {}", req.method(), req.uri().path()))
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route {} {}", req.method(), req.uri().path()),
+    )
 }
 
 async fn method_not_allowed(req: Request) -> ApiError {
@@ -122,21 +132,37 @@ async fn method_not_allowed(req: Request) -> ApiError {
     )
 }
 
+/// Routes served without the API key: liveness, and the static web page
+/// (a browser cannot send a header when it opens a page; the page passes
+/// `?key=` on to its own requests).
+const PUBLIC: [&str; 2] = ["/health", "/"];
+
 async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
-        if req.uri().path() != "/health" {
+        if !PUBLIC.contains(&req.uri().path()) {
             let given = req
                 .headers()
                 .get(axum::http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "));
+                .and_then(bearer_token);
             if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
-                let msg = if given.is_none() { "missing API key (Authorization: Bearer ...)" } else { "wrong API key" };
-                return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg).into_response();
+                let msg = if given.is_none() {
+                    "missing API key (Authorization: Bearer ...)"
+                } else {
+                    "wrong API key"
+                };
+                return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg)
+                    .into_response();
             }
         }
     }
     next.run(req).await
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header (the scheme is case-insensitive).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -149,10 +175,21 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let start = Instant::now();
-    let resp = next.run(req).await;
-    state
-        .metrics
-        .request(&route, resp.status().as_u16(), start.elapsed().as_secs_f64());
+    // A panicking handler still answers, in the API's error format.
+    let resp = match AssertUnwindSafe(next.run(req)).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "internal error",
+        )
+        .into_response(),
+    };
+    state.metrics.request(
+        &route,
+        resp.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
     resp
 }
 
@@ -160,10 +197,15 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
 pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
         let status = rejection.status();
-        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE { "request_too_large" } else { "invalid_request_error" };
+        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "request_too_large"
+        } else {
+            "invalid_request_error"
+        };
         ApiError::new(status, kind, rejection.body_text())
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::invalid(format!("malformed request body: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::invalid(format!("malformed request body: {e}")))
 }
 
 /// Validates a question against the limits.
@@ -184,7 +226,10 @@ pub fn check_question(question: &str, limits: &Limits) -> Result<(), ApiError> {
 /// Validates k against the limits.
 pub fn check_k(k: usize, limits: &Limits) -> Result<(), ApiError> {
     if k == 0 || k > limits.max_k {
-        return Err(ApiError::invalid(format!("`k` must be within 1..={}, got {k}", limits.max_k)));
+        return Err(ApiError::invalid(format!(
+            "`k` must be within 1..={}, got {k}",
+            limits.max_k
+        )));
     }
     Ok(())
 }
@@ -198,7 +243,9 @@ pub fn parse_addr(addr: &str) -> anyhow::Result<SocketAddr> {
 }
 
 /// Waits for a worker's reply, recording stage timings of QA answers.
-pub async fn await_reply<T>(rx: tokio::sync::oneshot::Receiver<anyhow::Result<T>>) -> Result<T, ApiError> {
+pub async fn await_reply<T>(
+    rx: tokio::sync::oneshot::Receiver<anyhow::Result<T>>,
+) -> Result<T, ApiError> {
     match rx.await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(ApiError::from_pipeline(e)),

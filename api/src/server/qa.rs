@@ -50,11 +50,21 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
     check_k(req.k, &state.limits)?;
     req.mode = body.mode.unwrap_or(req.mode);
     req.reader = body.reader.unwrap_or(req.reader);
-    if !state.engine.pipeline().available_readers().contains(&req.reader) {
-        return Err(ApiError::invalid(crate::pipeline::NotLoaded(req.reader).to_string()));
+    if !state
+        .engine
+        .pipeline()
+        .available_readers()
+        .contains(&req.reader)
+    {
+        return Err(ApiError::invalid(
+            crate::pipeline::NotLoaded(req.reader).to_string(),
+        ));
     }
     apply_sampling(&mut req, body.max_tokens, body.temperature, body.top_p)?;
     if let Some(k) = body.top_k {
+        if k == 0 {
+            return Err(ApiError::invalid("`top_k` must be at least 1"));
+        }
         req.generation.top_k = Some(k);
     }
     req.lost_in_the_middle = body.lost_in_the_middle.unwrap_or(req.lost_in_the_middle);
@@ -72,19 +82,25 @@ pub fn apply_sampling(
 ) -> Result<(), ApiError> {
     if let Some(n) = max_tokens {
         if n == 0 || n > MAX_NEW_TOKENS {
-            return Err(ApiError::invalid(format!("`max_tokens` must be within 1..={MAX_NEW_TOKENS}, got {n}")));
+            return Err(ApiError::invalid(format!(
+                "`max_tokens` must be within 1..={MAX_NEW_TOKENS}, got {n}"
+            )));
         }
         req.generation.max_new_tokens = n;
     }
     if let Some(t) = temperature {
         if !(0.0..=2.0).contains(&t) {
-            return Err(ApiError::invalid(format!("`temperature` must be within [0, 2], got {t}")));
+            return Err(ApiError::invalid(format!(
+                "`temperature` must be within [0, 2], got {t}"
+            )));
         }
         req.generation.temperature = Some(t);
     }
     if let Some(p) = top_p {
         if !(p > 0.0 && p <= 1.0) {
-            return Err(ApiError::invalid(format!("`top_p` must be within (0, 1], got {p}")));
+            return Err(ApiError::invalid(format!(
+                "`top_p` must be within (0, 1], got {p}"
+            )));
         }
         req.generation.top_p = Some(p);
     }
@@ -101,7 +117,10 @@ pub fn record(state: &AppState, answer: &Answer) {
 }
 
 /// The handler.
-pub async fn qa(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+pub async fn qa(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
     let (req, stream) = build_request(&state, parse_json(body)?)?;
     if !stream {
         let answer = await_reply(state.engine.qa(req, None)?).await?;
@@ -135,7 +154,9 @@ fn qa_events(
         if let Some(rx) = st.text.as_mut() {
             match rx.recv().await {
                 Some(piece) => {
-                    let ev = Event::default().event("token").data(json!({ "text": piece }).to_string());
+                    let ev = Event::default()
+                        .event("token")
+                        .data(json!({ "text": piece }).to_string());
                     return Some((Ok(ev), st));
                 }
                 None => st.text = None,

@@ -24,7 +24,10 @@ pub struct SearchBody {
 }
 
 /// The handler.
-pub async fn search(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Result<Json<Value>, ApiError> {
+pub async fn search(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
     let body: SearchBody = parse_json(body)?;
     check_question(&body.query, &state.limits).map_err(|_| {
         ApiError::invalid(format!(
@@ -43,7 +46,9 @@ pub async fn search(State(state): State<Arc<AppState>>, body: Result<Bytes, Byte
     };
     let start = Instant::now();
     let hits = await_reply(state.engine.search(body.query.clone(), options)?).await?;
-    state.metrics.stage("retrieve", start.elapsed().as_secs_f64());
+    state
+        .metrics
+        .stage("retrieve", start.elapsed().as_secs_f64());
     Ok(Json(json!({
         "query": body.query,
         "mode": options.mode,

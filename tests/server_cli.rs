@@ -1,0 +1,1153 @@
+//! End-to-end: `capstan serve` over a small generated index, driven by a
+//! minimal HTTP/1.1 client on `std::net`: a catalogue of bad requests (each a
+//! 4xx with a JSON error, never a 5xx, and the server keeps serving), every
+//! route's good path, the API key, overload (503 + Retry-After) and graceful
+//! shutdown on SIGTERM with a request in flight.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Barrier, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::{capstan, encoder_dir, ok, s};
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------- fixture
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    data: PathBuf,
+    index: PathBuf,
+}
+
+/// One small index shared by every test in this file (indexing is the slow part).
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("enc");
+        let index = tmp.path().join("index");
+        ok(&[
+            "corpus",
+            "generate",
+            "--out",
+            s(&data),
+            "--documents",
+            "40",
+            "--questions",
+            "10",
+            "--seed",
+            "11",
+        ]);
+        let enc = encoder_dir();
+        ok(&[
+            "index",
+            s(&data.join("corpus.jsonl")),
+            "--out",
+            s(&index),
+            "--encoder",
+            s(&enc),
+            "-q",
+        ]);
+        Fixture {
+            _tmp: tmp,
+            data,
+            index,
+        }
+    })
+}
+
+/// The generated questions.
+fn questions(data: &Path) -> Vec<String> {
+    std::fs::read_to_string(data.join("queries.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- server
+
+/// A running `capstan serve`, killed when dropped (even when a test fails).
+struct Server {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+    _logdir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts `capstan serve` on a free port with `extra` arguments and waits for /health.
+    /// Each server gets its own copy of the index: the passage store is locked
+    /// by the process that opens it.
+    fn start(index: &Path, extra: &[&str]) -> Server {
+        let mut last = String::new();
+        for _attempt in 0..5 {
+            let port = free_port();
+            let logdir = tempfile::tempdir().unwrap();
+            let log = logdir.path().join("serve.log");
+            let copy = logdir.path().join("index");
+            copy_dir(index, &copy);
+            let index = copy.as_path();
+            let addr = format!("127.0.0.1:{port}");
+            let child = capstan()
+                .args(["serve", "--index", s(index), "--addr", &addr])
+                .args(extra)
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("capstan serve starts");
+            let mut server = Server {
+                child: Some(child),
+                port,
+                log,
+                _logdir: logdir,
+            };
+            if server.wait_healthy(Duration::from_secs(120)) {
+                return server;
+            }
+            last = server.log_text();
+            // Most likely the port was taken between choosing and binding: retry.
+        }
+        panic!("capstan serve did not become healthy:\n{last}");
+    }
+
+    fn wait_healthy(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                return false;
+            }
+            if let Ok(r) = try_request(self.port, "GET", "/health", &[], None) {
+                if r.status == 200 {
+                    return true;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    fn get(&self, path: &str) -> Resp {
+        self.call("GET", path, &[], None)
+    }
+
+    fn post(&self, path: &str, body: &Value) -> Resp {
+        self.post_raw(path, body.to_string().as_bytes())
+    }
+
+    fn post_raw(&self, path: &str, body: &[u8]) -> Resp {
+        self.call(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            Some(body),
+        )
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&[u8]>,
+    ) -> Resp {
+        try_request(self.port, method, path, headers, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}\nserver log:\n{}", self.log_text()))
+    }
+
+    /// Waits for the process to exit; its status.
+    fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.child.as_mut()?;
+        while Instant::now() < deadline {
+            if let Some(status) = child.try_wait().unwrap() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_dir(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+// ---------------------------------------------------------------- client
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// Asserts a 200 and returns the JSON body.
+    fn ok_json(&self) -> Value {
+        assert_eq!(self.status, 200, "{}", self.text());
+        self.json()
+    }
+
+    /// Server-sent events as (event name, data) pairs.
+    fn events(&self) -> Vec<(String, String)> {
+        let text = self.text().replace("\r\n", "\n");
+        let mut out = Vec::new();
+        for block in text.split("\n\n") {
+            let mut event = "message".to_string();
+            let mut data: Vec<&str> = Vec::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("event:") {
+                    event = v.trim().to_string();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push(v.strip_prefix(' ').unwrap_or(v));
+                }
+            }
+            if !data.is_empty() {
+                out.push((event, data.join("\n")));
+            }
+        }
+        out
+    }
+}
+
+/// Writes a whole HTTP/1.1 request (Connection: close) and reads the response.
+fn try_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Result<Resp, String> {
+    let mut stream = connect(port)?;
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if let Some(b) = body {
+        head.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
+    head.push_str("\r\n");
+    let mut bytes = head.into_bytes();
+    bytes.extend_from_slice(body.unwrap_or_default());
+    // The server may answer (413, say) and close before reading all of a
+    // large body; the answer is still there to read.
+    let _ = stream.write_all(&bytes);
+    read_response(&mut stream)
+}
+
+fn connect(port: u16) -> Result<TcpStream, String> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(120)))
+        .unwrap();
+    stream
+        .set_write_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    Ok(stream)
+}
+
+fn read_response(stream: &mut TcpStream) -> Result<Resp, String> {
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16384];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            // A reset after the answer arrived (the server closed with our body unread).
+            Err(e) if !raw.is_empty() && e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => return Err(format!("read: {e} (after {} bytes)", raw.len())),
+        }
+    }
+    parse_response(&raw)
+}
+
+fn parse_response(raw: &[u8]) -> Result<Resp, String> {
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| format!("no header end in {:?}", String::from_utf8_lossy(raw)))?;
+    let head = std::str::from_utf8(&raw[..end]).map_err(|e| e.to_string())?;
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("bad status line {status_line:?}"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let rest = &raw[end + 4..];
+    let chunked = headers.iter().any(|(k, v)| {
+        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
+    });
+    let body = if chunked {
+        dechunk(rest)?
+    } else {
+        rest.to_vec()
+    };
+    Ok(Resp {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    loop {
+        let eol = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .ok_or("chunked body ends without a last chunk")?;
+        let size_text = std::str::from_utf8(&rest[..eol]).map_err(|e| e.to_string())?;
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+            .map_err(|e| format!("chunk size {size_text:?}: {e}"))?;
+        rest = &rest[eol + 2..];
+        if size == 0 {
+            return Ok(out);
+        }
+        if rest.len() < size + 2 {
+            return Err("truncated chunk".into());
+        }
+        out.extend_from_slice(&rest[..size]);
+        rest = &rest[size + 2..];
+    }
+}
+
+/// Asserts a 4xx with `{"error": {"type", "message"}}`; returns (status, type).
+fn assert_client_error(what: &str, r: &Resp) -> (u16, String) {
+    assert!(
+        (400..500).contains(&r.status),
+        "{what}: expected a 4xx, got {}: {}",
+        r.status,
+        r.text()
+    );
+    let ctype = r.header("content-type").unwrap_or_default();
+    assert!(
+        ctype.starts_with("application/json"),
+        "{what}: content-type {ctype:?}"
+    );
+    let body: Value = serde_json::from_slice(&r.body)
+        .unwrap_or_else(|e| panic!("{what}: error body is not JSON ({e}): {}", r.text()));
+    let kind = body["error"]["type"].as_str();
+    let message = body["error"]["message"].as_str();
+    assert!(
+        kind.is_some_and(|k| !k.is_empty()) && message.is_some_and(|m| !m.is_empty()),
+        "{what}: error body lacks error.type / error.message: {body}"
+    );
+    (r.status, kind.unwrap().to_string())
+}
+
+// ---------------------------------------------------------------- tests
+
+#[test]
+fn bad_requests_get_4xx_json_errors_and_the_server_keeps_serving() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &["--max-body-bytes", "16384", "--workers", "2"]);
+    let question = questions(&f.data)[0].clone();
+    let huge = "why ".repeat(600); // 2400 characters, over the 2000 limit, under the body limit
+    let too_big = format!("{{\"question\":\"{}\"}}", "x".repeat(20_000));
+
+    let post = |p: &str, b: &str| srv.post_raw(p, b.as_bytes());
+    let cases: Vec<(&str, Resp, Option<u16>)> = vec![
+        ("qa: malformed JSON", post("/v1/qa", "{\"question\": "), Some(400)),
+        ("qa: not JSON at all", post("/v1/qa", "question=why"), Some(400)),
+        ("qa: empty body", post("/v1/qa", ""), Some(400)),
+        ("qa: JSON array", post("/v1/qa", "[1,2]"), Some(400)),
+        ("qa: invalid UTF-8", srv.post_raw("/v1/qa", b"{\"question\":\"\xff\xfe\"}"), Some(400)),
+        ("qa: question is a number", post("/v1/qa", r#"{"question": 5}"#), Some(400)),
+        ("qa: question is null", post("/v1/qa", r#"{"question": null}"#), Some(400)),
+        ("qa: k is a string", post("/v1/qa", r#"{"question": "why", "k": "ten"}"#), Some(400)),
+        ("qa: k is negative", post("/v1/qa", r#"{"question": "why", "k": -1}"#), Some(400)),
+        ("qa: k is a float", post("/v1/qa", r#"{"question": "why", "k": 2.5}"#), Some(400)),
+        ("qa: k overflows", post("/v1/qa", r#"{"question": "why", "k": 1e30}"#), Some(400)),
+        ("qa: stream is a string", post("/v1/qa", r#"{"question": "why", "stream": "yes"}"#), Some(400)),
+        ("qa: missing question", post("/v1/qa", "{}"), Some(400)),
+        ("qa: empty question", post("/v1/qa", r#"{"question": ""}"#), Some(400)),
+        ("qa: blank question", post("/v1/qa", r#"{"question": " \n\t "}"#), Some(400)),
+        ("qa: huge question", srv.post("/v1/qa", &json!({ "question": huge })), Some(400)),
+        ("qa: k = 0", srv.post("/v1/qa", &json!({"question": question, "k": 0})), Some(400)),
+        ("qa: k = 10^9", srv.post("/v1/qa", &json!({"question": question, "k": 1_000_000_000u64})), Some(400)),
+        ("qa: unknown mode", srv.post("/v1/qa", &json!({"question": question, "mode": "psychic"})), Some(400)),
+        ("qa: unknown reader", srv.post("/v1/qa", &json!({"question": question, "reader": "gpt"})), Some(400)),
+        ("qa: reader not loaded", srv.post("/v1/qa", &json!({"question": question, "reader": "llama"})), Some(400)),
+        ("qa: unknown field", srv.post("/v1/qa", &json!({"question": question, "colour": "blue"})), Some(400)),
+        ("qa: max_tokens = 0", srv.post("/v1/qa", &json!({"question": question, "max_tokens": 0})), Some(400)),
+        ("qa: temperature = 9", srv.post("/v1/qa", &json!({"question": question, "temperature": 9})), Some(400)),
+        ("qa: top_p = 0", srv.post("/v1/qa", &json!({"question": question, "top_p": 0})), Some(400)),
+        ("qa: top_k = 0", srv.post("/v1/qa", &json!({"question": question, "top_k": 0})), Some(400)),
+        ("qa: oversized body", post("/v1/qa", &too_big), Some(413)),
+        (
+            "qa: oversized chunked body",
+            chunked_post(srv.port, "/v1/qa", too_big.as_bytes()),
+            Some(413),
+        ),
+        ("search: missing query", srv.post("/v1/search", &json!({"k": 3})), Some(400)),
+        ("search: empty query", srv.post("/v1/search", &json!({"query": ""})), Some(400)),
+        ("search: k = 0", srv.post("/v1/search", &json!({"query": question, "k": 0})), Some(400)),
+        ("search: k = 10^9", srv.post("/v1/search", &json!({"query": question, "k": 1_000_000_000u64})), Some(400)),
+        ("search: unknown field", srv.post("/v1/search", &json!({"query": question, "top": 3})), Some(400)),
+        (
+            "search: bad fusion",
+            srv.post("/v1/search", &json!({"query": question, "mode": "hybrid", "fusion": {"method": "magic"}})),
+            Some(400),
+        ),
+        (
+            "search: fusion weight out of range",
+            srv.post(
+                "/v1/search",
+                &json!({"query": question, "mode": "hybrid", "fusion": {"method": "weighted", "bm25_weight": 7.0}}),
+            ),
+            Some(400),
+        ),
+        ("embeddings: missing input", srv.post("/v1/embeddings", &json!({})), Some(400)),
+        ("embeddings: input is a number", srv.post("/v1/embeddings", &json!({"input": 5})), Some(400)),
+        ("embeddings: token arrays", srv.post("/v1/embeddings", &json!({"input": [[1, 2, 3]]})), Some(400)),
+        ("embeddings: empty list", srv.post("/v1/embeddings", &json!({"input": []})), Some(400)),
+        ("embeddings: empty string", srv.post("/v1/embeddings", &json!({"input": ""})), Some(400)),
+        (
+            "embeddings: bad encoding_format",
+            srv.post("/v1/embeddings", &json!({"input": "hello", "encoding_format": "int8"})),
+            Some(400),
+        ),
+        (
+            "embeddings: unknown model",
+            srv.post("/v1/embeddings", &json!({"input": "hello", "model": "text-embedding-3-large"})),
+            Some(404),
+        ),
+        (
+            "embeddings: wrong dimensions",
+            srv.post("/v1/embeddings", &json!({"input": "hello", "dimensions": 1536})),
+            Some(400),
+        ),
+        ("chat: missing messages", srv.post("/v1/chat/completions", &json!({"model": "capstan"})), Some(400)),
+        ("chat: empty messages", srv.post("/v1/chat/completions", &json!({"messages": []})), Some(400)),
+        ("chat: messages not a list", srv.post("/v1/chat/completions", &json!({"messages": "hi"})), Some(400)),
+        (
+            "chat: no user message",
+            srv.post("/v1/chat/completions", &json!({"messages": [{"role": "system", "content": "be brief"}]})),
+            Some(400),
+        ),
+        (
+            "chat: empty user message",
+            srv.post("/v1/chat/completions", &json!({"messages": [{"role": "user", "content": ""}]})),
+            Some(400),
+        ),
+        (
+            "chat: unknown model",
+            srv.post(
+                "/v1/chat/completions",
+                &json!({"model": "gpt-4o", "messages": [{"role": "user", "content": question}]}),
+            ),
+            Some(404),
+        ),
+        (
+            "chat: model not loaded",
+            srv.post(
+                "/v1/chat/completions",
+                &json!({"model": "capstan-llama", "messages": [{"role": "user", "content": question}]}),
+            ),
+            Some(404),
+        ),
+        (
+            "chat: n = 2",
+            srv.post("/v1/chat/completions", &json!({"n": 2, "messages": [{"role": "user", "content": question}]})),
+            Some(400),
+        ),
+        (
+            "chat: temperature = -1",
+            srv.post(
+                "/v1/chat/completions",
+                &json!({"temperature": -1, "messages": [{"role": "user", "content": question}]}),
+            ),
+            Some(400),
+        ),
+        (
+            "chat: streamed, unknown model",
+            srv.post(
+                "/v1/chat/completions",
+                &json!({"model": "gpt-4o", "stream": true, "messages": [{"role": "user", "content": question}]}),
+            ),
+            Some(404),
+        ),
+        ("unknown route", srv.get("/v1/nothing-here"), Some(404)),
+        ("unknown route, POST", srv.post("/v2/qa", &json!({"question": question})), Some(404)),
+        ("wrong method: GET /v1/qa", srv.get("/v1/qa"), Some(405)),
+        ("wrong method: DELETE /v1/search", srv.call("DELETE", "/v1/search", &[], None), Some(405)),
+        ("wrong method: POST /health", srv.post("/health", &json!({})), Some(405)),
+        ("wrong method: PUT /v1/models", srv.call("PUT", "/v1/models", &[], Some(b"{}")), Some(405)),
+    ];
+    let mut failures = Vec::new();
+    for (what, r, expected) in &cases {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let (status, _) = assert_client_error(what, r);
+            if let Some(e) = expected {
+                assert_eq!(status, *e, "{what}: {}", r.text());
+            }
+            if status == 405 {
+                assert!(
+                    r.header("allow").is_some(),
+                    "{what}: 405 without an Allow header"
+                );
+            }
+        }));
+        if let Err(e) = result {
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            failures.push(msg);
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} bad requests were answered wrongly:\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n")
+    );
+
+    // The server still serves, and counted what it refused.
+    let answer = srv.post("/v1/qa", &json!({"question": question})).ok_json();
+    assert!(!answer["answer"].as_str().unwrap().is_empty());
+    let metrics = srv.get("/metrics").text();
+    assert!(
+        metrics.contains(r#"capstan_http_requests_total{route="/v1/qa",status="400"}"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"capstan_http_requests_total{route="/v1/qa",status="413"}"#),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(r#"status="5"#),
+        "a 5xx was counted:\n{metrics}"
+    );
+}
+
+/// A POST whose body is sent chunked (no Content-Length), so the limit bites while reading.
+fn chunked_post(port: u16, path: &str, body: &[u8]) -> Resp {
+    let mut stream = connect(port).unwrap();
+    let mut bytes = format!(
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    .into_bytes();
+    for piece in body.chunks(4096) {
+        bytes.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        bytes.extend_from_slice(piece);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"0\r\n\r\n");
+    let _ = stream.write_all(&bytes);
+    read_response(&mut stream).unwrap()
+}
+
+#[test]
+fn odd_but_valid_questions_are_answered() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &[]);
+    // Query-syntax characters, non-ASCII, emoji, one long word, one character:
+    // all legitimate questions; none may fail the server.
+    let long_word = "a".repeat(1999);
+    let odd = [
+        "AND OR NOT (",
+        "title:\"unclosed",
+        "*",
+        "+-&&||!(){}[]^\"~*?:\\/",
+        "Wer gründete die Stadt? 誰が町を作った？",
+        "🦀🦀🦀 where is the crab?",
+        long_word.as_str(),
+        "?",
+        "null\u{0}byte",
+    ];
+    for q in odd {
+        for mode in ["bm25", "dense", "hybrid"] {
+            let r = srv.post("/v1/qa", &json!({"question": q, "mode": mode, "k": 5}));
+            assert_eq!(r.status, 200, "qa {mode} {q:?}: {}", r.text());
+            let a = r.json();
+            if let Some(h) = a["highlight"].as_object() {
+                let p = a["passages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|p| p["passage_id"] == h["passage_id"])
+                    .expect("the highlighted passage is among the passages");
+                let chars: Vec<char> = p["text"].as_str().unwrap().chars().collect();
+                let (start, end) = (
+                    h["start"].as_u64().unwrap() as usize,
+                    h["end"].as_u64().unwrap() as usize,
+                );
+                let marked: String = chars[start..end].iter().collect();
+                assert_eq!(
+                    marked,
+                    a["answer"].as_str().unwrap(),
+                    "highlight offsets are the answer's"
+                );
+            }
+            let r = srv.post("/v1/search", &json!({"query": q, "mode": mode, "k": 3}));
+            assert_eq!(r.status, 200, "search {mode} {q:?}: {}", r.text());
+        }
+    }
+}
+
+#[test]
+fn every_route_answers() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &[]);
+    let qs = questions(&f.data);
+    let question = &qs[0];
+
+    // /health
+    let health = srv.get("/health").ok_json();
+    assert_eq!(health["status"], "ok");
+    assert!(
+        health["index"]["passages"].as_u64().unwrap() >= 40,
+        "{health}"
+    );
+    assert_eq!(health["readers"], json!(["extractive"]));
+
+    // /v1/qa, JSON
+    let a = srv
+        .post("/v1/qa", &json!({"question": question, "k": 5}))
+        .ok_json();
+    let answer = a["answer"].as_str().unwrap().to_string();
+    assert!(!answer.is_empty(), "{a}");
+    let passages = a["passages"].as_array().unwrap();
+    assert!(!passages.is_empty() && passages.len() <= 5, "{a}");
+    let cited = a["citations"].as_array().unwrap();
+    assert_eq!(cited.len(), 1, "{a}");
+    let cited_passage = passages
+        .iter()
+        .find(|p| p["passage_id"] == cited[0])
+        .expect("cited passage returned");
+    assert!(
+        cited_passage["text"].as_str().unwrap().contains(&answer),
+        "the answer is a sentence of its passage"
+    );
+    assert_eq!(a["highlight"]["passage_id"], cited[0]);
+    assert_eq!(a["reader"], "extractive");
+    for t in ["retrieve_ms", "assemble_ms", "read_ms", "total_ms"] {
+        assert!(a["timings"][t].as_f64().unwrap() >= 0.0, "{t}: {a}");
+    }
+    assert!(a["usage"].is_object());
+    for mode in ["bm25", "dense", "hybrid"] {
+        let m = srv
+            .post(
+                "/v1/qa",
+                &json!({"question": question, "mode": mode, "k": 3}),
+            )
+            .ok_json();
+        assert!(!m["answer"].as_str().unwrap().is_empty(), "{mode}: {m}");
+    }
+
+    // /v1/qa, streamed: token events, then one answer event equal to the JSON answer.
+    let r = srv.post(
+        "/v1/qa",
+        &json!({"question": question, "k": 5, "stream": true}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = r.events();
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert!(
+        names.len() >= 2 && names[..names.len() - 1].iter().all(|e| *e == "token"),
+        "{names:?}"
+    );
+    assert_eq!(*names.last().unwrap(), "answer", "{names:?}");
+    let streamed: String = events[..events.len() - 1]
+        .iter()
+        .map(|(_, d)| {
+            serde_json::from_str::<Value>(d).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let last: Value = serde_json::from_str(&events.last().unwrap().1).unwrap();
+    assert_eq!(streamed, answer);
+    assert_eq!(last["answer"].as_str().unwrap(), answer);
+    assert_eq!(last["citations"], a["citations"]);
+
+    // /v1/search
+    let hits = srv
+        .post("/v1/search", &json!({"query": question, "k": 4}))
+        .ok_json();
+    let list = hits["hits"].as_array().unwrap();
+    assert!(!list.is_empty() && list.len() <= 4, "{hits}");
+    for field in ["passage_id", "doc_id", "title", "text", "score"] {
+        assert!(!list[0][field].is_null(), "hit lacks {field}: {hits}");
+    }
+    let weighted = srv
+        .post(
+            "/v1/search",
+            &json!({"query": question, "mode": "hybrid", "fusion": {"method": "weighted", "bm25_weight": 0.3}}),
+        )
+        .ok_json();
+    assert!(!weighted["hits"].as_array().unwrap().is_empty());
+
+    // /v1/embeddings: float and base64 give the same vectors.
+    let input = json!(["the harbour town", question]);
+    let fl = srv
+        .post("/v1/embeddings", &json!({"input": input}))
+        .ok_json();
+    let b64 = srv
+        .post(
+            "/v1/embeddings",
+            &json!({"input": input, "encoding_format": "base64"}),
+        )
+        .ok_json();
+    assert_eq!(fl["object"], "list");
+    assert_eq!(fl["data"].as_array().unwrap().len(), 2);
+    for i in 0..2 {
+        assert_eq!(fl["data"][i]["index"], i);
+        assert_eq!(fl["data"][i]["object"], "embedding");
+        let floats: Vec<f32> = fl["data"][i]["embedding"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap() as f32)
+            .collect();
+        assert_eq!(floats.len(), 384);
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(b64["data"][i]["embedding"].as_str().unwrap())
+            .unwrap();
+        let decoded: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(decoded, floats, "input {i}: base64 and float differ");
+        let norm: f32 = floats.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-3, "normalised: {norm}");
+    }
+    assert!(fl["usage"]["prompt_tokens"].as_u64().unwrap() > 0);
+    let model = fl["model"].as_str().unwrap().to_string();
+    let one = srv
+        .post(
+            "/v1/embeddings",
+            &json!({"input": "the harbour town", "model": model}),
+        )
+        .ok_json();
+    assert_eq!(
+        one["data"][0]["embedding"], fl["data"][0]["embedding"],
+        "one string = first of the list"
+    );
+
+    // /v1/chat/completions
+    let chat = srv
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "capstan", "messages": [
+                {"role": "system", "content": "Answer from the index."},
+                {"role": "user", "content": question}]}),
+        )
+        .ok_json();
+    assert_eq!(chat["object"], "chat.completion");
+    assert_eq!(chat["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(
+        chat["choices"][0]["message"]["content"].as_str().unwrap(),
+        answer
+    );
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop");
+    assert!(chat["usage"]["total_tokens"].is_u64());
+    let parts = srv
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "capstan-extractive", "messages": [
+                {"role": "user", "content": [{"type": "text", "text": question}]}]}),
+        )
+        .ok_json();
+    assert_eq!(
+        parts["choices"][0]["message"]["content"].as_str().unwrap(),
+        answer
+    );
+
+    // Streamed chat: role chunk, content chunks, a finish chunk, then [DONE].
+    let r = srv.post(
+        "/v1/chat/completions",
+        &json!({"model": "capstan", "stream": true, "messages": [{"role": "user", "content": question}]}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let events = r.events();
+    assert_eq!(events.last().unwrap().1, "[DONE]", "{events:?}");
+    assert!(
+        r.text().trim_end().ends_with("data: [DONE]"),
+        "{}",
+        r.text()
+    );
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|(name, d)| {
+            assert_eq!(name, "message", "OpenAI streams have no event names");
+            serde_json::from_str(d).unwrap()
+        })
+        .collect();
+    assert!(chunks
+        .iter()
+        .all(|c| c["object"] == "chat.completion.chunk"));
+    assert!(
+        chunks.iter().all(|c| c["id"] == chunks[0]["id"]),
+        "one id per stream"
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let content: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(content, answer);
+    assert_eq!(
+        chunks.last().unwrap()["choices"][0]["finish_reason"],
+        "stop"
+    );
+
+    // /v1/models
+    let models = srv.get("/v1/models").ok_json();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&"capstan-extractive") && ids.contains(&model.as_str()),
+        "{ids:?}"
+    );
+    let one = srv.get("/v1/models/capstan-extractive").ok_json();
+    assert_eq!(one["id"], "capstan-extractive");
+    assert_eq!(one["object"], "model");
+    let (status, kind) = assert_client_error("unknown model", &srv.get("/v1/models/gpt-4o"));
+    assert_eq!((status, kind.as_str()), (404, "model_not_found"));
+
+    // / (the web page)
+    let page = srv.get("/");
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(page.text().contains("<form id=\"ask\""));
+
+    // /openapi.json parses and lists every path the server routes.
+    let spec = srv.get("/openapi.json").ok_json();
+    assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
+    let paths = spec["paths"].as_object().unwrap();
+    let routes = [
+        ("/", "get"),
+        ("/health", "get"),
+        ("/metrics", "get"),
+        ("/openapi.json", "get"),
+        ("/v1/models", "get"),
+        ("/v1/models/{model}", "get"),
+        ("/v1/qa", "post"),
+        ("/v1/search", "post"),
+        ("/v1/embeddings", "post"),
+        ("/v1/chat/completions", "post"),
+    ];
+    for (path, method) in routes {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "openapi.json lacks {method} {path}"
+        );
+    }
+    assert_eq!(
+        paths.len(),
+        routes.len(),
+        "openapi.json lists a path the server lacks: {:?}",
+        paths.keys()
+    );
+
+    // /metrics counts every route it served.
+    let metrics = srv.get("/metrics");
+    assert_eq!(metrics.status, 200);
+    assert!(metrics
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/plain"));
+    let text = metrics.text();
+    for (path, _) in routes.iter().filter(|(p, _)| *p != "/metrics") {
+        assert!(
+            text.contains(&format!(
+                "capstan_http_requests_total{{route=\"{path}\",status=\"200\"}}"
+            )),
+            "no counter for {path}:\n{text}"
+        );
+    }
+    for needle in [
+        "capstan_http_request_duration_seconds_bucket{route=\"/v1/qa\",le=\"+Inf\"}",
+        "capstan_stage_duration_seconds_count{stage=\"retrieve\"}",
+        "capstan_queue_depth{queue=\"fast\"}",
+        "capstan_rejected_requests_total 0",
+    ] {
+        assert!(text.contains(needle), "no {needle}:\n{text}");
+    }
+}
+
+#[test]
+fn api_key_guards_every_route_but_health() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &["--api-key", "s3cret-key"]);
+    let question = questions(&f.data)[0].clone();
+    let body = json!({"question": question}).to_string();
+    let post = |headers: &[(&str, &str)]| {
+        let mut h = vec![("Content-Type", "application/json")];
+        h.extend_from_slice(headers);
+        srv.call("POST", "/v1/qa", &h, Some(body.as_bytes()))
+    };
+    let cases = [
+        ("missing key", post(&[])),
+        ("wrong key", post(&[("Authorization", "Bearer nope")])),
+        (
+            "key as a prefix",
+            post(&[("Authorization", "Bearer s3cret")]),
+        ),
+        (
+            "key not Bearer",
+            post(&[("Authorization", "Basic s3cret-key")]),
+        ),
+        ("empty Bearer", post(&[("Authorization", "Bearer ")])),
+        ("models without key", srv.get("/v1/models")),
+        ("metrics without key", srv.get("/metrics")),
+        ("openapi without key", srv.get("/openapi.json")),
+        ("unknown route without key", srv.get("/v1/nothing")),
+    ];
+    for (what, r) in &cases {
+        let (status, kind) = assert_client_error(what, r);
+        assert_eq!(status, 401, "{what}: {}", r.text());
+        assert_eq!(kind, "authentication_error", "{what}");
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{what}");
+    }
+    // /health needs no key; the web page is static and sends ?key= itself.
+    assert_eq!(srv.get("/health").status, 200);
+    assert_eq!(srv.get("/").status, 200);
+    let good = post(&[("Authorization", "Bearer s3cret-key")]).ok_json();
+    assert!(!good["answer"].as_str().unwrap().is_empty());
+    let lower = post(&[("Authorization", "bearer s3cret-key")]);
+    assert_eq!(
+        lower.status,
+        200,
+        "the auth scheme is case-insensitive: {}",
+        lower.text()
+    );
+    let models = srv.call(
+        "GET",
+        "/v1/models",
+        &[("Authorization", "Bearer s3cret-key")],
+        None,
+    );
+    assert_eq!(models.status, 200);
+}
+
+#[test]
+fn overload_gets_503_with_retry_after() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &["--workers", "1", "--queue", "1"]);
+    let qs = questions(&f.data);
+    let n = 48;
+    let barrier = Arc::new(Barrier::new(n));
+    let port = srv.port;
+    let handles: Vec<_> = (0..n)
+        .map(|i| {
+            let barrier = barrier.clone();
+            let q = qs[i % qs.len()].clone();
+            std::thread::spawn(move || {
+                let (path, body) = match i % 4 {
+                    0 => ("/v1/search", json!({"query": q, "k": 20})),
+                    // A slow one (~0.1 s of encoding) keeps the worker busy.
+                    1 => ("/v1/embeddings", json!({"input": vec![q; 64]})),
+                    2 => ("/v1/qa", json!({"question": q, "k": 20, "stream": true})),
+                    _ => ("/v1/qa", json!({"question": q, "k": 20})),
+                };
+                let body = body.to_string();
+                // Connect first, so that the requests leave together.
+                let mut stream = connect(port).unwrap();
+                let req = format!(
+                    "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                barrier.wait();
+                stream.write_all(req.as_bytes()).unwrap();
+                (path, read_response(&mut stream).unwrap())
+            })
+        })
+        .collect();
+    let results: Vec<(&str, Resp)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut ok = 0;
+    let mut rejected = 0;
+    for (path, r) in &results {
+        match r.status {
+            200 => ok += 1,
+            503 => {
+                rejected += 1;
+                let (_, kind) = assert_client_error_body(path, r);
+                assert_eq!(kind, "overloaded");
+                let retry = r.header("retry-after").expect("503 carries Retry-After");
+                assert!(
+                    retry.parse::<u64>().is_ok_and(|s| s >= 1),
+                    "Retry-After {retry:?}"
+                );
+            }
+            other => panic!("{path}: unexpected {other}: {}", r.text()),
+        }
+    }
+    eprintln!("overload: {ok} served, {rejected} refused");
+    assert!(ok >= 1, "nothing was served");
+    assert!(
+        rejected >= 1,
+        "no request was refused with --workers 1 --queue 1 ({ok} served)"
+    );
+    // Once the burst is over the server serves again, and counted the refusals.
+    let a = srv.post("/v1/qa", &json!({"question": qs[0]})).ok_json();
+    assert!(!a["answer"].as_str().unwrap().is_empty());
+    let metrics = srv.get("/metrics").text();
+    assert!(
+        metrics.contains(&format!("capstan_rejected_requests_total {rejected}")),
+        "{rejected} rejected:\n{metrics}"
+    );
+    assert!(
+        metrics.contains("capstan_queue_depth{queue=\"fast\"} 0"),
+        "{metrics}"
+    );
+}
+
+/// As [`assert_client_error`] for a 503 (the only 5xx a client may see).
+fn assert_client_error_body(what: &str, r: &Resp) -> (u16, String) {
+    assert_eq!(r.status, 503);
+    let body = r.json();
+    let kind = body["error"]["type"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{what}: {body}"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{what}: {body}"
+    );
+    (r.status, kind.to_string())
+}
+
+#[test]
+fn sigterm_finishes_the_request_in_flight_then_exits_0() {
+    let f = fixture();
+    let mut srv = Server::start(&f.index, &[]);
+    let question = questions(&f.data)[0].clone();
+    let body = json!({"question": question, "k": 5}).to_string();
+    let (first, second) = body.as_bytes().split_at(body.len() / 2);
+
+    // A request in flight: the head and half the body are sent.
+    let mut stream = connect(srv.port).unwrap();
+    let head = format!(
+        "POST /v1/qa HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(first).unwrap();
+    stream.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &srv.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(500));
+    // Still running: it waits for the request.
+    assert!(
+        srv.child.as_mut().unwrap().try_wait().unwrap().is_none(),
+        "exited with a request in flight"
+    );
+    // New connections are no longer accepted.
+    assert!(
+        try_request(srv.port, "GET", "/health", &[], None).is_err(),
+        "still accepting new requests after SIGTERM"
+    );
+
+    stream.write_all(second).unwrap();
+    let r = read_response(&mut stream).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(!r.json()["answer"].as_str().unwrap().is_empty());
+    assert_eq!(
+        r.header("connection"),
+        Some("close"),
+        "the connection closes after the last answer"
+    );
+
+    let exit = srv
+        .wait_exit(Duration::from_secs(30))
+        .expect("the server exits after SIGTERM");
+    assert!(exit.success(), "exit status {exit:?}\n{}", srv.log_text());
+    assert!(
+        srv.log_text().contains("capstan: stopped"),
+        "{}",
+        srv.log_text()
+    );
+}
