@@ -198,6 +198,12 @@ impl Bm25Index {
     /// The `k` best passages for `query`, best first, with their BM25 scores.
     /// Scores are summed over query terms (a repeated term counts again), with
     /// Lucene's idf `ln(1 + (N - df + 0.5) / (df + 0.5))`.
+    ///
+    ///
+    /// Scoring is document-at-a-time with MaxScore pruning (Turtle & Flood,
+    /// 1995): once the k-th best score exceeds what the rarest-first terms
+    /// could add, the common terms are only probed (skip-list seeks) for
+    /// documents the rare ones found. The result equals an exhaustive pass.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<(PassageOrd, f32)>> {
         let terms: Vec<Term> = self
             .terms(query)
@@ -207,14 +213,41 @@ impl Bm25Index {
         if terms.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        let searcher = self.reader.searcher();
+        self.search_maxscore(&terms, k)
+    }
+
+    fn idf(&self, searcher: &tantivy::Searcher, terms: &[Term]) -> Result<Vec<f32>> {
         let n = searcher.num_docs() as f32;
-        let mut idf = Vec::with_capacity(terms.len());
-        for term in &terms {
-            let df = searcher.doc_freq(term)? as f32;
-            idf.push((1.0 + (n - df + 0.5) / (df + 0.5)).ln());
-        }
+        terms
+            .iter()
+            .map(|term| {
+                let df = searcher.doc_freq(term)? as f32;
+                Ok((1.0 + (n - df + 0.5) / (df + 0.5)).ln())
+            })
+            .collect()
+    }
+
+    /// `k1 * (1 - b + b * len / avg_len)` for each of tantivy's 256 norm codes.
+    fn norm_table(&self, segment: &tantivy::SegmentReader) -> Result<Vec<f32>> {
         let Bm25Params { k1, b } = self.params;
+        let inverted = segment.inverted_index(self.fields.body)?;
+        let avg_len = inverted.total_num_tokens() as f32 / segment.max_doc().max(1) as f32;
+        Ok((0..=255u8)
+            .map(|id| {
+                let len = tantivy::fieldnorm::FieldNormReader::id_to_fieldnorm(id) as f32;
+                k1 * (1.0 - b + b * len / avg_len.max(f32::EPSILON))
+            })
+            .collect())
+    }
+
+    fn search_maxscore(&self, terms: &[Term], k: usize) -> Result<Vec<(PassageOrd, f32)>> {
+        struct Cursor {
+            postings: tantivy::postings::SegmentPostings,
+            weight: f32,
+        }
+        let searcher = self.reader.searcher();
+        let idf = self.idf(&searcher, terms)?;
+        let k1 = self.params.k1;
         let mut heap: BinaryHeap<MinScored> = BinaryHeap::with_capacity(k + 1);
         for segment in searcher.segment_readers() {
             let inverted = segment.inverted_index(self.fields.body)?;
@@ -222,14 +255,107 @@ impl Bm25Index {
                 .fieldnorms_readers()
                 .get_field(self.fields.body)?
                 .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
-            let avg_len = inverted.total_num_tokens() as f32 / segment.max_doc().max(1) as f32;
-            // k1 * (1 - b + b * len / avg_len) for each of tantivy's 256 norm codes.
-            let norm_table: Vec<f32> = (0..=255u8)
-                .map(|id| {
-                    let len = tantivy::fieldnorm::FieldNormReader::id_to_fieldnorm(id) as f32;
-                    k1 * (1.0 - b + b * len / avg_len.max(f32::EPSILON))
+            let norm_table = self.norm_table(segment)?;
+            let mut cursors = Vec::with_capacity(terms.len());
+            for (term, idf) in terms.iter().zip(&idf) {
+                if let Some(postings) = inverted
+                    .read_postings(term, IndexRecordOption::WithFreqs)
+                    .map_err(tantivy::TantivyError::from)?
+                {
+                    // tf / (tf + norm) < 1, so a term adds at most idf * (k1 + 1).
+                    cursors.push(Cursor {
+                        postings,
+                        weight: idf * (k1 + 1.0),
+                    });
+                }
+            }
+            cursors.sort_by(|a, b| a.weight.total_cmp(&b.weight));
+            let bound_upto: Vec<f32> = cursors
+                .iter()
+                .scan(0f32, |acc, c| {
+                    *acc += c.weight;
+                    Some(*acc)
                 })
                 .collect();
+            let alive = segment.alive_bitset();
+            let ords = segment.fast_fields().u64("ord")?;
+            let score_of = |c: &Cursor, doc: u32| {
+                let tf = c.postings.term_freq() as f32;
+                c.weight * tf / (tf + norm_table[norms.fieldnorm_id(doc) as usize])
+            };
+            let threshold = |heap: &BinaryHeap<MinScored>| {
+                if heap.len() == k {
+                    heap.peek().map_or(f32::NEG_INFINITY, |m| m.score)
+                } else {
+                    f32::NEG_INFINITY
+                }
+            };
+            // cursors[essential..] must be iterated; the rest only probed.
+            let mut essential = 0;
+            loop {
+                let limit = threshold(&heap);
+                while essential < cursors.len() && bound_upto[essential] <= limit {
+                    essential += 1;
+                }
+                let Some(doc) = cursors[essential..]
+                    .iter()
+                    .map(|c| c.postings.doc())
+                    .min()
+                    .filter(|&d| d != TERMINATED)
+                else {
+                    break;
+                };
+                let mut score = 0f32;
+                for c in &mut cursors[essential..] {
+                    if c.postings.doc() == doc {
+                        score += score_of(c, doc);
+                        c.postings.advance();
+                    }
+                }
+                let mut possible = true;
+                for i in (0..essential).rev() {
+                    if score + bound_upto[i] <= limit {
+                        possible = false;
+                        break;
+                    }
+                    let c = &mut cursors[i];
+                    if c.postings.doc() < doc {
+                        c.postings.seek(doc);
+                    }
+                    if c.postings.doc() == doc {
+                        score += score_of(c, doc);
+                    }
+                }
+                if !possible || score <= limit || alive.is_some_and(|a| a.is_deleted(doc)) {
+                    continue;
+                }
+                let Some(ord) = ords.first(doc) else { continue };
+                heap.push(MinScored { score, ord });
+                if heap.len() > k {
+                    heap.pop();
+                }
+            }
+        }
+        let mut hits: Vec<(PassageOrd, f32)> = heap.into_iter().map(|m| (m.ord, m.score)).collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Ok(hits)
+    }
+
+    /// The reference the pruned search is tested against: every posting of
+    /// every term, term at a time.
+    #[cfg(test)]
+    fn search_exhaustive(&self, terms: &[Term], k: usize) -> Result<Vec<(PassageOrd, f32)>> {
+        let searcher = self.reader.searcher();
+        let idf = self.idf(&searcher, terms)?;
+        let k1 = self.params.k1;
+        let mut heap: BinaryHeap<MinScored> = BinaryHeap::with_capacity(k + 1);
+        for segment in searcher.segment_readers() {
+            let inverted = segment.inverted_index(self.fields.body)?;
+            let norms = segment
+                .fieldnorms_readers()
+                .get_field(self.fields.body)?
+                .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
+            let norm_table = self.norm_table(segment)?;
             let mut scores = vec![0f32; segment.max_doc() as usize];
             let mut touched = Vec::new();
             for (term, idf) in terms.iter().zip(&idf) {
@@ -361,6 +487,54 @@ mod tests {
         let index = Bm25Index::open(dir.path(), Bm25Params::default()).unwrap();
         let hits = index.search("apple", 10).unwrap();
         assert_eq!(hits.iter().map(|h| h.0).collect::<Vec<_>>(), vec![1]);
+    }
+
+    #[test]
+    fn pruned_and_exhaustive_scoring_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let words = [
+            "river", "mill", "bridge", "stone", "guild", "harbour", "tower", "market", "field",
+            "forest",
+        ];
+        let docs: Vec<(String, String)> = (0..300)
+            .map(|i| {
+                let text: Vec<&str> = (0..(5 + i % 37))
+                    .map(|j| words[(i * 7 + j * j + j * i) % words.len()])
+                    .collect();
+                (format!("Doc {i}"), text.join(" "))
+            })
+            .collect();
+        let refs: Vec<(&str, &str)> = docs.iter().map(|(t, x)| (t.as_str(), x.as_str())).collect();
+        build(dir.path(), &refs);
+        for params in [Bm25Params::default(), Bm25Params { k1: 0.9, b: 0.4 }] {
+            let index = Bm25Index::open(dir.path(), params).unwrap();
+            for query in [
+                "river mill",
+                "stone guild harbour tower",
+                "market market forest",
+                "bridge",
+                "doc 7 river",
+            ] {
+                let terms: Vec<Term> = index
+                    .terms(query)
+                    .iter()
+                    .map(|t| Term::from_field_text(index.fields.body, t))
+                    .collect();
+                let pruned = index.search_maxscore(&terms, 20).unwrap();
+                let exhaustive = index.search_exhaustive(&terms, 20).unwrap();
+                assert_eq!(pruned.len(), exhaustive.len(), "{query}");
+                for (w, e) in pruned.iter().zip(&exhaustive) {
+                    assert!((w.1 - e.1).abs() < 1e-4, "{query}: {w:?} vs {e:?}");
+                }
+                let ws: std::collections::HashSet<u64> = pruned
+                    .iter()
+                    .filter(|h| h.1 > pruned[19].1 + 1e-4)
+                    .map(|h| h.0)
+                    .collect();
+                let es: std::collections::HashSet<u64> = exhaustive.iter().map(|h| h.0).collect();
+                assert!(ws.is_subset(&es), "{query}");
+            }
+        }
     }
 
     #[test]
