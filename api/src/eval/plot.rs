@@ -131,53 +131,51 @@ pub fn heatmap(path: &Path, labels: &Labels, grid: &Grid) -> anyhow::Result<()> 
 
 fn draw_heatmap(path: &Path, labels: &Labels, grid: &Grid) -> anyhow::Result<()> {
     let (nx, ny) = (
-        grid.column_labels.len() as i32,
-        grid.row_labels.len() as i32,
+        grid.column_labels.len().max(1) as i32,
+        grid.row_labels.len().max(1) as i32,
     );
+    let (w, h) = (SIZE.0 as i32, SIZE.1 as i32);
+    let (left, right, top, bottom) = (110, 30, 60, 80);
+    let (cw, ch) = ((w - left - right) / nx, (h - top - bottom) / ny);
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(labels.title, (FAMILY, 24))
-        .margin(18)
-        .x_label_area_size(50)
-        .y_label_area_size(75)
-        .build_cartesian_2d((0..nx).into_segmented(), (0..ny).into_segmented())?;
-    let xf = |v: &SegmentValue<i32>| segment_label(grid.column_labels, v);
-    let yf = |v: &SegmentValue<i32>| segment_label(grid.row_labels, v);
-    chart
-        .configure_mesh()
-        .disable_mesh()
-        .x_desc(labels.x)
-        .y_desc(labels.y)
-        .x_labels(nx as usize + 1)
-        .y_labels(ny as usize + 1)
-        .label_style((FAMILY, 15))
-        .axis_desc_style((FAMILY, 17))
-        .x_label_formatter(&xf)
-        .y_label_formatter(&yf)
-        .draw()?;
-    let cell = |x: i32, y: i32| -> [(SegmentValue<i32>, SegmentValue<i32>); 2] {
-        [
-            (SegmentValue::Exact(x), SegmentValue::Exact(y)),
-            (SegmentValue::Exact(x + 1), SegmentValue::Exact(y + 1)),
-        ]
+    let anchored = |size: u32, h: HPos, v: VPos| {
+        TextStyle::from((FAMILY, size).into_font()).pos(Pos::new(h, v))
     };
-    let centre =
-        TextStyle::from((FAMILY, 18).into_font()).pos(Pos::new(HPos::Center, VPos::Center));
+    root.draw_text(
+        labels.title,
+        &anchored(24, HPos::Center, VPos::Center),
+        (w / 2, 28),
+    )?;
     for (y, row) in grid.values.iter().enumerate() {
+        // Row 0 at the bottom.
+        let y0 = top + (ny - 1 - y as i32) * ch;
         for (x, &v) in row.iter().enumerate() {
-            let (x, y) = (x as i32, y as i32);
-            chart.draw_series(std::iter::once(Rectangle::new(
-                cell(x, y),
-                colour(v).filled(),
-            )))?;
-            chart.draw_series(std::iter::once(Text::new(
-                format!("{v:.2}"),
-                (SegmentValue::CenterOf(x), SegmentValue::CenterOf(y)),
-                centre.clone(),
-            )))?;
+            let x0 = left + x as i32 * cw;
+            let cell = [(x0, y0), (x0 + cw, y0 + ch)];
+            root.draw(&Rectangle::new(cell, colour(v).filled()))?;
+            root.draw(&Rectangle::new(cell, WHITE.stroke_width(2)))?;
+            let centre = (x0 + cw / 2, y0 + ch / 2);
+            root.draw_text(
+                &format!("{v:.2}"),
+                &anchored(18, HPos::Center, VPos::Center),
+                centre,
+            )?;
         }
     }
+    for (x, label) in grid.column_labels.iter().enumerate() {
+        let at = (left + x as i32 * cw + cw / 2, top + ny * ch + 16);
+        root.draw_text(label, &anchored(15, HPos::Center, VPos::Center), at)?;
+    }
+    for (y, label) in grid.row_labels.iter().enumerate() {
+        let at = (left - 10, top + (ny - 1 - y as i32) * ch + ch / 2);
+        root.draw_text(label, &anchored(15, HPos::Right, VPos::Center), at)?;
+    }
+    let x_title = (left + nx * cw / 2, top + ny * ch + 48);
+    root.draw_text(labels.x, &anchored(17, HPos::Center, VPos::Center), x_title)?;
+    let rotated = TextStyle::from((FAMILY, 17).into_font().transform(FontTransform::Rotate270))
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    root.draw_text(labels.y, &rotated, (28, top + ny * ch / 2))?;
     root.present()?;
     Ok(())
 }
@@ -197,11 +195,4 @@ fn colour(v: f64) -> RGBColor {
         (mid, hi, v * 2.0 - 1.0)
     };
     RGBColor(lerp(a.0, b.0, t), lerp(a.1, b.1, t), lerp(a.2, b.2, t))
-}
-
-fn segment_label(names: &[String], v: &SegmentValue<i32>) -> String {
-    match v {
-        SegmentValue::CenterOf(i) => names.get(*i as usize).cloned().unwrap_or_default(),
-        _ => String::new(),
-    }
 }
