@@ -100,6 +100,15 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         k: usize,
     },
+    /// Llama reader prefill and decode timings on token ids. Loads the checkpoint once, then
+    /// answers one JSON line per stdin line `{"prompt": [ids], "new_tokens": N}` with
+    /// `{"prefill_seconds", "decode_seconds", "decode_steps", "tokens"}` (greedy; prefill is
+    /// the forward over the prompt up to the first token, decode the remaining N - 1 steps).
+    Llama {
+        /// Checkpoint folder (Hugging Face layout).
+        #[arg(long)]
+        model: PathBuf,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -138,8 +147,22 @@ fn main() -> anyhow::Result<()> {
             ef_construction,
             ef,
             k,
-        } => ann(&base, &queries, &truth, dim, HnswParams { m, ef_construction }, &ef, k)?,
-        Command::Latency { index, queries, mode, k } => latency(&index, &queries, mode, k)?,
+        } => ann(
+            &base,
+            &queries,
+            &truth,
+            dim,
+            HnswParams { m, ef_construction },
+            &ef,
+            k,
+        )?,
+        Command::Latency {
+            index,
+            queries,
+            mode,
+            k,
+        } => latency(&index, &queries, mode, k)?,
+        Command::Llama { model } => return llama(&model),
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
@@ -150,7 +173,9 @@ fn read_jsonl<T: for<'de> Deserialize<'de>>(path: &Path) -> anyhow::Result<Vec<T
     std::io::BufReader::new(file)
         .lines()
         .enumerate()
-        .map(|(i, l)| serde_json::from_str(&l?).with_context(|| format!("{}:{}", path.display(), i + 1)))
+        .map(|(i, l)| {
+            serde_json::from_str(&l?).with_context(|| format!("{}:{}", path.display(), i + 1))
+        })
         .collect()
 }
 
@@ -180,7 +205,14 @@ fn sentences(text: &str) -> Vec<&str> {
     out.into_iter().filter(|s| !s.is_empty()).collect()
 }
 
-fn prepare(html: &Path, out: &Path, encoder: &Path, max_passages: usize, n_queries: usize, seed: u64) -> anyhow::Result<serde_json::Value> {
+fn prepare(
+    html: &Path,
+    out: &Path,
+    encoder: &Path,
+    max_passages: usize,
+    n_queries: usize,
+    seed: u64,
+) -> anyhow::Result<serde_json::Value> {
     let start = Instant::now();
     let corpus = read_corpus(html, true)?;
     let encoder = Encoder::load(encoder)?;
@@ -224,7 +256,12 @@ fn prepare(html: &Path, out: &Path, encoder: &Path, max_passages: usize, n_queri
             continue;
         }
         let query = sents[pick].to_string();
-        let rest: Vec<&str> = sents.iter().enumerate().filter(|(j, _)| *j != pick).map(|(_, s)| *s).collect();
+        let rest: Vec<&str> = sents
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != pick)
+            .map(|(_, s)| *s)
+            .collect();
         passages[i].text = rest.join(" ");
         queries.push(QueryLine {
             id: format!("q{}", queries.len()),
@@ -261,8 +298,11 @@ fn bm25(data: &Path, params: Bm25Params, k: usize) -> anyhow::Result<serde_json:
     writer.finish()?;
     let index_seconds = start.elapsed().as_secs_f64();
     let index = Bm25Index::open(&dir, params)?;
-    let ids: std::collections::HashMap<&str, u64> =
-        passages.iter().enumerate().map(|(i, p)| (p.id.as_str(), i as u64)).collect();
+    let ids: std::collections::HashMap<&str, u64> = passages
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.id.as_str(), i as u64))
+        .collect();
     // Warm-up pass (page cache, allocator), then the timed pass.
     for q in queries.iter().take(100) {
         index.search(&q.text, k)?;
@@ -271,7 +311,10 @@ fn bm25(data: &Path, params: Bm25Params, k: usize) -> anyhow::Result<serde_json:
     let mut found = 0;
     for q in &queries {
         let hits = index.search(&q.text, k)?;
-        if hits.iter().any(|h| Some(&h.0) == ids.get(q.passage_id.as_str())) {
+        if hits
+            .iter()
+            .any(|h| Some(&h.0) == ids.get(q.passage_id.as_str()))
+        {
             found += 1;
         }
     }
@@ -310,14 +353,28 @@ fn encode(data: &Path, encoder: &Path, n: usize) -> anyhow::Result<serde_json::V
 
 fn read_f32(path: &Path) -> anyhow::Result<Vec<f32>> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
 }
 
-fn ann(base: &Path, queries: &Path, truth: &Path, dim: usize, params: HnswParams, efs: &[usize], k: usize) -> anyhow::Result<serde_json::Value> {
+fn ann(
+    base: &Path,
+    queries: &Path,
+    truth: &Path,
+    dim: usize,
+    params: HnswParams,
+    efs: &[usize],
+    k: usize,
+) -> anyhow::Result<serde_json::Value> {
     let base = read_f32(base)?;
     let queries = read_f32(queries)?;
     let truth_bytes = std::fs::read(truth)?;
-    let truth: Vec<i32> = truth_bytes.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    let truth: Vec<i32> = truth_bytes
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
     let nq = queries.len() / dim;
     if truth.len() < nq * k {
         bail!("truth has {} ids, need {} queries x {k}", truth.len(), nq);
@@ -334,7 +391,10 @@ fn ann(base: &Path, queries: &Path, truth: &Path, dim: usize, params: HnswParams
         for (qi, q) in queries.chunks_exact(dim).enumerate() {
             let hits = graph.search(q, k, ef.max(k));
             let gt = &truth[qi * truth_k..qi * truth_k + k];
-            found += hits.iter().filter(|h| gt.contains(&(h.d_id as i32))).count();
+            found += hits
+                .iter()
+                .filter(|h| gt.contains(&(h.d_id as i32)))
+                .count();
         }
         let seconds = start.elapsed().as_secs_f64();
         runs.push(json!({
@@ -366,12 +426,22 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn latency(index: &Path, queries: &Path, mode: Mode, k: usize) -> anyhow::Result<serde_json::Value> {
+fn latency(
+    index: &Path,
+    queries: &Path,
+    mode: Mode,
+    k: usize,
+) -> anyhow::Result<serde_json::Value> {
     let start = Instant::now();
     let retriever = Retriever::open(index, None)?;
     let open_seconds = start.elapsed().as_secs_f64();
     let queries: Vec<QueryLine> = read_jsonl(queries)?;
-    let opts = SearchOptions { mode, k, dense: DenseStrategy::Auto, ..Default::default() };
+    let opts = SearchOptions {
+        mode,
+        k,
+        dense: DenseStrategy::Auto,
+        ..Default::default()
+    };
     for q in queries.iter().take(20) {
         retriever.search(&q.text, &opts)?;
     }
@@ -395,4 +465,68 @@ fn latency(index: &Path, queries: &Path, mode: Mode, k: usize) -> anyhow::Result
         "mean_ms": times.iter().sum::<f64>() / times.len() as f64,
         "peak_rss_mib": peak_rss_mib(),
     }))
+}
+
+#[derive(Deserialize)]
+struct LlamaRequest {
+    prompt: Vec<u32>,
+    new_tokens: usize,
+}
+
+/// Serves timing requests on stdin so that the caller can alternate with its peer while the
+/// model stays loaded (no process start-up or load time inside the timings).
+fn llama(model_dir: &Path) -> anyhow::Result<()> {
+    use candle_core::{Device, Tensor};
+    use capstan_reader::{argmax, Cache, Checkpoint};
+
+    let dev = Device::Cpu;
+    let ckpt = Checkpoint::open(model_dir)?;
+    let model = ckpt.load_model(&dev, None)?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "{}",
+        json!({
+            "ready": true,
+            "threads": candle_core::utils::get_num_threads(),
+            "dtype": format!("{:?}", model.dtype()),
+        })
+    )?;
+    stdout.flush()?;
+    for line in std::io::stdin().lock().lines() {
+        let line = line?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let req: LlamaRequest = serde_json::from_str(&line).context("request line")?;
+        if req.new_tokens == 0 {
+            bail!("new_tokens must be >= 1");
+        }
+        let mut cache = Cache::new(&model);
+        let start = Instant::now();
+        let ids = Tensor::new(req.prompt.as_slice(), &dev)?.unsqueeze(0)?;
+        let logits = model.forward_last(&ids, None, &mut cache)?;
+        let mut tokens = vec![argmax(&logits.squeeze(0)?.to_vec1::<f32>()?)];
+        let prefill = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        while tokens.len() < req.new_tokens {
+            let ids = Tensor::new(&[tokens[tokens.len() - 1]], &dev)?.unsqueeze(0)?;
+            let logits = model.forward_last(&ids, None, &mut cache)?;
+            tokens.push(argmax(&logits.squeeze(0)?.to_vec1::<f32>()?));
+        }
+        let decode = start.elapsed().as_secs_f64();
+        writeln!(
+            stdout,
+            "{}",
+            json!({
+                "prompt_tokens": req.prompt.len(),
+                "prefill_seconds": prefill,
+                "decode_seconds": decode,
+                "decode_steps": tokens.len() - 1,
+                "tokens": tokens,
+            })
+        )?;
+        stdout.flush()?;
+    }
+    Ok(())
 }
