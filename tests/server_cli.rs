@@ -91,6 +91,11 @@ impl Server {
     /// Each server gets its own copy of the index: the passage store is locked
     /// by the process that opens it.
     fn start(index: &Path, extra: &[&str]) -> Server {
+        Server::start_with_env(index, extra, &[])
+    }
+
+    /// As [`Server::start`], with environment variables.
+    fn start_with_env(index: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut last = String::new();
         for _attempt in 0..5 {
             let port = free_port();
@@ -103,6 +108,7 @@ impl Server {
             let child = capstan()
                 .args(["serve", "--index", s(index), "--addr", &addr])
                 .args(extra)
+                .envs(env.iter().copied())
                 .stdout(Stdio::null())
                 .stderr(std::fs::File::create(&log).unwrap())
                 .spawn()
@@ -1119,16 +1125,20 @@ fn sigterm_finishes_the_request_in_flight_then_exits_0() {
         .status()
         .unwrap();
     assert!(status.success());
-    std::thread::sleep(Duration::from_millis(500));
-    // Still running: it waits for the request.
+    // The listener closes (new connections are refused) ...
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while try_request(srv.port, "GET", "/health", &[], None).is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "still accepting new requests after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // ... but the process waits for the request in flight.
+    std::thread::sleep(Duration::from_millis(300));
     assert!(
         srv.child.as_mut().unwrap().try_wait().unwrap().is_none(),
         "exited with a request in flight"
-    );
-    // New connections are no longer accepted.
-    assert!(
-        try_request(srv.port, "GET", "/health", &[], None).is_err(),
-        "still accepting new requests after SIGTERM"
     );
 
     stream.write_all(second).unwrap();
@@ -1147,6 +1157,37 @@ fn sigterm_finishes_the_request_in_flight_then_exits_0() {
     assert!(exit.success(), "exit status {exit:?}\n{}", srv.log_text());
     assert!(
         srv.log_text().contains("capstan: stopped"),
+        "{}",
+        srv.log_text()
+    );
+}
+
+#[test]
+fn sigterm_gives_up_on_a_stalled_request_after_the_grace_period() {
+    let f = fixture();
+    let mut srv = Server::start_with_env(&f.index, &[], &[("CAPSTAN_SHUTDOWN_GRACE", "1")]);
+    // A client that sends half its request and then nothing.
+    let mut stream = connect(srv.port).unwrap();
+    stream
+        .write_all(b"POST /v1/qa HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"question\":")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &srv.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = srv
+        .wait_exit(Duration::from_secs(20))
+        .expect("the server exits although a request never finished");
+    assert!(exit.success(), "exit status {exit:?}\n{}", srv.log_text());
+    assert!(
+        start.elapsed() >= Duration::from_millis(900),
+        "it gave the request its grace period"
+    );
+    assert!(
+        srv.log_text().contains("still in flight"),
         "{}",
         srv.log_text()
     );

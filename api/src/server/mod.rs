@@ -85,13 +85,42 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-/// Serves until SIGINT or SIGTERM, then finishes the requests in flight.
+/// Seconds the requests in flight get to finish after SIGINT or SIGTERM
+/// (`CAPSTAN_SHUTDOWN_GRACE`, default 30): a client that never finishes
+/// sending its request must not keep the process alive.
+fn shutdown_grace() -> std::time::Duration {
+    let secs = std::env::var("CAPSTAN_SHUTDOWN_GRACE")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .unwrap_or(30.0);
+    std::time::Duration::from_secs_f64(secs)
+}
+
+/// Serves until SIGINT or SIGTERM, then finishes the requests in flight
+/// (for at most the grace period).
 pub async fn serve(addr: SocketAddr, state: Arc<AppState>) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("capstan: listening on http://{}", listener.local_addr()?);
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let grace = shutdown_grace();
+    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        let _ = stopping.send(());
+    });
+    let deadline = async move {
+        if stopped.await.is_ok() {
+            tokio::time::sleep(grace).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = std::future::IntoFuture::into_future(server) => served?,
+        () = deadline => {
+            eprintln!("capstan: requests still in flight after {grace:?}; stopping anyway");
+        }
+    }
     eprintln!("capstan: stopped");
     Ok(())
 }
