@@ -408,4 +408,55 @@ fn kv_retrieval_and_passkey_probes_on_a_tiny_checkpoint() {
         err.contains("samples") && err.contains("--restart"),
         "{err}"
     );
+
+    // kill -9 mid-run, then resume: every item once.
+    let out = tmp.path().join("killed");
+    let args = [
+        "eval",
+        "passkey",
+        "--model",
+        s(&model),
+        "--out",
+        s(&out),
+        "--lengths",
+        "600,900",
+        "--depths",
+        "0,0.5,1",
+        "--samples",
+        "4",
+        "--max-new-tokens",
+        "4",
+        "--device",
+        "cpu",
+        "--concurrency",
+        "1",
+        "-q",
+    ];
+    let mut child = common::capstan()
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let items = out.join("items.jsonl");
+    let started = std::time::Instant::now();
+    while std::fs::read_to_string(&items).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(started.elapsed().as_secs() < 60, "no progress");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let partial = lines(&items).len();
+    assert!(partial < 24, "the run finished before the kill");
+    ok(&args);
+    let mut keys: Vec<String> = lines(&items)
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["key"].to_string())
+        .collect();
+    keys.sort_unstable();
+    keys.dedup();
+    assert_eq!(
+        (keys.len(), lines(&items).len()),
+        (24, 24),
+        "{partial} lines before the kill"
+    );
 }

@@ -302,7 +302,8 @@ impl ProbeModel {
         Ok(request)
     }
 
-    /// Greedy generation up to a new line; returns the text and the prompt length.
+    /// Greedy generation up to a new line; returns the text and the context length
+    /// (decoder prompt plus encoder chunks, in tokens).
     fn generate(
         &self,
         request: &Request,
@@ -321,7 +322,8 @@ impl ProbeModel {
         let pad = self.checkpoint.config().pad_token_id.unwrap_or(2);
         let generator = Generator::new(&self.model, self.checkpoint.tokenizer(), pad);
         let out = generator.generate(request, &params)?;
-        Ok((out.text.unwrap_or_default().trim().to_string(), n))
+        let context = n + request.encoder_chunks.iter().map(Vec::len).sum::<usize>();
+        Ok((out.text.unwrap_or_default().trim().to_string(), context))
     }
 }
 
@@ -367,7 +369,7 @@ struct KvResults {
     seed: u64,
     /// pairs -> 0-based position of the queried key -> accuracy.
     accuracy: BTreeMap<usize, BTreeMap<usize, f64>>,
-    /// pairs -> mean prompt tokens.
+    /// pairs -> mean context tokens (decoder prompt + encoder chunks).
     prompt_tokens: BTreeMap<usize, f64>,
 }
 
@@ -445,7 +447,7 @@ pub fn kv_retrieval(model: &ProbeModel, s: &KvSettings, spec: &RunSpec) -> anyho
     )?;
     let mut md = format!(
         "# Key-value retrieval\n\nReader `{}`, {} samples per point, seed {}. Accuracy: the value's UUID appears in the greedy output.\n\n\
-         | pairs | prompt tokens (mean) | position | accuracy |\n|---|---|---|---|\n",
+         | pairs | context tokens (mean) | position | accuracy |\n|---|---|---|---|\n",
         model.reader.name(),
         s.samples,
         s.seed
