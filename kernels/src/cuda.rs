@@ -7,10 +7,11 @@ use std::sync::{Mutex, OnceLock};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUfunction_attribute_enum, CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg,
+    sys::CUfunction_attribute_enum, CudaFunction, CudaSlice, DeviceRepr, LaunchConfig,
+    PushKernelArg,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
-use candle_core::cuda_backend::{CudaDType, CudaFunc, CudaStorageSlice, WrapErr};
+use candle_core::cuda_backend::{CudaDType, CudaStorageSlice, WrapErr};
 use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor};
 
 use crate::ops::{AttentionOp, RmsNormOp, RopeOp};
@@ -53,9 +54,11 @@ fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
     Ok(compiled)
 }
 
-fn func(dev: &CudaDevice, module: &'static str, name: &str) -> Result<CudaFunc> {
+fn func(dev: &CudaDevice, module: &'static str, name: &str) -> Result<CudaFunction> {
     let ptx = ptx(module, dev)?;
-    dev.get_or_load_custom_func(name, &format!("capstan_{module}"), &ptx)
+    Ok(dev
+        .get_or_load_custom_func(name, &format!("capstan_{module}"), &ptx)?
+        .into_cuda_function())
 }
 
 fn suffix(s: &CudaStorage) -> Result<&'static str> {
@@ -231,7 +234,8 @@ fn attention_typed<T: CudaDType + DeviceRepr>(
         block_dim: (32 * ROWS as u32, 1, 1),
         shared_mem_bytes: shared,
     };
-    let mut b = f.builder();
+    let stream = dev.cuda_stream();
+    let mut b = stream.launch_builder(&f);
     b.arg(&qs);
     b.arg(&ks);
     b.arg(&vs);
@@ -295,7 +299,8 @@ fn rope_typed<T: CudaDType + DeviceRepr>(
     let out = unsafe { dev.alloc::<T>(n)? };
     let f = func(dev, "rope", &format!("capstan_rope_{}", suffix(q)?))?;
     let cfg = LaunchConfig::for_num_elems((n / 2).max(1) as u32);
-    let mut bld = f.builder();
+    let stream = dev.cuda_stream();
+    let mut bld = stream.launch_builder(&f);
     bld.arg(&qs);
     bld.arg(&ks);
     bld.arg(&ps);
@@ -354,7 +359,8 @@ fn rms_typed<T: CudaDType + DeviceRepr>(
         block_dim: (256, 1, 1),
         shared_mem_bytes: 0,
     };
-    let mut bld = f.builder();
+    let stream = dev.cuda_stream();
+    let mut bld = stream.launch_builder(&f);
     bld.arg(&xs);
     bld.arg(&rs);
     bld.arg(&ws);
