@@ -9,6 +9,8 @@ source scripts/env.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
+# The CUDA kernel sources compile with NVRTC for sm_90 (no GPU needed).
+kernels/scripts/nvrtc-check.sh
 
 # Real clients against `capstan serve`: the official openai Python client and
 # the web page in headless Chromium (Debian's chromium, driven by
