@@ -17,8 +17,8 @@
 //! The model is immutable; the KV cache, positions, padding masks and the encoder context (with
 //! its projected cross-attention keys and values) live in a caller-owned [`Cache`].
 
-use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
+use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Module, Tensor};
+use candle_nn::{Embedding, RmsNorm, VarBuilder};
 
 use capstan_kernels::{AttentionOptions, Pattern};
 
@@ -97,7 +97,140 @@ impl Rope {
 }
 
 fn linear(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> CResult<Linear> {
-    candle_nn::linear_b(in_dim, out_dim, bias, vb)
+    let l = candle_nn::linear_b(in_dim, out_dim, bias, vb)?;
+    Linear::new(l.weight().clone(), l.bias().cloned())
+}
+
+/// Runs `f(0..n)` on scoped threads (`f(0)` on the caller's) and collects the results in order.
+fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> CResult<T> + Sync) -> CResult<Vec<T>> {
+    std::thread::scope(|scope| {
+        let f = &f;
+        let handles: Vec<_> = (1..n).map(|i| scope.spawn(move || f(i))).collect();
+        let mut out = vec![f(0)?];
+        for h in handles {
+            out.push(
+                h.join()
+                    .map_err(|_| candle_core::Error::Msg("worker thread panicked".into()))??,
+            );
+        }
+        Ok(out)
+    })
+}
+
+/// Threads for the CPU work split here: candle's (`RAYON_NUM_THREADS`), as its matmuls use.
+fn cpu_threads(dev: &Device) -> usize {
+    if dev.is_cpu() {
+        candle_core::utils::get_num_threads().max(1)
+    } else {
+        1
+    }
+}
+
+/// `candle_nn::Linear` (`y = x W^T + b`) whose single-row products (decoding) use all of
+/// candle's CPU threads: gemm's matrix-vector path runs on one. Each thread takes a contiguous
+/// block of output rows, so every output is the same dot product as in one call.
+#[derive(Debug, Clone)]
+struct Linear {
+    inner: candle_nn::Linear,
+    /// Row blocks of the weight, one per thread (empty: one thread or not on the CPU).
+    blocks: Vec<Tensor>,
+}
+
+impl Linear {
+    fn new(weight: Tensor, bias: Option<Tensor>) -> CResult<Self> {
+        let (out, _) = weight.dims2()?;
+        let threads = cpu_threads(weight.device());
+        let blocks = if threads > 1 && out >= 256 * threads && weight.is_contiguous() {
+            let per = out.div_ceil(threads);
+            (0..out)
+                .step_by(per)
+                .map(|s| weight.narrow(0, s, per.min(out - s)))
+                .collect::<CResult<_>>()?
+        } else {
+            Vec::new()
+        };
+        Ok(Self {
+            inner: candle_nn::Linear::new(weight, bias),
+            blocks,
+        })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> CResult<Tensor> {
+        let k = x.dim(candle_core::D::Minus1)?;
+        if self.blocks.is_empty() || x.elem_count() != k {
+            return self.inner.forward(x);
+        }
+        let row = x.reshape((1, k))?;
+        let parts = par_map(self.blocks.len(), |i| row.matmul(&self.blocks[i].t()?))?;
+        let mut y = Tensor::cat(&parts, 1)?;
+        if let Some(b) = self.inner.bias() {
+            y = y.broadcast_add(b)?;
+        }
+        let mut dims = x.dims().to_vec();
+        if let Some(last) = dims.last_mut() {
+            *last = y.dim(1)?;
+        }
+        y.reshape(dims)
+    }
+}
+
+/// In place on f32 scores `(b, h, s, t)`: `softmax(scores * scale)` over the causal keys of
+/// each query row (row `i` sees keys `..= t - s + i`), zero beyond. The same arithmetic as
+/// scaling, adding the causal mask and `softmax_last_dim`, without the mask tensor, the extra
+/// passes and the exponentials of masked keys.
+struct CausalSoftmax {
+    scale: f32,
+    threads: usize,
+}
+
+impl InplaceOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> CResult<()> {
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("causal-softmax: f32 scores expected")
+        };
+        let Some((o1, o2)) = layout.contiguous_offsets() else {
+            candle_core::bail!("causal-softmax: contiguous scores expected")
+        };
+        let (_, _, s, t) = layout.shape().dims4()?;
+        if s > t {
+            candle_core::bail!("causal-softmax: {s} queries but only {t} keys");
+        }
+        let scale = self.scale;
+        let rows_per = (o2 - o1).div_ceil(t).div_ceil(self.threads).max(1);
+        let row_fn = |r: usize, row: &mut [f32]| {
+            let see = t - s + r % s + 1;
+            let (live, masked) = row.split_at_mut(see);
+            let mut max = f32::NEG_INFINITY;
+            for x in live.iter_mut() {
+                *x *= scale;
+                max = max.max(*x);
+            }
+            let mut sum = 0f32;
+            for x in live.iter_mut() {
+                *x = (*x - max).exp();
+                sum += *x;
+            }
+            live.iter_mut().for_each(|x| *x /= sum);
+            masked.fill(0.0);
+        };
+        std::thread::scope(|scope| {
+            for (c, chunk) in data[o1..o2].chunks_mut(rows_per * t).enumerate() {
+                let row_fn = &row_fn;
+                scope.spawn(move || {
+                    for (i, row) in chunk.chunks_mut(t).enumerate() {
+                        row_fn(c * rows_per + i, row);
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
 }
 
 /// `repeat_kv` of the reference: `(b, kv, t, d) -> (b, kv * n_rep, t, d)`, head `i` using kv
@@ -113,7 +246,9 @@ fn repeat_kv(x: Tensor, n_rep: usize) -> CResult<Tensor> {
 }
 
 /// Eager attention as the reference: `softmax(q k^T / sqrt(d) + mask)` in f32, then `@ v`.
-/// `mask` is additive f32, broadcastable to `(b, h, s, t)`. Returns `(b, s, h * d)`.
+/// `mask` is additive f32, broadcastable to `(b, h, s, t)`; `None` is causal attention (query
+/// `i` sees keys `..= t - s + i`, all of them when decoding one token). Returns
+/// `(b, s, h * d)`.
 fn attend(
     q: &Tensor,
     k: Tensor,
@@ -122,15 +257,114 @@ fn attend(
     n_rep: usize,
 ) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
-    let k = repeat_kv(k, n_rep)?.contiguous()?;
-    let v = repeat_kv(v, n_rep)?.contiguous()?;
-    let scores = (q.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
-    let scores = match mask {
-        Some(m) => scores.broadcast_add(m)?,
-        None => scores,
+    // Cached keys are views of a larger buffer: the matmuls take them strided, without copies.
+    let (k, v) = if n_rep == 1 {
+        (k, v)
+    } else {
+        (
+            repeat_kv(k, n_rep)?.contiguous()?,
+            repeat_kv(v, n_rep)?.contiguous()?,
+        )
     };
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
-    probs.matmul(&v)?.transpose(1, 2)?.reshape((b, s, h * d))
+    let threads = cpu_threads(q.device());
+    let out = if mask.is_none() && s == 1 && b == 1 && threads > 1 && h >= threads {
+        // Decoding: these products are matrix-vector ones (one thread each in gemm); heads are
+        // split over the threads instead.
+        let per = h.div_ceil(threads);
+        let parts = par_map(h.div_ceil(per), |i| {
+            let (a, n) = (i * per, per.min(h - i * per));
+            attend_heads(
+                &q.narrow(1, a, n)?,
+                &k.narrow(1, a, n)?,
+                &v.narrow(1, a, n)?,
+                None,
+            )
+        })?;
+        Tensor::cat(&parts, 1)?
+    } else {
+        attend_heads(q, &k, &v, mask)?
+    };
+    out.transpose(1, 2)?.reshape((b, s, h * d))
+}
+
+/// [`attend`] on `(b, h, s, d)` heads, returning `(b, h, s, d)`.
+fn attend_heads(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> CResult<Tensor> {
+    let (_, _, s, d) = q.dims4()?;
+    let t = k.dim(2)?;
+    let scale = (d as f64).sqrt();
+    let scores = q.matmul(&k.t()?)?;
+    let probs = match mask {
+        Some(m) => {
+            let scores = (scores / scale)?.to_dtype(DType::F32)?;
+            candle_nn::ops::softmax_last_dim(&scores.broadcast_add(m)?)?
+        }
+        None if scores.device().is_cpu() => {
+            // Scaled as the masked path does: in f32 directly, else before the conversion.
+            let (scores, mul) = if scores.dtype() == DType::F32 {
+                (scores, (1.0 / scale) as f32)
+            } else {
+                ((scores / scale)?.to_dtype(DType::F32)?, 1.0)
+            };
+            let threads = if scores.elem_count() < 1 << 15 {
+                1
+            } else {
+                cpu_threads(scores.device())
+            };
+            scores.inplace_op1(&CausalSoftmax {
+                scale: mul,
+                threads,
+            })?;
+            scores
+        }
+        None => {
+            let m: Vec<f32> = (0..s)
+                .flat_map(|i| (0..t).map(move |j| if j <= t - s + i { 0.0 } else { MASKED }))
+                .collect();
+            let m = Tensor::from_vec(m, (s, t), scores.device())?;
+            let scores = (scores / scale)?.to_dtype(DType::F32)?;
+            candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&m)?)?
+        }
+    };
+    probs.to_dtype(v.dtype())?.matmul(v)
+}
+
+/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache and returns views of all cached
+/// keys and values. The cache is a buffer with room to spare, written in place (no copy of the
+/// whole cache per step); it grows by half when full.
+fn append_kv(kv: &mut Option<LayerKv>, k: &Tensor, v: &Tensor) -> CResult<(Tensor, Tensor)> {
+    let s = k.dim(2)?;
+    let (len, cap) = kv
+        .as_ref()
+        .map_or((0, 0), |c| (c.len, c.k.dim(2).unwrap_or(0)));
+    let need = len + s;
+    match kv {
+        Some(c) if need <= cap => {
+            c.k.slice_set(k, 2, len)?;
+            c.v.slice_set(v, 2, len)?;
+            c.len = need;
+        }
+        _ => {
+            let new_cap = (need + need / 2).next_multiple_of(64);
+            let grow = |old: Option<&Tensor>, new: &Tensor| -> CResult<Tensor> {
+                let (b, h, _, d) = new.dims4()?;
+                let pad = Tensor::zeros((b, h, new_cap - need, d), new.dtype(), new.device())?;
+                match old {
+                    Some(o) => Tensor::cat(&[&o.narrow(2, 0, len)?, new, &pad], 2),
+                    None => Tensor::cat(&[new, &pad], 2),
+                }
+            };
+            let old = kv.take();
+            *kv = Some(LayerKv {
+                k: grow(old.as_ref().map(|c| &c.k), k)?,
+                v: grow(old.as_ref().map(|c| &c.v), v)?,
+                k_grouped: None,
+                start: 0,
+                len: need,
+            });
+        }
+    }
+    let c = kv.as_ref().expect("set above");
+    Ok((c.k.narrow(2, 0, need)?, c.v.narrow(2, 0, need)?))
 }
 
 /// Self-attention with RoPE and grouped-query heads (`LlamaAttention`).
@@ -187,16 +421,11 @@ impl SelfAttention {
         let q = candle_nn::rotary_emb::rope(&q_raw, &rope.0, &rope.1)?;
         let k = candle_nn::rotary_emb::rope(&k_raw, &rope.0, &rope.1)?;
         let Some(la) = pattern.filter(|la| la.use_kernels) else {
-            let (k, v) = match kv.take() {
-                Some(c) => (Tensor::cat(&[&c.k, &k], 2)?, Tensor::cat(&[&c.v, &v], 2)?),
+            let (k, v) = match pattern {
+                Some(_) => append_kv(kv, &k, &v)?,
+                // The encoder: nothing to cache.
                 None => (k, v),
             };
-            *kv = Some(LayerKv {
-                k: k.clone(),
-                v: v.clone(),
-                k_grouped: None,
-                start: 0,
-            });
             let out = attend(&q, k, v, mask, self.n_heads / self.n_kv_heads)?;
             return self.o_proj.forward(&out);
         };
@@ -256,6 +485,7 @@ impl SelfAttention {
             v: trim(v)?,
             k_grouped: kg.map(trim).transpose()?,
             start: start + drop,
+            len: len - drop,
         });
         self.o_proj.forward(&out)
     }
@@ -263,12 +493,29 @@ impl SelfAttention {
 
 /// One layer's KV cache: keys (post-RoPE), values, SelfExtend's grouped keys, and the index of
 /// the first cached position (local layers drop old keys).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct LayerKv {
+    /// `(b, kv_heads, capacity, d)`: on the reference path a buffer of which the first `len`
+    /// positions are filled ([`append_kv`]); on the kernels' path exactly `len` positions.
     k: Tensor,
     v: Tensor,
     k_grouped: Option<Tensor>,
     start: usize,
+    len: usize,
+}
+
+impl Clone for LayerKv {
+    /// A copy with buffers of its own: the reference path appends in place.
+    fn clone(&self) -> Self {
+        let own = |t: &Tensor| t.copy().expect("copying a KV-cache buffer");
+        Self {
+            k: own(&self.k),
+            v: own(&self.v),
+            k_grouped: self.k_grouped.as_ref().map(own),
+            start: self.start,
+            len: self.len,
+        }
+    }
 }
 
 /// How one decoder layer attends in this forward pass.
@@ -628,9 +875,9 @@ impl Llama {
         };
         let decoder = Stack::load(vb.pp("model"), cfg, cross_from, enc_hidden)?;
         let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(decoder.embed_tokens.embeddings().clone(), None)
+            Linear::new(decoder.embed_tokens.embeddings().clone(), None)?
         } else {
-            candle_nn::linear_no_bias(cfg.hidden_size, cfg.vocab_size, vb.pp("lm_head"))
+            linear(cfg.hidden_size, cfg.vocab_size, false, vb.pp("lm_head"))
                 .map_err(Error::from_load)?
         };
         let encoder = match (arch, &cfg.encoder_config) {
@@ -799,7 +1046,8 @@ impl Llama {
         cache.seq_len += s;
         let total = past + s;
         let any_pad = cache.key_mask.iter().any(|r| r.iter().any(|m| !m));
-        let attn_mask = if s > 1 || any_pad {
+        // Without padding the layers run causal attention without a mask tensor.
+        let attn_mask = if any_pad {
             let mut m = Vec::with_capacity(b * s * total);
             for r in 0..b {
                 for i in 0..s {
