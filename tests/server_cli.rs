@@ -469,6 +469,14 @@ fn bad_requests_get_4xx_json_errors_and_the_server_keeps_serving() {
             ),
             Some(400),
         ),
+        (
+            "search: negative rrf k",
+            srv.post(
+                "/v1/search",
+                &json!({"query": question, "mode": "hybrid", "fusion": {"method": "rrf", "k": -1.0}}),
+            ),
+            Some(400),
+        ),
         ("embeddings: missing input", srv.post("/v1/embeddings", &json!({})), Some(400)),
         ("embeddings: input is a number", srv.post("/v1/embeddings", &json!({"input": 5})), Some(400)),
         ("embeddings: token arrays", srv.post("/v1/embeddings", &json!({"input": [[1, 2, 3]]})), Some(400)),
@@ -906,6 +914,15 @@ fn every_route_answers() {
     // /openapi.json parses and lists every path the server routes.
     let spec = srv.get("/openapi.json").ok_json();
     assert!(spec["openapi"].as_str().unwrap().starts_with("3."));
+    assert!(
+        spec.get("security").is_none(),
+        "no key configured, none documented"
+    );
+    assert_eq!(
+        spec["paths"]["/v1/qa"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+            ["properties"]["k"]["anyOf"][0]["maximum"],
+        100
+    );
     let paths = spec["paths"].as_object().unwrap();
     let routes = [
         ("/", "get"),
@@ -1004,6 +1021,20 @@ fn api_key_guards_every_route_but_health() {
         "the auth scheme is case-insensitive: {}",
         lower.text()
     );
+    let spec = srv
+        .call(
+            "GET",
+            "/openapi.json",
+            &[("Authorization", "Bearer s3cret-key")],
+            None,
+        )
+        .ok_json();
+    assert_eq!(
+        spec["security"],
+        json!([{"bearer": []}]),
+        "the spec says a key is needed"
+    );
+    assert_eq!(spec["paths"]["/health"]["get"]["security"], json!([]));
     let models = srv.call(
         "GET",
         "/v1/models",

@@ -45,8 +45,7 @@ struct Part {
 pub struct ChatBody {
     model: Option<String>,
     messages: Vec<Message>,
-    #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
     max_tokens: Option<usize>,
     max_completion_tokens: Option<usize>,
     temperature: Option<f64>,
@@ -115,7 +114,7 @@ pub async fn completions(
     )?;
     let id = format!("chatcmpl-{:016x}", rand_id());
     let created = unix_now();
-    if !body.stream {
+    if !body.stream.unwrap_or(false) {
         let answer = await_reply(state.engine.qa(req, None)?).await?;
         record(&state, &answer);
         return Ok(Json(completion(&id, created, &model, &answer)).into_response());

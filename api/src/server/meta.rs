@@ -99,91 +99,170 @@ pub async fn model(
         })
 }
 
-/// The OpenAPI 3.1 description of this API.
-pub async fn openapi() -> Json<Value> {
+/// The OpenAPI 3.1 description of this server: its limits, readers, models
+/// and whether it wants an API key.
+pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let limits = &state.limits;
+    let keyed = state.api_key.is_some();
     let error = json!({"$ref": "#/components/schemas/Error"});
-    let errors = json!({
-        "400": {"description": "Invalid request", "content": {"application/json": {"schema": error}}},
-        "401": {"description": "Missing or wrong API key", "content": {"application/json": {"schema": error}}},
-        "413": {"description": "Body too large", "content": {"application/json": {"schema": error}}},
-        "503": {"description": "At capacity; retry after the Retry-After header", "content": {"application/json": {"schema": error}}},
+    let err = |description: &str| json!({"description": description, "content": {"application/json": {"schema": error}}});
+    let mut errors = json!({
+        "400": err("Invalid request"),
+        "413": err("Body too large"),
+        "503": err("At capacity; retry after the Retry-After header"),
     });
-    let post = |summary: &str, body: Value, ok: Value| {
+    if keyed {
+        errors["401"] = err("Missing or wrong API key");
+    }
+    let post = |summary: &str, body: Value, ok: Value, extra: &[(&str, Value)]| {
         let mut responses = errors.clone();
         responses["200"] =
             json!({"description": "OK", "content": {"application/json": {"schema": ok}}});
+        for (code, r) in extra {
+            responses[*code] = r.clone();
+        }
         json!({"post": {"summary": summary, "requestBody": {"required": true, "content": {"application/json": {"schema": body}}}, "responses": responses}})
     };
     let get = |summary: &str, ok: Value, ctype: &str| {
-        json!({"get": {"summary": summary, "responses": {
-            "200": {"description": "OK", "content": {ctype: {"schema": ok}}},
-            "401": errors["401"].clone()}}})
+        let mut responses =
+            json!({"200": {"description": "OK", "content": {ctype: {"schema": ok}}}});
+        if keyed {
+            responses["401"] = errors["401"].clone();
+        }
+        json!({"get": {"summary": summary, "responses": responses}})
     };
     // Routes that need no API key.
     let public = |mut op: Value| {
         op["get"]["security"] = json!([]);
-        op["get"]["responses"]
-            .as_object_mut()
-            .expect("responses")
-            .remove("401");
+        if let Some(r) = op["get"]["responses"].as_object_mut() {
+            r.remove("401");
+        }
         op
     };
+    let sse = |mut op: Value| {
+        op["post"]["responses"]["200"]["content"]["text/event-stream"] = json!({});
+        op
+    };
+    let not_found = err("No such model");
+    let models: Vec<Value> = model_list(&state)
+        .into_iter()
+        .map(|m| m["id"].clone())
+        .collect();
+    let readers: Vec<&str> = state
+        .engine
+        .pipeline()
+        .available_readers()
+        .into_iter()
+        .map(|r| r.name())
+        .collect();
+    let chat_models: Vec<String> = std::iter::once("capstan".to_string())
+        .chain(readers.iter().map(|r| format!("capstan-{r}")))
+        .collect();
+    let embedding_model = embedding_model_id(&state);
+    let dimension = state.engine.pipeline().retriever().encoder().dimension();
+    // Text with something besides white space, within the question limit.
+    let question = json!({"type": "string", "minLength": 1, "maxLength": limits.max_question_chars, "pattern": "\\S"});
+    let k = json!({"type": "integer", "minimum": 1, "maximum": limits.max_k});
     let mode = json!({"type": "string", "enum": ["bm25", "dense", "hybrid"]});
-    let reader = json!({"type": "string", "enum": ["extractive", "llama", "cape"]});
+    let fusion = json!({"oneOf": [
+        {"type": "object", "required": ["method", "k"], "additionalProperties": false, "properties": {
+            "method": {"const": "rrf"}, "k": {"type": "number", "minimum": 0, "maximum": 1e6}}},
+        {"type": "object", "required": ["method", "bm25_weight"], "additionalProperties": false, "properties": {
+            "method": {"const": "weighted"}, "bm25_weight": {"type": "number", "minimum": 0, "maximum": 1}}}]});
+    let max_tokens = json!({"type": "integer", "minimum": 1, "maximum": super::qa::MAX_NEW_TOKENS});
+    let temperature = json!({"type": "number", "minimum": 0, "maximum": 2});
+    let top_p = json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1});
+    let text =
+        json!({"type": "string", "minLength": 1, "maxLength": limits.max_question_chars * 8});
     let hit = json!({"type": "object", "properties": {
         "passage_id": {"type": "string"}, "doc_id": {"type": "string"}, "title": {"type": "string"},
         "text": {"type": "string"}, "score": {"type": "number"},
         "bm25": {"type": ["object", "null"]}, "dense": {"type": ["object", "null"]}}});
-    Json(json!({
+    let content = json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object",
+        "required": ["type"], "properties": {"type": {"type": "string"}, "text": {"type": "string"}}}}]});
+    // Optional fields may be null (= absent), as OpenAI's clients send them.
+    let nullable = |mut op: Value, method: &str| {
+        let body = &mut op[method]["requestBody"]["content"]["application/json"]["schema"];
+        let required: Vec<Value> = body["required"].as_array().cloned().unwrap_or_default();
+        if let Some(props) = body["properties"].as_object_mut() {
+            for (name, schema) in props.iter_mut() {
+                if !required.contains(&json!(name)) {
+                    *schema = json!({"anyOf": [schema.clone(), {"type": "null"}]});
+                }
+            }
+        }
+        op
+    };
+    let mut spec = json!({
         "openapi": "3.1.0",
         "info": {"title": "Capstan", "version": env!("CARGO_PKG_VERSION"),
                  "description": "Retrieval-augmented long-context question answering."},
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
             "schemas": {"Error": {"type": "object", "required": ["error"], "properties": {"error": {
                 "type": "object", "required": ["type", "message"],
                 "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}}},
         },
-        "security": [{"bearer": []}],
         "paths": {
-            "/v1/qa": post("Answer a question with citations (stream: server-sent events)",
+            "/v1/qa": sse(post("Answer a question with citations (stream: server-sent events)",
                 json!({"type": "object", "required": ["question"], "additionalProperties": false, "properties": {
-                    "question": {"type": "string", "minLength": 1}, "k": {"type": "integer", "minimum": 1},
-                    "mode": mode, "reader": reader, "stream": {"type": "boolean"},
-                    "max_tokens": {"type": "integer", "minimum": 1, "maximum": 1024},
-                    "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-                    "top_p": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-                    "top_k": {"type": "integer", "minimum": 1},
+                    "question": question, "k": k, "mode": mode, "reader": {"type": "string", "enum": readers},
+                    "stream": {"type": "boolean"}, "max_tokens": max_tokens, "temperature": temperature,
+                    "top_p": top_p, "top_k": {"type": "integer", "minimum": 1},
                     "lost_in_the_middle": {"type": "boolean"}, "query_aware": {"type": "boolean"},
                     "decoder_passages": {"type": "integer", "minimum": 0}}}),
                 json!({"type": "object", "properties": {"answer": {"type": "string"},
                     "citations": {"type": "array", "items": {"type": "string"}},
-                    "passages": {"type": "array", "items": hit}, "usage": {"type": "object"}, "timings": {"type": "object"}}})),
+                    "passages": {"type": "array", "items": hit}, "usage": {"type": "object"}, "timings": {"type": "object"}}}),
+                &[])),
             "/v1/search": post("Top-k passages for a query",
                 json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
-                    "query": {"type": "string", "minLength": 1}, "k": {"type": "integer", "minimum": 1}, "mode": mode,
-                    "fusion": {"type": "object"}}}),
-                json!({"type": "object", "properties": {"hits": {"type": "array", "items": hit}}})),
+                    "query": question, "k": k, "mode": mode, "fusion": fusion}}),
+                json!({"type": "object", "properties": {"hits": {"type": "array", "items": hit}}}),
+                &[]),
             "/v1/embeddings": post("OpenAI-compatible embeddings",
                 json!({"type": "object", "required": ["input"], "properties": {
-                    "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]},
-                    "model": {"type": "string"}, "encoding_format": {"type": "string", "enum": ["float", "base64"]}}}),
-                json!({"type": "object"})),
-            "/v1/chat/completions": post("OpenAI-compatible chat, answered from the index",
+                    "input": {"oneOf": [text, {"type": "array", "items": text, "minItems": 1, "maxItems": limits.max_embedding_inputs}]},
+                    "model": {"type": "string", "enum": [embedding_model]},
+                    "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+                    "dimensions": {"type": "integer", "const": dimension}}}),
+                json!({"type": "object"}),
+                &[("404", not_found.clone())]),
+            "/v1/chat/completions": sse(post("OpenAI-compatible chat, answered from the index (the last user message is the question)",
                 json!({"type": "object", "required": ["messages"], "properties": {
-                    "model": {"type": "string"}, "messages": {"type": "array", "items": {"type": "object"}},
-                    "stream": {"type": "boolean"}, "max_tokens": {"type": "integer"}, "temperature": {"type": "number"}}}),
-                json!({"type": "object"})),
+                    "model": {"type": "string", "enum": chat_models},
+                    "messages": {"type": "array", "minItems": 1,
+                        "items": {"type": "object", "required": ["role"], "properties": {"role": {"type": "string"}, "content": content}},
+                        "contains": {"type": "object", "required": ["role", "content"], "properties": {
+                            "role": {"const": "user"}, "content": question}}},
+                    "stream": {"type": "boolean"}, "max_tokens": max_tokens, "max_completion_tokens": max_tokens,
+                    "temperature": temperature, "top_p": top_p, "n": {"const": 1}}}),
+                json!({"type": "object"}),
+                &[("404", not_found.clone())])),
             "/v1/models": get("Models this server answers with", json!({"type": "object"}), "application/json"),
             "/v1/models/{model}": {"get": {"summary": "One model",
-                "parameters": [{"name": "model", "in": "path", "required": true, "schema": {"type": "string"}}],
+                "parameters": [{"name": "model", "in": "path", "required": true,
+                                "schema": {"type": "string"}, "examples": {"served": {"value": models[0]}}}],
                 "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {"type": "object"}}}},
-                              "401": errors["401"].clone(),
-                              "404": {"description": "No such model", "content": {"application/json": {"schema": error}}}}}},
+                              "404": not_found}}},
             "/health": public(get("Liveness (no API key needed)", json!({"type": "object"}), "application/json")),
             "/metrics": get("Prometheus metrics", json!({"type": "string"}), "text/plain"),
             "/openapi.json": get("This description", json!({"type": "object"}), "application/json"),
             "/": public(get("The web page (static; no API key needed: it sends ?key= itself)", json!({"type": "string"}), "text/html")),
         },
-    }))
+    });
+    for path in [
+        "/v1/qa",
+        "/v1/search",
+        "/v1/embeddings",
+        "/v1/chat/completions",
+    ] {
+        spec["paths"][path] = nullable(spec["paths"][path].take(), "post");
+    }
+    if keyed {
+        spec["components"]["securitySchemes"] =
+            json!({"bearer": {"type": "http", "scheme": "bearer"}});
+        spec["security"] = json!([{"bearer": []}]);
+        spec["paths"]["/v1/models/{model}"]["get"]["responses"]["401"] = errors["401"].clone();
+    }
+    Json(spec)
 }

@@ -27,8 +27,7 @@ pub struct QaBody {
     k: Option<usize>,
     mode: Option<Mode>,
     reader: Option<ReaderKind>,
-    #[serde(default)]
-    stream: bool,
+    stream: Option<bool>,
     max_tokens: Option<usize>,
     temperature: Option<f64>,
     top_p: Option<f64>,
@@ -70,7 +69,7 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
     req.lost_in_the_middle = body.lost_in_the_middle.unwrap_or(req.lost_in_the_middle);
     req.query_aware = body.query_aware.unwrap_or(req.query_aware);
     req.decoder_passages = body.decoder_passages.unwrap_or(req.decoder_passages);
-    Ok((req, body.stream))
+    Ok((req, body.stream.unwrap_or(false)))
 }
 
 /// Applies and checks OpenAI-style sampling fields.

@@ -37,6 +37,13 @@ pub async fn search(
     })?;
     let k = body.k.unwrap_or(state.defaults.k);
     check_k(k, &state.limits)?;
+    if let Some(Fusion::Rrf { k }) = body.fusion {
+        if !(0.0..=1e6).contains(&k) {
+            return Err(ApiError::invalid(format!(
+                "`fusion.k` must be within [0, 1e6], got {k}"
+            )));
+        }
+    }
     let base = state.engine.pipeline().search;
     let options = SearchOptions {
         mode: body.mode.unwrap_or(state.defaults.mode),
