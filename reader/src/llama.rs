@@ -18,7 +18,7 @@
 //! its projected cross-attention keys and values) live in a caller-owned [`Cache`].
 
 use candle_core::{CpuStorage, DType, Device, InplaceOp1, Layout, Module, Tensor};
-use candle_nn::{Embedding, RmsNorm, VarBuilder};
+use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 
 use capstan_kernels::{AttentionOptions, Pattern};
 
@@ -97,92 +97,15 @@ impl Rope {
 }
 
 fn linear(in_dim: usize, out_dim: usize, bias: bool, vb: VarBuilder) -> CResult<Linear> {
-    let l = candle_nn::linear_b(in_dim, out_dim, bias, vb)?;
-    Linear::new(l.weight().clone(), l.bias().cloned())
-}
-
-/// Runs `f(0..n)` on scoped threads (`f(0)` on the caller's) and collects the results in order.
-fn par_map<T: Send>(n: usize, f: impl Fn(usize) -> CResult<T> + Sync) -> CResult<Vec<T>> {
-    std::thread::scope(|scope| {
-        let f = &f;
-        let handles: Vec<_> = (1..n).map(|i| scope.spawn(move || f(i))).collect();
-        let mut out = vec![f(0)?];
-        for h in handles {
-            out.push(
-                h.join()
-                    .map_err(|_| candle_core::Error::Msg("worker thread panicked".into()))??,
-            );
-        }
-        Ok(out)
-    })
-}
-
-/// Threads for the CPU work split here: candle's (`RAYON_NUM_THREADS`), as its matmuls use.
-fn cpu_threads(dev: &Device) -> usize {
-    if dev.is_cpu() {
-        candle_core::utils::get_num_threads().max(1)
-    } else {
-        1
-    }
-}
-
-/// `candle_nn::Linear` (`y = x W^T + b`) whose single-row products (decoding) use all of
-/// candle's CPU threads: gemm's matrix-vector path runs on one. Each thread takes a contiguous
-/// block of output rows, so every output is the same dot product as in one call.
-#[derive(Debug, Clone)]
-struct Linear {
-    inner: candle_nn::Linear,
-    /// Row blocks of the weight, one per thread (empty: one thread or not on the CPU).
-    blocks: Vec<Tensor>,
-}
-
-impl Linear {
-    fn new(weight: Tensor, bias: Option<Tensor>) -> CResult<Self> {
-        let (out, _) = weight.dims2()?;
-        let threads = cpu_threads(weight.device());
-        let blocks = if threads > 1 && out >= 256 * threads && weight.is_contiguous() {
-            let per = out.div_ceil(threads);
-            (0..out)
-                .step_by(per)
-                .map(|s| weight.narrow(0, s, per.min(out - s)))
-                .collect::<CResult<_>>()?
-        } else {
-            Vec::new()
-        };
-        Ok(Self {
-            inner: candle_nn::Linear::new(weight, bias),
-            blocks,
-        })
-    }
-}
-
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> CResult<Tensor> {
-        let k = x.dim(candle_core::D::Minus1)?;
-        if self.blocks.is_empty() || x.elem_count() != k {
-            return self.inner.forward(x);
-        }
-        let row = x.reshape((1, k))?;
-        let parts = par_map(self.blocks.len(), |i| row.matmul(&self.blocks[i].t()?))?;
-        let mut y = Tensor::cat(&parts, 1)?;
-        if let Some(b) = self.inner.bias() {
-            y = y.broadcast_add(b)?;
-        }
-        let mut dims = x.dims().to_vec();
-        if let Some(last) = dims.last_mut() {
-            *last = y.dim(1)?;
-        }
-        y.reshape(dims)
-    }
+    candle_nn::linear_b(in_dim, out_dim, bias, vb)
 }
 
 /// In place on f32 scores `(b, h, s, t)`: `softmax(scores * scale)` over the causal keys of
-/// each query row (row `i` sees keys `..= t - s + i`), zero beyond. The same arithmetic as
-/// scaling, adding the causal mask and `softmax_last_dim`, without the mask tensor, the extra
-/// passes and the exponentials of masked keys.
+/// each query row (row `i` sees keys `..= t - s + i`), zero beyond. What scaling, adding the
+/// causal mask and `softmax_last_dim` compute, in one pass over cache-resident rows, without
+/// the mask tensor or the exponentials of masked keys.
 struct CausalSoftmax {
     scale: f32,
-    threads: usize,
 }
 
 impl InplaceOp1 for CausalSoftmax {
@@ -201,36 +124,88 @@ impl InplaceOp1 for CausalSoftmax {
         if s > t {
             candle_core::bail!("causal-softmax: {s} queries but only {t} keys");
         }
-        let scale = self.scale;
-        let rows_per = (o2 - o1).div_ceil(t).div_ceil(self.threads).max(1);
-        let row_fn = |r: usize, row: &mut [f32]| {
-            let see = t - s + r % s + 1;
-            let (live, masked) = row.split_at_mut(see);
-            let mut max = f32::NEG_INFINITY;
-            for x in live.iter_mut() {
-                *x *= scale;
-                max = max.max(*x);
+        let avx2 = has_avx2();
+        for (r, row) in data[o1..o2].chunks_mut(t).enumerate() {
+            let (live, masked) = row.split_at_mut(t - s + r % s + 1);
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: the CPU supports AVX2 and FMA.
+                unsafe { softmax_avx2(live, self.scale) };
+                masked.fill(0.0);
+                continue;
             }
-            let mut sum = 0f32;
-            for x in live.iter_mut() {
-                *x = (*x - max).exp();
-                sum += *x;
-            }
-            live.iter_mut().for_each(|x| *x /= sum);
+            let _ = avx2;
+            softmax_generic(live, self.scale);
             masked.fill(0.0);
-        };
-        std::thread::scope(|scope| {
-            for (c, chunk) in data[o1..o2].chunks_mut(rows_per * t).enumerate() {
-                let row_fn = &row_fn;
-                scope.spawn(move || {
-                    for (i, row) in chunk.chunks_mut(t).enumerate() {
-                        row_fn(c * rows_per + i, row);
-                    }
-                });
-            }
-        });
+        }
         Ok(())
     }
+}
+
+fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`softmax_generic`] compiled for AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_avx2(row: &mut [f32], scale: f32) {
+    softmax_generic(row, scale)
+}
+
+/// `softmax(row * scale)` in place, written so that every pass vectorises (eight lanes).
+#[inline(always)]
+fn softmax_generic(row: &mut [f32], scale: f32) {
+    row.iter_mut().for_each(|x| *x *= scale);
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            if x > *m {
+                *m = x;
+            }
+        }
+    }
+    let max = chunks
+        .remainder()
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    row.iter_mut().for_each(|x| *x = exp(*x - max));
+    let mut lanes = [0f32; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &x) in lanes.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+    row.iter_mut().for_each(|x| *x /= sum);
+}
+
+/// `exp` for `x <= 88`, vectorisable, relative error below 1e-7 (Cephes' `expf`:
+/// `x = n ln 2 + r`, a degree-6 polynomial in `r`, `2^n` from bits); as the indexer's BERT.
+#[inline(always)]
+fn exp(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let x = x.clamp(-87.336_54, 88.37626);
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let p = p * r * r + r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
 /// `repeat_kv` of the reference: `(b, kv, t, d) -> (b, kv * n_rep, t, d)`, head `i` using kv
@@ -266,31 +241,29 @@ fn attend(
             repeat_kv(v, n_rep)?.contiguous()?,
         )
     };
-    let threads = cpu_threads(q.device());
-    let out = if mask.is_none() && s == 1 && b == 1 && threads > 1 && h >= threads {
-        // Decoding: these products are matrix-vector ones (one thread each in gemm); heads are
-        // split over the threads instead.
-        let per = h.div_ceil(threads);
-        let parts = par_map(h.div_ceil(per), |i| {
-            let (a, n) = (i * per, per.min(h - i * per));
-            attend_heads(
-                &q.narrow(1, a, n)?,
-                &k.narrow(1, a, n)?,
-                &v.narrow(1, a, n)?,
-                None,
-            )
-        })?;
-        Tensor::cat(&parts, 1)?
-    } else {
-        attend_heads(q, &k, &v, mask)?
-    };
+    let out = attend_heads(q, &k, &v, mask)?;
     out.transpose(1, 2)?.reshape((b, s, h * d))
 }
 
 /// [`attend`] on `(b, h, s, d)` heads, returning `(b, h, s, d)`.
 fn attend_heads(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> CResult<Tensor> {
-    let (_, _, s, d) = q.dims4()?;
+    let (_, h, s, d) = q.dims4()?;
     let t = k.dim(2)?;
+    if mask.is_none() && q.device().is_cpu() && h > 1 && s * t >= 1 << 16 {
+        // Prompt chunks: one head at a time, so that its scores stay in cache between the two
+        // products and the softmax (all heads' would be `h * s * t` floats, fresh pages).
+        let heads = (0..h)
+            .map(|i| {
+                attend_heads(
+                    &q.narrow(1, i, 1)?,
+                    &k.narrow(1, i, 1)?,
+                    &v.narrow(1, i, 1)?,
+                    None,
+                )
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        return Tensor::cat(&heads, 1);
+    }
     let scale = (d as f64).sqrt();
     let scores = q.matmul(&k.t()?)?;
     let probs = match mask {
@@ -305,15 +278,7 @@ fn attend_heads(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> CR
             } else {
                 ((scores / scale)?.to_dtype(DType::F32)?, 1.0)
             };
-            let threads = if scores.elem_count() < 1 << 15 {
-                1
-            } else {
-                cpu_threads(scores.device())
-            };
-            scores.inplace_op1(&CausalSoftmax {
-                scale: mul,
-                threads,
-            })?;
+            scores.inplace_op1(&CausalSoftmax { scale: mul })?;
             scores
         }
         None => {
@@ -875,9 +840,9 @@ impl Llama {
         };
         let decoder = Stack::load(vb.pp("model"), cfg, cross_from, enc_hidden)?;
         let lm_head = if cfg.tie_word_embeddings {
-            Linear::new(decoder.embed_tokens.embeddings().clone(), None)?
+            Linear::new(decoder.embed_tokens.embeddings().clone(), None)
         } else {
-            linear(cfg.hidden_size, cfg.vocab_size, false, vb.pp("lm_head"))
+            candle_nn::linear_no_bias(cfg.hidden_size, cfg.vocab_size, vb.pp("lm_head"))
                 .map_err(Error::from_load)?
         };
         let encoder = match (arch, &cfg.encoder_config) {
