@@ -306,6 +306,7 @@ impl Pipeline {
             .iter()
             .zip(&stored)
             .map(|(h, s)| ExtractivePassage {
+                title: &h.title,
                 text: &h.text,
                 sentences: (!s.is_empty()).then_some(s.as_slice()),
             })

@@ -149,15 +149,21 @@ impl Linear {
                 false,
                 false,
                 false,
-                parallelism(),
+                parallelism(rows),
             );
         }
     }
 }
 
-/// The `gemm` parallelism for the big matmuls: every rayon thread.
-fn parallelism() -> gemm::Parallelism {
+/// Below this many token rows a matmul runs on the calling thread: splitting
+/// a short question's matmuls costs more in hand-offs than it saves, and a
+/// server already runs one question per core.
+const PARALLEL_ROWS: usize = 256;
+
+/// The `gemm` parallelism for a matmul of `rows` token rows.
+fn parallelism(rows: usize) -> gemm::Parallelism {
     match rayon::current_num_threads() {
+        _ if rows < PARALLEL_ROWS => gemm::Parallelism::None,
         0 | 1 => gemm::Parallelism::None,
         n => gemm::Parallelism::Rayon(n),
     }

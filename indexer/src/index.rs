@@ -244,23 +244,20 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
     let _lock = folder.lock()?;
     let current = folder.require_current()?;
     let mut manifest = Manifest::read(&current)?;
-    {
-        let store = PassageStore::open(&current.join(STORE_DIR))?;
-        let unknown: Vec<&str> = doc_ids
-            .iter()
-            .filter(|id| !store.contains_document(id).unwrap_or(false))
-            .map(String::as_str)
-            .collect();
-        if !unknown.is_empty() {
-            return Err(Error::index(
-                dir,
-                format!("no such document id: {}", unknown.join(", ")),
-            ));
-        }
-    }
+    // Work on a copy: the live store may be open in a server (sled locks it).
     let gen = folder.new_generation()?;
     fsutil::copy_tree(&current, &gen)?;
     let store = PassageStore::open(&gen.join(STORE_DIR))?;
+    let unknown: Vec<&str> = doc_ids
+        .iter()
+        .filter(|id| !store.contains_document(id).unwrap_or(false))
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        drop(store);
+        let _ = std::fs::remove_dir_all(&gen);
+        return Err(Error::index(dir, format!("no such document id: {}", unknown.join(", "))));
+    }
     let mut bm25 = Bm25Writer::open(&gen.join(BM25_DIR))?;
     let unique: HashSet<&String> = doc_ids.iter().collect();
     for id in &unique {
@@ -296,8 +293,11 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     let dim = manifest.encoder.dimension;
     let old_vectors = dense::read_vectors(&current, dense::PASSAGE_VECTORS, dim)?;
     let old_sentences = dense::read_vectors(&current, dense::SENTENCE_VECTORS, dim)?;
-    let old_store = PassageStore::open(&current.join(STORE_DIR))?;
     let gen = folder.new_generation()?;
+    // Read a copy of the live store: it may be open in a server (sled locks it).
+    let old_copy = gen.join("old-store");
+    fsutil::copy_tree(&current.join(STORE_DIR), &old_copy)?;
+    let old_store = PassageStore::open(&old_copy)?;
     let store = PassageStore::open(&gen.join(STORE_DIR))?;
     let mut bm25 = Bm25Writer::create(&gen.join(BM25_DIR))?;
     let mut vectors = Vec::with_capacity(old_vectors.len());
@@ -340,6 +340,8 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     bm25.finish()?;
     store.flush()?;
     drop(store);
+    drop(old_store);
+    std::fs::remove_dir_all(&old_copy).map_err(|e| Error::io(&old_copy, e))?;
     let rows: Vec<Vec<f32>> = vectors.chunks_exact(dim).map(|r| r.to_vec()).collect();
     dense::append_vectors(&gen, dense::PASSAGE_VECTORS, &rows)?;
     dense::append_vectors(&gen, dense::SENTENCE_VECTORS, &sentence_rows)?;
@@ -418,7 +420,7 @@ fn add_documents(
             let refs: Vec<SentenceRef> = sentence_spans(&p.text)
                 .into_iter()
                 .map(|(start, end)| {
-                    texts.push(p.text[start..end].to_string());
+                    texts.push(sentence_embedding_text(&p.title, &p.text[start..end]));
                     SentenceRef {
                         start: start as u32,
                         end: end as u32,
@@ -443,6 +445,16 @@ fn add_documents(
         passages: passages.len() as u64,
         sentences,
     })
+}
+
+/// The text a sentence is embedded as: prefixed with its document's title, so
+/// that "He was born in 1843." still says whose birth it is.
+pub fn sentence_embedding_text(title: &str, sentence: &str) -> String {
+    if title.is_empty() {
+        sentence.to_string()
+    } else {
+        format!("{title}. {sentence}")
+    }
 }
 
 /// Embeds `texts` into unit vectors appended to `gen/file`; returns them flat.

@@ -8,13 +8,15 @@
 
 use std::sync::Arc;
 
-use capstan_indexer::{dot, normalize, sentence_spans, Encoder};
+use capstan_indexer::{dot, normalize, sentence_embedding_text, sentence_spans, Encoder};
 
 use crate::error::Result;
 
 /// A passage as the extractive reader sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct ExtractivePassage<'a> {
+    /// Title of the passage's document (sentences are embedded as `title. sentence`).
+    pub title: &'a str,
     /// Passage text.
     pub text: &'a str,
     /// Its sentences as byte spans of `text` with unit vectors, or `None`
@@ -72,9 +74,9 @@ impl ExtractiveReader {
             }
         }
         if !missing.is_empty() {
-            let texts: Vec<&str> = missing
+            let texts: Vec<String> = missing
                 .iter()
-                .map(|&(pi, s, e)| &passages[pi].text[s..e])
+                .map(|&(pi, s, e)| sentence_embedding_text(passages[pi].title, &passages[pi].text[s..e]))
                 .collect();
             let vectors = self.encoder.embed(&texts)?;
             for (&(pi, start, end), mut v) in missing.iter().zip(vectors) {
