@@ -31,8 +31,12 @@ use crate::error::{Error, Result};
 const MASKED: f32 = f32::MIN;
 
 /// Prompts longer than this are processed in chunks through the KV cache (mathematically the
-/// same as one pass; bounds the attention-score memory).
-const PREFILL_CHUNK: usize = 512;
+/// same as one pass; bounds the activation memory).
+const PREFILL_CHUNK: usize = 2048;
+
+/// On the CPU, causal attention over a prompt chunk runs per head and per block of this many
+/// queries (bounds the attention-score memory and skips keys no query of the block sees).
+const QUERY_BLOCK: usize = 256;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -263,6 +267,23 @@ fn attend_heads(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> CR
             })
             .collect::<CResult<Vec<_>>>()?;
         return Tensor::cat(&heads, 1);
+    }
+    if mask.is_none() && q.device().is_cpu() && s > QUERY_BLOCK {
+        // Causal blocks of queries: each block's products stop at its last visible key.
+        let blocks = (0..s)
+            .step_by(QUERY_BLOCK)
+            .map(|r0| {
+                let n = QUERY_BLOCK.min(s - r0);
+                let seen = t - s + r0 + n;
+                attend_heads(
+                    &q.narrow(2, r0, n)?,
+                    &k.narrow(2, 0, seen)?,
+                    &v.narrow(2, 0, seen)?,
+                    None,
+                )
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        return Tensor::cat(&blocks, 2);
     }
     let scale = (d as f64).sqrt();
     let scores = q.matmul(&k.t()?)?;
