@@ -19,14 +19,46 @@ fn fixture(docs: usize) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("enc");
     let index = tmp.path().join("index");
-    ok(&["corpus", "generate", "--out", s(&data), "--documents", &docs.to_string(), "--questions", "40", "--seed", "7"]);
+    ok(&[
+        "corpus",
+        "generate",
+        "--out",
+        s(&data),
+        "--documents",
+        &docs.to_string(),
+        "--questions",
+        "40",
+        "--seed",
+        "7",
+    ]);
     let enc = encoder_dir();
-    ok(&["index", s(&data.join("corpus.jsonl")), "--out", s(&index), "--encoder", s(&enc), "-q"]);
-    Fixture { _tmp: tmp, data, index }
+    ok(&[
+        "index",
+        s(&data.join("corpus.jsonl")),
+        "--out",
+        s(&index),
+        "--encoder",
+        s(&enc),
+        "-q",
+    ]);
+    Fixture {
+        _tmp: tmp,
+        data,
+        index,
+    }
 }
 
 fn search_json(index: &Path, query: &str, mode: &str, k: usize) -> Vec<serde_json::Value> {
-    let out = ok(&["search", s(index), query, "--mode", mode, "-k", &k.to_string(), "--json"]);
+    let out = ok(&[
+        "search",
+        s(index),
+        query,
+        "--mode",
+        mode,
+        "-k",
+        &k.to_string(),
+        "--json",
+    ]);
     serde_json::from_str(&out).unwrap()
 }
 
@@ -67,14 +99,26 @@ fn index_search_and_evaluate_a_generated_corpus() {
             _ => assert!(!h["bm25"].is_null() || !h["dense"].is_null()),
         }
         let scores: Vec<f64> = hits.iter().map(|h| h["score"].as_f64().unwrap()).collect();
-        assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{mode}: scores not sorted");
+        assert!(
+            scores.windows(2).all(|w| w[0] >= w[1]),
+            "{mode}: scores not sorted"
+        );
     }
     // Human-readable output names the passage and its scores.
     let text = ok(&["search", s(&f.index), &question, "-k", "3"]);
     assert!(text.contains(" 1. ") && text.contains("bm25"), "{text}");
 
     let out = f.data.parent().unwrap().join("eval");
-    let table = ok(&["eval", "retrieval", s(&f.index), "--dataset", s(&f.data), "--out", s(&out), "-q"]);
+    let table = ok(&[
+        "eval",
+        "retrieval",
+        s(&f.index),
+        "--dataset",
+        s(&f.data),
+        "--out",
+        s(&out),
+        "-q",
+    ]);
     assert!(table.contains("| hybrid |"), "{table}");
     let results: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
@@ -98,9 +142,20 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
     let f = fixture(60);
     let corpus = f.data.join("corpus.jsonl");
     let current = std::fs::read_to_string(f.index.join("CURRENT")).unwrap();
-    let out = ok(&["index", s(&corpus), "--out", s(&f.index), "--encoder", s(&encoder_dir()), "-q"]);
+    let out = ok(&[
+        "index",
+        s(&corpus),
+        "--out",
+        s(&f.index),
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
     assert!(out.contains("up to date"), "{out}");
-    assert_eq!(std::fs::read_to_string(f.index.join("CURRENT")).unwrap(), current);
+    assert_eq!(
+        std::fs::read_to_string(f.index.join("CURRENT")).unwrap(),
+        current
+    );
 
     let extra = f.data.join("extra.jsonl");
     std::fs::write(
@@ -108,7 +163,16 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
         "{\"_id\":\"zz-1\",\"title\":\"Quorvath Lighthouse\",\"text\":\"The Quorvath lighthouse was lit for the first time in 1911 by the keeper Ilsabet Marrow.\"}\n",
     )
     .unwrap();
-    ok(&["index", s(&extra), "--out", s(&f.index), "--append", "--encoder", s(&encoder_dir()), "-q"]);
+    ok(&[
+        "index",
+        s(&extra),
+        "--out",
+        s(&f.index),
+        "--append",
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
     let hits = search_json(&f.index, "Quorvath lighthouse keeper", "hybrid", 3);
     assert_eq!(hits[0]["doc_id"], "zz-1");
     let dense = search_json(&f.index, "Quorvath lighthouse keeper", "dense", 3);
@@ -120,7 +184,16 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
         "{\"_id\":\"zz-1\",\"title\":\"Quorvath Lighthouse\",\"text\":\"The Quorvath lighthouse was demolished in 1977.\"}\n",
     )
     .unwrap();
-    let out = ok(&["index", s(&extra), "--out", s(&f.index), "--append", "--encoder", s(&encoder_dir()), "-q"]);
+    let out = ok(&[
+        "index",
+        s(&extra),
+        "--out",
+        s(&f.index),
+        "--append",
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
     assert!(out.contains("1 replaced"), "{out}");
     let hits = search_json(&f.index, "Quorvath lighthouse", "bm25", 5);
     assert_eq!(hits.iter().filter(|h| h["doc_id"] == "zz-1").count(), 1);
@@ -131,25 +204,46 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
     ok(&["index", "delete", s(&f.index), "--ids", "zz-1"]);
     for mode in ["bm25", "dense", "hybrid"] {
         let hits = search_json(&f.index, "Quorvath lighthouse keeper", mode, 10);
-        assert!(hits.iter().all(|h| h["doc_id"] != "zz-1"), "{mode} still finds a deleted document");
+        assert!(
+            hits.iter().all(|h| h["doc_id"] != "zz-1"),
+            "{mode} still finds a deleted document"
+        );
     }
     let manifest = |dir: &Path| -> serde_json::Value {
         let gen = std::fs::read_to_string(dir.join("CURRENT")).unwrap();
-        serde_json::from_str(&std::fs::read_to_string(dir.join(gen.trim()).join("manifest.json")).unwrap()).unwrap()
+        serde_json::from_str(
+            &std::fs::read_to_string(dir.join(gen.trim()).join("manifest.json")).unwrap(),
+        )
+        .unwrap()
     };
-    assert!(manifest(&f.index)["counts"]["deleted_passages"].as_u64().unwrap() >= 2);
+    assert!(
+        manifest(&f.index)["counts"]["deleted_passages"]
+            .as_u64()
+            .unwrap()
+            >= 2
+    );
     let before = search_json(&f.index, "river", "hybrid", 5);
     ok(&["index", "compact", s(&f.index), "-q"]);
     let m = manifest(&f.index);
     assert_eq!(m["counts"]["deleted_passages"], 0);
     assert_eq!(m["counts"]["passages"], m["counts"]["stored_passages"]);
     let after = search_json(&f.index, "river", "hybrid", 5);
-    let ids = |v: &[serde_json::Value]| v.iter().map(|h| h["passage_id"].clone()).collect::<Vec<_>>();
+    let ids = |v: &[serde_json::Value]| {
+        v.iter()
+            .map(|h| h["passage_id"].clone())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ids(&before), ids(&after));
     // Only the live generation remains.
     let gens = std::fs::read_dir(&f.index)
         .unwrap()
-        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("gen-"))
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("gen-")
+        })
         .count();
     assert_eq!(gens, 1);
 }
@@ -161,43 +255,116 @@ fn bad_input_is_reported_and_leaves_the_index_untouched() {
     let before = snapshot(&f.index);
     let dir = f.data.parent().unwrap();
     let cases: &[(&str, &[u8], &str)] = &[
-        ("malformed.jsonl", b"{\"_id\":\"a\",\"text\":\"ok\"}\n{\"_id\": oops}\n", "malformed.jsonl:2: malformed JSON"),
-        ("noid.jsonl", b"{\"title\":\"t\",\"text\":\"x\"}\n", "noid.jsonl:1: missing field `_id`"),
-        ("notext.jsonl", b"{\"_id\":\"a\",\"title\":\"t\"}\n", "notext.jsonl:1: missing field `text`"),
-        ("utf8.jsonl", b"{\"_id\":\"a\",\"text\":\"\xc3\x28\"}\n", "utf8.jsonl:1: invalid UTF-8"),
-        ("empty.jsonl", b"{\"_id\":\"a\",\"text\":\"\"}\n", "empty.jsonl:1: document `a` is empty"),
-        ("dup.jsonl", b"{\"_id\":\"a\",\"text\":\"x\"}\n{\"_id\":\"a\",\"text\":\"y\"}\n", "dup.jsonl:2: duplicate document id `a`"),
+        (
+            "malformed.jsonl",
+            b"{\"_id\":\"a\",\"text\":\"ok\"}\n{\"_id\": oops}\n",
+            "malformed.jsonl:2: malformed JSON",
+        ),
+        (
+            "noid.jsonl",
+            b"{\"title\":\"t\",\"text\":\"x\"}\n",
+            "noid.jsonl:1: missing field `_id`",
+        ),
+        (
+            "notext.jsonl",
+            b"{\"_id\":\"a\",\"title\":\"t\"}\n",
+            "notext.jsonl:1: missing field `text`",
+        ),
+        (
+            "utf8.jsonl",
+            b"{\"_id\":\"a\",\"text\":\"\xc3\x28\"}\n",
+            "utf8.jsonl:1: invalid UTF-8",
+        ),
+        (
+            "empty.jsonl",
+            b"{\"_id\":\"a\",\"text\":\"\"}\n",
+            "empty.jsonl:1: document `a` is empty",
+        ),
+        (
+            "dup.jsonl",
+            b"{\"_id\":\"a\",\"text\":\"x\"}\n{\"_id\":\"a\",\"text\":\"y\"}\n",
+            "dup.jsonl:2: duplicate document id `a`",
+        ),
     ];
     for (name, content, expected) in cases {
         let path = dir.join(name);
         std::fs::write(&path, content).unwrap();
-        let err = fails(&["index", s(&path), "--out", s(&f.index), "--encoder", s(&enc), "-q"]);
+        let err = fails(&[
+            "index",
+            s(&path),
+            "--out",
+            s(&f.index),
+            "--encoder",
+            s(&enc),
+            "-q",
+        ]);
         assert!(err.contains(expected), "{name}: {err}");
         assert_eq!(snapshot(&f.index), before, "{name} changed the index");
     }
     // --skip-bad indexes the good lines and lists the bad ones.
     let mixed = dir.join("mixed.jsonl");
-    std::fs::write(&mixed, b"{\"_id\":\"a\",\"text\":\"alpha beta\"}\n{bad\n{\"_id\":\"b\",\"text\":\"gamma\"}\n").unwrap();
+    std::fs::write(
+        &mixed,
+        b"{\"_id\":\"a\",\"text\":\"alpha beta\"}\n{bad\n{\"_id\":\"b\",\"text\":\"gamma\"}\n",
+    )
+    .unwrap();
     let other = dir.join("other-index");
-    let out = common::run(&["index", s(&mixed), "--out", s(&other), "--encoder", s(&enc), "--skip-bad", "-q"]);
+    let out = common::run(&[
+        "index",
+        s(&mixed),
+        "--out",
+        s(&other),
+        "--encoder",
+        s(&enc),
+        "--skip-bad",
+        "-q",
+    ]);
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("mixed.jsonl:2") && err.contains("skipped 1"), "{err}");
+    assert!(
+        err.contains("mixed.jsonl:2") && err.contains("skipped 1"),
+        "{err}"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("2 document(s)"));
 
     // A missing encoder folder.
-    let err = fails(&["index", s(&f.data.join("corpus.jsonl")), "--out", s(&f.index), "--encoder", "/no/such/encoder"]);
+    let err = fails(&[
+        "index",
+        s(&f.data.join("corpus.jsonl")),
+        "--out",
+        s(&f.index),
+        "--encoder",
+        "/no/such/encoder",
+    ]);
     assert!(err.contains("/no/such/encoder"), "{err}");
     assert_eq!(snapshot(&f.index), before);
     // Not a corpus; an output folder that is not an index.
-    let err = fails(&["index", "/no/such/corpus.jsonl", "--out", s(&other), "--encoder", s(&enc)]);
+    let err = fails(&[
+        "index",
+        "/no/such/corpus.jsonl",
+        "--out",
+        s(&other),
+        "--encoder",
+        s(&enc),
+    ]);
     assert!(err.contains("/no/such/corpus.jsonl"), "{err}");
     let stranger = dir.join("stranger");
     std::fs::create_dir_all(&stranger).unwrap();
     std::fs::write(stranger.join("precious.txt"), "keep me").unwrap();
-    let err = fails(&["index", s(&mixed), "--out", s(&stranger), "--encoder", s(&enc), "--skip-bad"]);
+    let err = fails(&[
+        "index",
+        s(&mixed),
+        "--out",
+        s(&stranger),
+        "--encoder",
+        s(&enc),
+        "--skip-bad",
+    ]);
     assert!(err.contains("not a Capstan index"), "{err}");
-    assert_eq!(std::fs::read_to_string(stranger.join("precious.txt")).unwrap(), "keep me");
+    assert_eq!(
+        std::fs::read_to_string(stranger.join("precious.txt")).unwrap(),
+        "keep me"
+    );
 
     // An index searched with another encoder.
     let fake = dir.join("fake-encoder");
@@ -217,7 +384,8 @@ fn bad_input_is_reported_and_leaves_the_index_untouched() {
     // An index of another format version.
     let gen = std::fs::read_to_string(f.index.join("CURRENT")).unwrap();
     let manifest_path = f.index.join(gen.trim()).join("manifest.json");
-    let mut manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
+    let mut manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
     manifest["format_version"] = serde_json::json!(99);
     std::fs::write(&manifest_path, manifest.to_string()).unwrap();
     let err = fails(&["search", s(&f.index), "river"]);
@@ -234,10 +402,29 @@ fn kill_9_during_indexing_leaves_the_previous_index_usable() {
     let current = std::fs::read_to_string(f.index.join("CURRENT")).unwrap();
     // A bigger corpus takes long enough to be killed mid-way.
     let big = f.data.parent().unwrap().join("big");
-    ok(&["corpus", "generate", "--out", s(&big), "--documents", "1500", "--questions", "10", "--seed", "9"]);
+    ok(&[
+        "corpus",
+        "generate",
+        "--out",
+        s(&big),
+        "--documents",
+        "1500",
+        "--questions",
+        "10",
+        "--seed",
+        "9",
+    ]);
     for delay_ms in [300u64, 1500, 4000] {
         let mut child = common::capstan()
-            .args(["index", s(&big.join("corpus.jsonl")), "--out", s(&f.index), "--encoder", s(&encoder_dir()), "-q"])
+            .args([
+                "index",
+                s(&big.join("corpus.jsonl")),
+                "--out",
+                s(&f.index),
+                "--encoder",
+                s(&encoder_dir()),
+                "-q",
+            ])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -251,10 +438,25 @@ fn kill_9_during_indexing_leaves_the_previous_index_usable() {
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        assert_eq!(std::fs::read_to_string(f.index.join("CURRENT")).unwrap(), current);
-        assert_eq!(search_json(&f.index, question, "hybrid", 5), before, "killed after {delay_ms} ms");
+        assert_eq!(
+            std::fs::read_to_string(f.index.join("CURRENT")).unwrap(),
+            current
+        );
+        assert_eq!(
+            search_json(&f.index, question, "hybrid", 5),
+            before,
+            "killed after {delay_ms} ms"
+        );
     }
     // The stale lock and partial generation do not block the next run.
-    ok(&["index", s(&f.data.join("corpus.jsonl")), "--out", s(&f.index), "--encoder", s(&encoder_dir()), "-q"]);
+    ok(&[
+        "index",
+        s(&f.data.join("corpus.jsonl")),
+        "--out",
+        s(&f.index),
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
     assert_eq!(search_json(&f.index, question, "hybrid", 5), before);
 }

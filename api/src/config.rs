@@ -99,10 +99,13 @@ mod tests {
 
     #[test]
     fn parses_and_rejects_unknown_keys() {
-        let c: FileConfig = toml::from_str("[server]\nworkers = 3\n[reader]\ndefault = \"llama\"\n").unwrap();
+        let c: FileConfig =
+            toml::from_str("[server]\nworkers = 3\n[reader]\ndefault = \"llama\"\n").unwrap();
         assert_eq!(c.server.workers, Some(3));
         assert_eq!(c.reader.default.as_deref(), Some("llama"));
-        let err = toml::from_str::<FileConfig>("[server]\nworkerz = 3\n").unwrap_err().to_string();
+        let err = toml::from_str::<FileConfig>("[server]\nworkerz = 3\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("workerz"), "{err}");
     }
 }

@@ -5,7 +5,10 @@
 /// SQuAD's answer normalisation.
 pub fn normalize_answer(s: &str) -> String {
     let lower = s.to_lowercase();
-    let no_punct: String = lower.chars().filter(|c| !c.is_ascii_punctuation() && !is_unicode_punct(*c)).collect();
+    let no_punct: String = lower
+        .chars()
+        .filter(|c| !c.is_ascii_punctuation() && !is_unicode_punct(*c))
+        .collect();
     no_punct
         .split_whitespace()
         .filter(|w| !matches!(*w, "a" | "an" | "the"))
@@ -14,7 +17,10 @@ pub fn normalize_answer(s: &str) -> String {
 }
 
 fn is_unicode_punct(c: char) -> bool {
-    matches!(c, '‘' | '’' | '“' | '”' | '–' | '—' | '…' | '«' | '»' | '¿' | '¡')
+    matches!(
+        c,
+        '‘' | '’' | '“' | '”' | '–' | '—' | '…' | '«' | '»' | '¿' | '¡'
+    )
 }
 
 /// 1.0 when the normalised prediction equals a normalised gold answer.
@@ -83,7 +89,10 @@ mod tests {
     fn normalisation_and_metrics() {
         assert_eq!(normalize_answer("The  Eiffel-Tower!"), "eiffeltower");
         assert_eq!(normalize_answer("An apple, a pear"), "apple pear");
-        assert_eq!(exact_match("the Jokivha River.", &v(&["Jokivha River", "x"])), 1.0);
+        assert_eq!(
+            exact_match("the Jokivha River.", &v(&["Jokivha River", "x"])),
+            1.0
+        );
         assert_eq!(exact_match("Jokivha", &v(&["Jokivha River"])), 0.0);
         assert!((f1("born in 1843", &v(&["1843"])) - 0.5).abs() < 1e-12);
         assert_eq!(f1("", &v(&["x"])), 0.0);

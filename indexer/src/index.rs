@@ -256,7 +256,10 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
     if !unknown.is_empty() {
         drop(store);
         let _ = std::fs::remove_dir_all(&gen);
-        return Err(Error::index(dir, format!("no such document id: {}", unknown.join(", "))));
+        return Err(Error::index(
+            dir,
+            format!("no such document id: {}", unknown.join(", ")),
+        ));
     }
     let mut bm25 = Bm25Writer::open(&gen.join(BM25_DIR))?;
     let unique: HashSet<&String> = doc_ids.iter().collect();

@@ -37,7 +37,8 @@ pub use document::{read_corpus, Corpus, Document};
 pub use encoder::{Encoder, EncoderInfo, Pooling};
 pub use error::{Error, LineProblem, Result};
 pub use index::{
-    append, build, compact, delete, sentence_embedding_text, ChangeSummary, Index, IndexSettings, NoProgress, Progress,
+    append, build, compact, delete, sentence_embedding_text, ChangeSummary, Index, IndexSettings,
+    NoProgress, Progress,
 };
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
 pub use sentence::sentence_spans;

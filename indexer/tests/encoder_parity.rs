@@ -11,47 +11,77 @@ fn encoder_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("CAPSTAN_ENCODER") {
         return dir.into();
     }
-    let home = std::env::var_os("CAPSTAN_HOME").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/capstan")
-    });
+    let home = std::env::var_os("CAPSTAN_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/capstan")
+        });
     home.join("models/all-MiniLM-L6-v2")
 }
 
 #[test]
 fn embeddings_equal_sentence_transformers() {
     let fixture: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/minilm_expected.json")).unwrap(),
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/minilm_expected.json"
+        ))
+        .unwrap(),
     )
     .unwrap();
     let dir = encoder_dir();
-    let encoder = Encoder::load(&dir).unwrap_or_else(|e| panic!("{e} (run scripts/setup.sh first)"));
+    let encoder =
+        Encoder::load(&dir).unwrap_or_else(|e| panic!("{e} (run scripts/setup.sh first)"));
     assert_eq!(encoder.info().pooling, Pooling::Mean);
     assert!(encoder.info().normalize);
-    assert_eq!(encoder.info().max_tokens, fixture["max_seq_length"].as_u64().unwrap() as usize);
+    assert_eq!(
+        encoder.info().max_tokens,
+        fixture["max_seq_length"].as_u64().unwrap() as usize
+    );
     let sentences: Vec<String> = serde_json::from_value(fixture["sentences"].clone()).unwrap();
     let expected: Vec<Vec<f32>> = serde_json::from_value(fixture["embeddings"].clone()).unwrap();
     let counts: Vec<usize> = serde_json::from_value(fixture["token_counts"].clone()).unwrap();
-    assert!(counts.iter().any(|&c| c == encoder.info().max_tokens), "one sentence must be truncated");
+    assert!(
+        counts.iter().any(|&c| c == encoder.info().max_tokens),
+        "one sentence must be truncated"
+    );
     let got = encoder.embed(&sentences).unwrap();
     for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
         let dot: f32 = g.iter().zip(e).map(|(a, b)| a * b).sum();
-        let cos = dot / (g.iter().map(|x| x * x).sum::<f32>().sqrt() * e.iter().map(|x| x * x).sum::<f32>().sqrt());
-        let max_abs = g.iter().zip(e).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let cos = dot
+            / (g.iter().map(|x| x * x).sum::<f32>().sqrt()
+                * e.iter().map(|x| x * x).sum::<f32>().sqrt());
+        let max_abs = g
+            .iter()
+            .zip(e)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         assert!(cos >= 0.99999, "sentence {i}: cosine {cos}");
         assert!(max_abs <= 1e-4, "sentence {i}: max abs diff {max_abs}");
     }
     // Batch composition must not change a vector (padding is masked).
     let alone = encoder.embed(&sentences[2..3]).unwrap();
-    let max_abs = alone[0].iter().zip(&got[2]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    let max_abs = alone[0]
+        .iter()
+        .zip(&got[2])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
     assert!(max_abs <= 1e-5, "batched vs alone: {max_abs}");
 }
 
 #[test]
 fn a_missing_or_wrong_encoder_folder_is_a_clear_error() {
-    let missing = Encoder::load("/nonexistent/encoder".as_ref()).err().unwrap().to_string();
+    let missing = Encoder::load("/nonexistent/encoder".as_ref())
+        .err()
+        .unwrap()
+        .to_string();
     assert!(missing.contains("/nonexistent/encoder"), "{missing}");
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("config.json"), b"{\"model_type\": \"llama\"}").unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        b"{\"model_type\": \"llama\"}",
+    )
+    .unwrap();
     let wrong = Encoder::load(dir.path()).err().unwrap().to_string();
     assert!(wrong.contains("config.json"), "{wrong}");
 }

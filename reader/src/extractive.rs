@@ -76,7 +76,9 @@ impl ExtractiveReader {
         if !missing.is_empty() {
             let texts: Vec<String> = missing
                 .iter()
-                .map(|&(pi, s, e)| sentence_embedding_text(passages[pi].title, &passages[pi].text[s..e]))
+                .map(|&(pi, s, e)| {
+                    sentence_embedding_text(passages[pi].title, &passages[pi].text[s..e])
+                })
                 .collect();
             let vectors = self.encoder.embed(&texts)?;
             for (&(pi, start, end), mut v) in missing.iter().zip(vectors) {

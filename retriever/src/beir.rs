@@ -44,7 +44,8 @@ pub fn load_beir(dir: &Path) -> Result<BeirQueries> {
             line: i + 1,
             message,
         };
-        let v: serde_json::Value = serde_json::from_str(line).map_err(|e| bad(format!("malformed JSON: {e}")))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| bad(format!("malformed JSON: {e}")))?;
         let id = match v.get("_id") {
             Some(serde_json::Value::String(s)) => s.clone(),
             Some(serde_json::Value::Number(n)) => n.to_string(),
@@ -87,7 +88,10 @@ fn read_qrels(path: &Path) -> Result<HashMap<String, Judgements>> {
             message,
         };
         if cols.len() != 3 {
-            return Err(bad(format!("expected 3 tab-separated columns, found {}", cols.len())));
+            return Err(bad(format!(
+                "expected 3 tab-separated columns, found {}",
+                cols.len()
+            )));
         }
         let grade: i32 = cols[2]
             .trim()

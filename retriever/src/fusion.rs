@@ -29,7 +29,11 @@ impl Default for Fusion {
 
 /// Fuses two rankings (best first, `(ord, score)`), returning `(ord, fused)`
 /// best first. Ties are broken by ordinal so results are deterministic.
-pub fn fuse(bm25: &[(PassageOrd, f32)], dense: &[(PassageOrd, f32)], fusion: Fusion) -> Vec<(PassageOrd, f32)> {
+pub fn fuse(
+    bm25: &[(PassageOrd, f32)],
+    dense: &[(PassageOrd, f32)],
+    fusion: Fusion,
+) -> Vec<(PassageOrd, f32)> {
     let mut fused: HashMap<PassageOrd, f32> = HashMap::new();
     match fusion {
         Fusion::Rrf { k } => {
@@ -43,7 +47,9 @@ pub fn fuse(bm25: &[(PassageOrd, f32)], dense: &[(PassageOrd, f32)], fusion: Fus
             for (list, w) in [(bm25, bm25_weight), (dense, 1.0 - bm25_weight)] {
                 let (lo, hi) = list
                     .iter()
-                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), (_, s)| (lo.min(*s), hi.max(*s)));
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), (_, s)| {
+                        (lo.min(*s), hi.max(*s))
+                    });
                 for (ord, s) in list {
                     let norm = if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
                     *fused.entry(*ord).or_default() += w * norm;

@@ -62,9 +62,13 @@ mod tests {
 
     #[test]
     fn metrics_match_hand_computed_values() {
-        let rel: Judgements = [("a".to_string(), 1), ("b".to_string(), 2), ("z".to_string(), 0)]
-            .into_iter()
-            .collect();
+        let rel: Judgements = [
+            ("a".to_string(), 1),
+            ("b".to_string(), 2),
+            ("z".to_string(), 0),
+        ]
+        .into_iter()
+        .collect();
         let ranked = ids(&["x", "b", "y", "a"]);
         assert_eq!(recall_at(&ranked, &rel, 1), 0.0);
         assert_eq!(recall_at(&ranked, &rel, 2), 0.5);

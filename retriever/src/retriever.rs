@@ -168,7 +168,12 @@ impl Retriever {
 
     /// As [`Retriever::search`], with the question's vector already computed
     /// (batch evaluation embeds all questions at once).
-    pub fn search_with_vector(&self, query: &str, vector: Option<&[f32]>, opts: &SearchOptions) -> Result<Vec<Hit>> {
+    pub fn search_with_vector(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        opts: &SearchOptions,
+    ) -> Result<Vec<Hit>> {
         if opts.k == 0 || opts.k > MAX_K {
             return Err(Error::Invalid {
                 name: "k",
@@ -229,7 +234,14 @@ impl Retriever {
             if hits.len() == opts.k {
                 break;
             }
-            let Some(Passage { id, doc_id, title, text, .. }) = self.index.passage(ord)? else {
+            let Some(Passage {
+                id,
+                doc_id,
+                title,
+                text,
+                ..
+            }) = self.index.passage(ord)?
+            else {
                 continue;
             };
             hits.push(Hit {

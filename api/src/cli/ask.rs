@@ -54,8 +54,18 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     }
     println!("sources:");
     for (i, hit) in answer.passages.iter().enumerate() {
-        let cited = if answer.citations.contains(&hit.passage_id) { "*" } else { " " };
-        println!("{cited}[{}] {} ({}) score {:.4}", i + 1, hit.title, hit.passage_id, hit.score);
+        let cited = if answer.citations.contains(&hit.passage_id) {
+            "*"
+        } else {
+            " "
+        };
+        println!(
+            "{cited}[{}] {} ({}) score {:.4}",
+            i + 1,
+            hit.title,
+            hit.passage_id,
+            hit.score
+        );
         println!("     {}", snippet(&hit.text, 160));
     }
     let t = answer.timings;

@@ -14,6 +14,8 @@ pub fn capstan_home() -> PathBuf {
     if let Some(home) = std::env::var_os("CAPSTAN_HOME") {
         return PathBuf::from(home);
     }
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
     home.join(".cache").join("capstan")
 }

@@ -57,12 +57,29 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     };
     let limits = Limits {
         max_body_bytes: args.max_body_bytes.or(s.max_body_bytes).unwrap_or(65536),
-        max_question_chars: args.max_question_chars.or(s.max_question_chars).unwrap_or(2000),
-        max_k: args.max_k.or(s.max_k).unwrap_or(100).min(capstan_retriever::MAX_K),
+        max_question_chars: args
+            .max_question_chars
+            .or(s.max_question_chars)
+            .unwrap_or(2000),
+        max_k: args
+            .max_k
+            .or(s.max_k)
+            .unwrap_or(100)
+            .min(capstan_retriever::MAX_K),
         max_embedding_inputs: 256,
     };
-    let addr = parse_addr(&args.addr.clone().or(s.addr.clone()).unwrap_or_else(|| "127.0.0.1:8080".into()))?;
-    let api_key = args.api_key.clone().or(s.api_key.clone()).filter(|k| !k.is_empty());
+    let addr = parse_addr(
+        &args
+            .addr
+            .clone()
+            .or(s.addr.clone())
+            .unwrap_or_else(|| "127.0.0.1:8080".into()),
+    )?;
+    let api_key = args
+        .api_key
+        .clone()
+        .or(s.api_key.clone())
+        .filter(|k| !k.is_empty());
     let state = Arc::new(AppState {
         engine: Engine::start(pipeline, settings),
         metrics: Metrics::default(),
