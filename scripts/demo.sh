@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 source scripts/env.sh
 data="$CAPSTAN_HOME/demo"
-docs="${CAPSTAN_DEMO_DOCUMENTS:-3000}"
+docs="${CAPSTAN_DEMO_DOCUMENTS:-1000}"
 "$CAPSTAN_BIN" corpus generate --out "$data/encyclopedia" --seed 42 --documents "$docs"
 "$CAPSTAN_BIN" index "$data/encyclopedia/corpus.jsonl" --out "$data/index"
 question=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' "$data/encyclopedia/questions.jsonl")
