@@ -41,7 +41,7 @@ def default_encoder():
 
 
 def target_dir():
-    return Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return Path(os.environ.get("CARGO_TARGET_DIR", Path.home() / ".cache/capstan/target"))
 
 
 def load_texts(data, n):
