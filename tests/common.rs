@@ -66,3 +66,37 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// A generated encyclopedia in `dir/enc` (BEIR files + questions.jsonl) and
+/// its index in `dir/index`, built with the default encoder.
+pub fn generated_index(
+    dir: &Path,
+    documents: usize,
+    questions: usize,
+    seed: u64,
+) -> (PathBuf, PathBuf) {
+    let data = dir.join("enc");
+    let index = dir.join("index");
+    ok(&[
+        "corpus",
+        "generate",
+        "--out",
+        s(&data),
+        "--documents",
+        &documents.to_string(),
+        "--questions",
+        &questions.to_string(),
+        "--seed",
+        &seed.to_string(),
+    ]);
+    ok(&[
+        "index",
+        s(&data.join("corpus.jsonl")),
+        "--out",
+        s(&index),
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
+    (data, index)
+}

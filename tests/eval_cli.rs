@@ -49,29 +49,7 @@ fn fraction(v: &Value) -> f64 {
 #[test]
 fn qa_and_position_on_a_generated_corpus() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("enc");
-    let index = tmp.path().join("index");
-    ok(&[
-        "corpus",
-        "generate",
-        "--out",
-        s(&data),
-        "--documents",
-        "60",
-        "--questions",
-        "20",
-        "--seed",
-        "7",
-    ]);
-    ok(&[
-        "index",
-        s(&data.join("corpus.jsonl")),
-        "--out",
-        s(&index),
-        "--encoder",
-        s(&encoder_dir()),
-        "-q",
-    ]);
+    let (data, index) = common::generated_index(tmp.path(), 60, 20, 7);
     let questions = data.join("questions.jsonl");
 
     // eval qa: metrics, recall monotone in k, latency per stage, plot.

@@ -17,30 +17,7 @@ struct Fixture {
 /// A small generated encyclopedia and its index.
 fn fixture(docs: usize) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("enc");
-    let index = tmp.path().join("index");
-    ok(&[
-        "corpus",
-        "generate",
-        "--out",
-        s(&data),
-        "--documents",
-        &docs.to_string(),
-        "--questions",
-        "40",
-        "--seed",
-        "7",
-    ]);
-    let enc = encoder_dir();
-    ok(&[
-        "index",
-        s(&data.join("corpus.jsonl")),
-        "--out",
-        s(&index),
-        "--encoder",
-        s(&enc),
-        "-q",
-    ]);
+    let (data, index) = common::generated_index(tmp.path(), docs, 40, 7);
     Fixture {
         _tmp: tmp,
         data,

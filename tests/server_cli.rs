@@ -30,30 +30,7 @@ fn fixture() -> &'static Fixture {
     static FIXTURE: OnceLock<Fixture> = OnceLock::new();
     FIXTURE.get_or_init(|| {
         let tmp = tempfile::tempdir().unwrap();
-        let data = tmp.path().join("enc");
-        let index = tmp.path().join("index");
-        ok(&[
-            "corpus",
-            "generate",
-            "--out",
-            s(&data),
-            "--documents",
-            "40",
-            "--questions",
-            "10",
-            "--seed",
-            "11",
-        ]);
-        let enc = encoder_dir();
-        ok(&[
-            "index",
-            s(&data.join("corpus.jsonl")),
-            "--out",
-            s(&index),
-            "--encoder",
-            s(&enc),
-            "-q",
-        ]);
+        let (data, index) = common::generated_index(tmp.path(), 40, 10, 11);
         Fixture {
             _tmp: tmp,
             data,
