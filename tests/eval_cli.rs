@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
-use common::{encoder_dir, fails, ok, s};
+use common::{fails, ok, s};
 use serde_json::Value;
 
 fn read_json(path: &Path) -> Value {

@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::{capstan, encoder_dir, ok, s};
+use common::{capstan, s};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------- fixture
