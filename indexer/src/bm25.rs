@@ -3,7 +3,6 @@
 //! tantivy's postings and field norms, because tantivy fixes k1 = 1.2 and
 //! b = 0.75 and Capstan lets users choose them.
 
-use std::collections::BinaryHeap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
@@ -20,6 +19,7 @@ use tantivy::{
 
 use crate::error::{Error, Result};
 use crate::store::PassageOrd;
+use crate::topk::TopK;
 
 const ANALYZER: &str = "capstan_en";
 
@@ -248,7 +248,7 @@ impl Bm25Index {
         let searcher = self.reader.searcher();
         let idf = self.idf(&searcher, terms)?;
         let k1 = self.params.k1;
-        let mut heap: BinaryHeap<MinScored> = BinaryHeap::with_capacity(k + 1);
+        let mut top = TopK::new(k);
         for segment in searcher.segment_readers() {
             let inverted = segment.inverted_index(self.fields.body)?;
             let norms = segment
@@ -283,17 +283,10 @@ impl Bm25Index {
                 let tf = c.postings.term_freq() as f32;
                 c.weight * tf / (tf + norm_table[norms.fieldnorm_id(doc) as usize])
             };
-            let threshold = |heap: &BinaryHeap<MinScored>| {
-                if heap.len() == k {
-                    heap.peek().map_or(f32::NEG_INFINITY, |m| m.score)
-                } else {
-                    f32::NEG_INFINITY
-                }
-            };
             // cursors[essential..] must be iterated; the rest only probed.
             let mut essential = 0;
             loop {
-                let limit = threshold(&heap);
+                let limit = top.threshold();
                 while essential < cursors.len() && bound_upto[essential] <= limit {
                     essential += 1;
                 }
@@ -326,19 +319,13 @@ impl Bm25Index {
                         score += score_of(c, doc);
                     }
                 }
-                if !possible || score <= limit || alive.is_some_and(|a| a.is_deleted(doc)) {
+                if !possible || alive.is_some_and(|a| a.is_deleted(doc)) {
                     continue;
                 }
-                let Some(ord) = ords.first(doc) else { continue };
-                heap.push(MinScored { score, ord });
-                if heap.len() > k {
-                    heap.pop();
-                }
+                top.offer(score, || ords.first(doc));
             }
         }
-        let mut hits: Vec<(PassageOrd, f32)> = heap.into_iter().map(|m| (m.ord, m.score)).collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Ok(hits)
+        Ok(top.into_sorted())
     }
 
     /// The reference the pruned search is tested against: every posting of
@@ -348,7 +335,7 @@ impl Bm25Index {
         let searcher = self.reader.searcher();
         let idf = self.idf(&searcher, terms)?;
         let k1 = self.params.k1;
-        let mut heap: BinaryHeap<MinScored> = BinaryHeap::with_capacity(k + 1);
+        let mut top = TopK::new(k);
         for segment in searcher.segment_readers() {
             let inverted = segment.inverted_index(self.fields.body)?;
             let norms = segment
@@ -383,44 +370,10 @@ impl Bm25Index {
                 if alive.is_some_and(|a| a.is_deleted(doc)) {
                     continue;
                 }
-                let score = scores[doc as usize];
-                if heap.len() == k && heap.peek().is_some_and(|m| m.score >= score) {
-                    continue;
-                }
-                let Some(ord) = ords.first(doc) else { continue };
-                heap.push(MinScored { score, ord });
-                if heap.len() > k {
-                    heap.pop();
-                }
+                top.offer(scores[doc as usize], || ords.first(doc));
             }
         }
-        let mut hits: Vec<(PassageOrd, f32)> = heap.into_iter().map(|m| (m.ord, m.score)).collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        Ok(hits)
-    }
-}
-
-/// Heap entry ordered so that the *worst* hit is on top (ties: larger ord worse).
-#[derive(PartialEq)]
-struct MinScored {
-    score: f32,
-    ord: PassageOrd,
-}
-
-impl Eq for MinScored {}
-
-impl PartialOrd for MinScored {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for MinScored {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        other
-            .score
-            .total_cmp(&self.score)
-            .then(self.ord.cmp(&other.ord))
+        Ok(top.into_sorted())
     }
 }
 

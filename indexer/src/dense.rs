@@ -2,7 +2,7 @@
 //! exact scans, re-scoring and rebuilds, plus an HNSW graph (hnsw_rs) for
 //! approximate search on large indexes.
 
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::store::PassageOrd;
+use crate::topk::TopK;
 
 /// HNSW construction and search parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -301,37 +302,14 @@ impl DenseIndex {
         k: usize,
         deleted: &HashSet<PassageOrd>,
     ) -> Vec<(PassageOrd, f32)> {
-        #[derive(PartialEq)]
-        struct Worst(f32, PassageOrd);
-        impl Eq for Worst {}
-        impl PartialOrd for Worst {
-            fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-                Some(self.cmp(o))
-            }
-        }
-        impl Ord for Worst {
-            fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-                o.0.total_cmp(&self.0).then(self.1.cmp(&o.1))
-            }
-        }
-        let mut heap = BinaryHeap::with_capacity(k + 1);
+        let mut top = TopK::new(k);
         for (i, v) in self.vectors.chunks_exact(self.dim).enumerate() {
             let ord = i as u64;
-            if deleted.contains(&ord) {
-                continue;
-            }
-            let s = dot(query, v);
-            if heap.len() == k && heap.peek().is_some_and(|w: &Worst| w.0 >= s) {
-                continue;
-            }
-            heap.push(Worst(s, ord));
-            if heap.len() > k {
-                heap.pop();
+            if !deleted.contains(&ord) {
+                top.offer(dot(query, v), || Some(ord));
             }
         }
-        let mut hits: Vec<(PassageOrd, f32)> = heap.into_iter().map(|w| (w.1, w.0)).collect();
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        hits
+        top.into_sorted()
     }
 }
 

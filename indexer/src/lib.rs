@@ -27,6 +27,7 @@ mod index;
 mod manifest;
 mod sentence;
 mod store;
+mod topk;
 
 pub use bm25::{Bm25Index, Bm25Params, Bm25Writer};
 pub use chunk::{ChunkParams, Chunker, Passage};
