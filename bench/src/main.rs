@@ -2,6 +2,7 @@
 //! subcommand prints one JSON object; the Python scripts beside it run the
 //! peer on the same data in the same run and report the ratio.
 
+use std::collections::HashSet;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -9,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use capstan_indexer::{
     read_corpus, Bm25Index, Bm25Params, Bm25Writer, ChunkParams, Chunker, DenseStrategy, Encoder,
-    HnswParams,
+    FrozenGraph, HnswParams,
 };
 use capstan_retriever::{Mode, Retriever, SearchOptions};
 use clap::{Parser, Subcommand};
@@ -384,23 +385,41 @@ fn ann(
     let mut graph = capstan_indexer::build_graph(&base, dim, params)?;
     graph.set_searching_mode(true);
     let build_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let frozen = FrozenGraph::freeze(&graph, base.len() / dim);
+    let freeze_seconds = start.elapsed().as_secs_f64();
+    let none = HashSet::new();
+    let recall = |hits: &mut dyn Iterator<Item = usize>, qi: usize| {
+        let gt = &truth[qi * truth_k..qi * truth_k + k];
+        hits.filter(|id| gt.contains(&(*id as i32))).count()
+    };
     let mut runs = Vec::new();
     for &ef in efs {
+        let ef = ef.max(k);
+        // Capstan's search over the frozen links (what `capstan search` runs).
         let start = Instant::now();
         let mut found = 0;
         for (qi, q) in queries.chunks_exact(dim).enumerate() {
-            let hits = graph.search(q, k, ef.max(k));
-            let gt = &truth[qi * truth_k..qi * truth_k + k];
-            found += hits
-                .iter()
-                .filter(|h| gt.contains(&(h.d_id as i32)))
-                .count();
+            let hits = frozen.search(&base, dim, q, k, ef, &none);
+            found += recall(&mut hits.iter().map(|h| h.0 as usize), qi);
         }
         let seconds = start.elapsed().as_secs_f64();
+        // hnsw_rs's own search over the same graph.
+        let start = Instant::now();
+        let mut found_hnsw_rs = 0;
+        for (qi, q) in queries.chunks_exact(dim).enumerate() {
+            let hits = graph.search(q, k, ef);
+            found_hnsw_rs += recall(&mut hits.iter().map(|h| h.d_id), qi);
+        }
+        let seconds_hnsw_rs = start.elapsed().as_secs_f64();
         runs.push(json!({
             "ef": ef,
             "queries_per_second": nq as f64 / seconds,
             "recall_at_k": found as f64 / (nq * k) as f64,
+            "hnsw_rs_search": {
+                "queries_per_second": nq as f64 / seconds_hnsw_rs,
+                "recall_at_k": found_hnsw_rs as f64 / (nq * k) as f64,
+            },
         }));
     }
     Ok(json!({
@@ -410,6 +429,7 @@ fn ann(
         "m": params.m,
         "ef_construction": params.ef_construction,
         "build_seconds": build_seconds,
+        "freeze_seconds": freeze_seconds,
         "k": k,
         "runs": runs,
     }))

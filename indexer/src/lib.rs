@@ -22,6 +22,7 @@ mod dense;
 mod document;
 mod encoder;
 mod error;
+mod frozen;
 mod fsutil;
 mod index;
 mod manifest;
@@ -37,6 +38,7 @@ pub use dense::{
 pub use document::{read_corpus, Corpus, Document};
 pub use encoder::{Encoder, EncoderInfo, Pooling};
 pub use error::{Error, LineProblem, Result};
+pub use frozen::FrozenGraph;
 pub use index::{
     append, build, compact, delete, sentence_embedding_text, ChangeSummary, Index, IndexSettings,
     NoProgress, Progress,

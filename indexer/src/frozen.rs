@@ -1,0 +1,340 @@
+//! Search over an HNSW graph built by hnsw_rs, with the graph's links copied
+//! once into flat arrays and the raw vectors read in row order.
+//!
+//! hnsw_rs builds, saves and reloads the graph; searching it through hnsw_rs
+//! itself costs 4–5× faiss per query at equal efSearch (every point sits
+//! behind an `Arc`, its links behind a lock, and each step allocates). The
+//! frozen copy keeps the same graph (same links, same entry point) in a
+//! layout a search can stream through: layer-0 links in one CSR array, the
+//! few upper-layer links in small maps, and a reusable visited set.
+
+use std::cell::RefCell;
+use std::cmp::{Ordering, Reverse};
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use hnsw_rs::prelude::Hnsw;
+
+use crate::dense::{dot_fn, UnitCosine};
+use crate::store::PassageOrd;
+
+/// The links of an HNSW graph in flat arrays (node = vector row).
+pub struct FrozenGraph {
+    /// Layer-0 links of node `i` are `links[offsets[i]..offsets[i + 1]]`.
+    offsets: Vec<usize>,
+    links: Vec<u32>,
+    /// Links on layer `l >= 1` are `upper[l - 1][&node]` (few nodes live there).
+    upper: Vec<HashMap<u32, Box<[u32]>>>,
+    /// The node searches start from, on the top layer.
+    entry: Option<u32>,
+}
+
+/// A node and its similarity to the query, ordered by similarity.
+#[derive(Clone, Copy)]
+struct Scored(f32, u32);
+
+impl PartialEq for Scored {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Scored {}
+impl PartialOrd for Scored {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scored {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(other.1.cmp(&self.1))
+    }
+}
+
+/// Nodes seen by the current search: a stamp per node, so clearing is a
+/// counter increment rather than a pass over every node.
+#[derive(Default)]
+struct Visited {
+    stamps: Vec<u32>,
+    epoch: u32,
+}
+
+impl Visited {
+    fn reset(&mut self, n: usize) {
+        if self.stamps.len() < n {
+            self.stamps.resize(n, 0);
+        }
+        self.epoch = self.epoch.wrapping_add(1);
+        if self.epoch == 0 {
+            self.stamps.iter_mut().for_each(|s| *s = 0);
+            self.epoch = 1;
+        }
+    }
+
+    /// Marks `node`; true when it was not seen before.
+    fn insert(&mut self, node: u32) -> bool {
+        let stamp = &mut self.stamps[node as usize];
+        let new = *stamp != self.epoch;
+        *stamp = self.epoch;
+        new
+    }
+}
+
+thread_local! {
+    static VISITED: RefCell<Visited> = RefCell::new(Visited::default());
+}
+
+impl FrozenGraph {
+    /// Copies the links of `graph`. Node ids are the graph's data ids (the
+    /// vector rows); every id must be below `rows`.
+    pub fn freeze(graph: &Hnsw<'_, f32, UnitCosine>, rows: usize) -> Self {
+        let points = graph.get_point_indexation();
+        if points.get_nb_point() == 0 {
+            // hnsw_rs's point iterator panics on a graph without an entry point.
+            return Self {
+                offsets: vec![0; rows + 1],
+                links: Vec::new(),
+                upper: Vec::new(),
+                entry: None,
+            };
+        }
+        let top = points.get_max_level_observed() as usize;
+        let mut layer0: Vec<Vec<u32>> = vec![Vec::new(); rows];
+        let mut upper: Vec<HashMap<u32, Box<[u32]>>> = vec![HashMap::new(); top];
+        let mut entry = None;
+        for point in points {
+            let node = point.get_origin_id();
+            if node >= rows {
+                continue;
+            }
+            let level = point.get_point_id().0 as usize;
+            if level == top && entry.is_none() {
+                entry = Some(node as u32);
+            }
+            for (layer, neighbours) in point.get_neighborhood_id().into_iter().enumerate() {
+                let ids: Vec<u32> = neighbours
+                    .iter()
+                    .map(|n| n.d_id)
+                    .filter(|&id| id < rows)
+                    .map(|id| id as u32)
+                    .collect();
+                if layer == 0 {
+                    layer0[node] = ids;
+                } else if layer <= top {
+                    upper[layer - 1].insert(node as u32, ids.into_boxed_slice());
+                }
+            }
+        }
+        let mut offsets = Vec::with_capacity(rows + 1);
+        offsets.push(0);
+        let mut links = Vec::with_capacity(layer0.iter().map(Vec::len).sum());
+        for ids in layer0 {
+            links.extend_from_slice(&ids);
+            offsets.push(links.len());
+        }
+        Self {
+            offsets,
+            links,
+            upper,
+            entry,
+        }
+    }
+
+    fn layer0(&self, node: u32) -> &[u32] {
+        let i = node as usize;
+        &self.links[self.offsets[i]..self.offsets[i + 1]]
+    }
+
+    /// The `k` most similar live nodes to the unit `query`, best first, with
+    /// their dot products; `ef` is the candidate list size (at least `k`).
+    /// Deleted nodes are walked through but never returned.
+    pub fn search(
+        &self,
+        vectors: &[f32],
+        dim: usize,
+        query: &[f32],
+        k: usize,
+        ef: usize,
+        deleted: &HashSet<PassageOrd>,
+    ) -> Vec<(PassageOrd, f32)> {
+        let Some(mut node) = self.entry else {
+            return Vec::new();
+        };
+        let dot = dot_fn();
+        let sim = |node: u32| {
+            let start = node as usize * dim;
+            dot(query, &vectors[start..start + dim])
+        };
+        let mut best = sim(node);
+        // Greedy descent through the upper layers.
+        for layer in self.upper.iter().rev() {
+            loop {
+                let mut moved = false;
+                for &next in layer.get(&node).map_or(&[][..], |l| &l[..]) {
+                    let s = sim(next);
+                    if s > best {
+                        (node, best) = (next, s);
+                        moved = true;
+                    }
+                }
+                if !moved {
+                    break;
+                }
+            }
+        }
+        let ef = ef.max(k);
+        let live = |node: u32| deleted.is_empty() || !deleted.contains(&(node as u64));
+        let found = VISITED.with(|visited| {
+            let mut visited = visited.borrow_mut();
+            visited.reset(self.offsets.len() - 1);
+            visited.insert(node);
+            let mut candidates = BinaryHeap::with_capacity(ef * 4);
+            let mut results: BinaryHeap<Reverse<Scored>> = BinaryHeap::with_capacity(ef + 1);
+            candidates.push(Scored(best, node));
+            if live(node) {
+                results.push(Reverse(Scored(best, node)));
+            }
+            while let Some(Scored(s, current)) = candidates.pop() {
+                if results.len() >= ef && results.peek().is_some_and(|w| s < w.0 .0) {
+                    break;
+                }
+                for &next in self.layer0(current) {
+                    if !visited.insert(next) {
+                        continue;
+                    }
+                    let s = sim(next);
+                    let full = results.len() >= ef;
+                    if !full || results.peek().is_some_and(|w| s > w.0 .0) {
+                        candidates.push(Scored(s, next));
+                        if live(next) {
+                            results.push(Reverse(Scored(s, next)));
+                            if results.len() > ef {
+                                results.pop();
+                            }
+                        }
+                    }
+                }
+            }
+            results
+        });
+        let mut hits: Vec<(PassageOrd, f32)> = found
+            .into_iter()
+            .map(|Reverse(Scored(s, n))| (n as u64, s))
+            .collect();
+        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        hits.truncate(k);
+        hits
+    }
+
+    /// Bytes held by the links.
+    pub fn memory_bytes(&self) -> usize {
+        self.offsets.len() * std::mem::size_of::<usize>()
+            + self.links.len() * 4
+            + self
+                .upper
+                .iter()
+                .flat_map(|l| l.values())
+                .map(|v| v.len() * 4 + 16)
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dense::{build_graph, dot, normalize, HnswParams};
+    use rand::{Rng, SeedableRng};
+
+    fn random_unit(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let mut v: Vec<f32> = (0..n * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
+        v.chunks_exact_mut(dim).for_each(normalize);
+        v
+    }
+
+    fn exact(vectors: &[f32], dim: usize, q: &[f32], k: usize, deleted: &HashSet<u64>) -> Vec<u64> {
+        let mut all: Vec<(u64, f32)> = vectors
+            .chunks_exact(dim)
+            .enumerate()
+            .map(|(i, v)| (i as u64, dot(q, v)))
+            .filter(|(i, _)| !deleted.contains(i))
+            .collect();
+        all.sort_by(|a, b| b.1.total_cmp(&a.1));
+        all.into_iter().take(k).map(|h| h.0).collect()
+    }
+
+    #[test]
+    fn frozen_search_keeps_the_graph_and_beats_its_recall() {
+        let (n, dim, k, ef) = (3000, 24, 10, 32);
+        let vectors = random_unit(n, dim, 7);
+        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
+        let frozen = FrozenGraph::freeze(&graph, n);
+        // The same links as hnsw_rs holds, node by node.
+        for point in graph.get_point_indexation() {
+            let node = point.get_origin_id() as u32;
+            let mut ours = frozen.layer0(node).to_vec();
+            let mut theirs: Vec<u32> = point.get_neighborhood_id()[0]
+                .iter()
+                .map(|n| n.d_id as u32)
+                .collect();
+            ours.sort_unstable();
+            theirs.sort_unstable();
+            assert_eq!(ours, theirs, "layer-0 links of node {node}");
+        }
+        let none = HashSet::new();
+        let (mut ours, mut theirs) = (0, 0);
+        let queries = random_unit(100, dim, 8);
+        for q in queries.chunks(dim) {
+            let truth = exact(&vectors, dim, q, k, &none);
+            let hits = frozen.search(&vectors, dim, q, k, ef, &none);
+            assert_eq!(hits.len(), k);
+            assert!(hits.windows(2).all(|w| w[0].1 >= w[1].1), "best first");
+            for (id, score) in &hits {
+                let row = &vectors[*id as usize * dim..][..dim];
+                assert!((score - dot(q, row)).abs() < 1e-6);
+            }
+            ours += hits.iter().filter(|h| truth.contains(&h.0)).count();
+            theirs += graph
+                .search(q, k, ef)
+                .iter()
+                .filter(|h| truth.contains(&(h.d_id as u64)))
+                .count();
+        }
+        let (ours, theirs) = (ours as f64 / 1000.0, theirs as f64 / 1000.0);
+        assert!(ours > 0.9, "recall@10 {ours}");
+        assert!(ours + 0.01 >= theirs, "frozen {ours} vs hnsw_rs {theirs}");
+    }
+
+    #[test]
+    fn deleted_nodes_are_walked_through_but_never_returned() {
+        let (n, dim, k) = (2000, 16, 10);
+        let vectors = random_unit(n, dim, 3);
+        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
+        let frozen = FrozenGraph::freeze(&graph, n);
+        // Half of the nodes deleted, the nearest ones among them.
+        let deleted: HashSet<u64> = (0..n as u64).filter(|i| i % 2 == 0).collect();
+        let mut found = 0;
+        let queries = random_unit(50, dim, 4);
+        for q in queries.chunks(dim) {
+            let truth = exact(&vectors, dim, q, k, &deleted);
+            let hits = frozen.search(&vectors, dim, q, k, 64, &deleted);
+            assert_eq!(hits.len(), k);
+            assert!(hits.iter().all(|h| !deleted.contains(&h.0)));
+            found += hits.iter().filter(|h| truth.contains(&h.0)).count();
+        }
+        let recall = found as f64 / 500.0;
+        assert!(recall > 0.9, "recall@10 with half deleted {recall}");
+        // Everything deleted: nothing comes back.
+        let all: HashSet<u64> = (0..n as u64).collect();
+        assert!(frozen
+            .search(&vectors, dim, &queries[..dim], k, 64, &all)
+            .is_empty());
+    }
+
+    #[test]
+    fn an_empty_graph_finds_nothing() {
+        let graph = build_graph(&[], 8, HnswParams::default()).unwrap();
+        let frozen = FrozenGraph::freeze(&graph, 0);
+        assert!(frozen
+            .search(&[], 8, &[0.0; 8], 5, 16, &HashSet::new())
+            .is_empty());
+    }
+}
