@@ -3,9 +3,11 @@
 //! tantivy's postings and field norms, because tantivy fixes k1 = 1.2 and
 //! b = 0.75 and Capstan lets users choose them.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
+use tantivy::index::SegmentId;
 use tantivy::postings::Postings;
 use tantivy::schema::{
     Field, IndexRecordOption, NumericOptions, Schema, TextFieldIndexing, TextOptions, STRING,
@@ -160,6 +162,10 @@ pub struct Bm25Index {
     analyzer: TextAnalyzer,
     fields: Fields,
     params: Bm25Params,
+    /// Per segment, per term ordinal: the largest `tf / (tf + norm)` among the
+    /// term's postings, so a term's score bound is `idf * (k1 + 1) * ratio`.
+    /// The index never changes while open (manual reload), so these stay valid.
+    term_bounds: HashMap<SegmentId, Vec<f32>>,
 }
 
 impl Bm25Index {
@@ -167,16 +173,52 @@ impl Bm25Index {
     pub fn open(dir: &Path, params: Bm25Params) -> Result<Self> {
         params.validate()?;
         let (index, fields) = open_or_create(dir, false)?;
-        let reader = index
+        let reader: IndexReader = index
             .reader_builder()
             .reload_policy(ReloadPolicy::Manual)
             .try_into()?;
-        Ok(Self {
+        let mut this = Self {
             reader,
             analyzer: analyzer(),
             fields,
             params,
-        })
+            term_bounds: HashMap::new(),
+        };
+        for segment in this.reader.searcher().segment_readers() {
+            let bounds = this.term_bounds_of(segment)?;
+            this.term_bounds.insert(segment.segment_id(), bounds);
+        }
+        Ok(this)
+    }
+
+    /// One pass over every posting of the segment (about as long as a few
+    /// exhaustive queries) buys MaxScore bounds that are exact per term
+    /// instead of the loose `idf * (k1 + 1)`.
+    fn term_bounds_of(&self, segment: &tantivy::SegmentReader) -> Result<Vec<f32>> {
+        let inverted = segment.inverted_index(self.fields.body)?;
+        let norms = segment
+            .fieldnorms_readers()
+            .get_field(self.fields.body)?
+            .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
+        let norm_table = self.norm_table(segment)?;
+        let terms = inverted.terms();
+        let mut bounds = vec![0f32; terms.num_terms()];
+        let mut stream = terms.stream().map_err(tantivy::TantivyError::from)?;
+        while stream.advance() {
+            let mut block = inverted
+                .read_block_postings_from_terminfo(stream.value(), IndexRecordOption::WithFreqs)
+                .map_err(tantivy::TantivyError::from)?;
+            let mut best = 0f32;
+            while !block.docs().is_empty() {
+                for (&doc, &tf) in block.docs().iter().zip(block.freqs()) {
+                    let tf = tf as f32;
+                    best = best.max(tf / (tf + norm_table[norms.fieldnorm_id(doc) as usize]));
+                }
+                block.advance();
+            }
+            bounds[stream.term_ord() as usize] = best;
+        }
+        Ok(bounds)
     }
 
     /// The analysed terms of a text, as BM25 sees them.
@@ -201,9 +243,10 @@ impl Bm25Index {
     ///
     ///
     /// Scoring is document-at-a-time with MaxScore pruning (Turtle & Flood,
-    /// 1995): once the k-th best score exceeds what the rarest-first terms
-    /// could add, the common terms are only probed (skip-list seeks) for
-    /// documents the rare ones found. The result equals an exhaustive pass.
+    /// 1995): once the k-th best score exceeds what the weakest terms could
+    /// add (each term's bound is its best score in the index, computed at
+    /// open), those terms are only probed (skip-list seeks) for documents the
+    /// others found. The result equals an exhaustive pass.
     pub fn search(&self, query: &str, k: usize) -> Result<Vec<(PassageOrd, f32)>> {
         let terms: Vec<Term> = self
             .terms(query)
@@ -243,7 +286,10 @@ impl Bm25Index {
     fn search_maxscore(&self, terms: &[Term], k: usize) -> Result<Vec<(PassageOrd, f32)>> {
         struct Cursor {
             postings: tantivy::postings::SegmentPostings,
+            /// `idf * (k1 + 1)`.
             weight: f32,
+            /// The most this term adds to any document's score.
+            bound: f32,
         }
         let searcher = self.reader.searcher();
         let idf = self.idf(&searcher, terms)?;
@@ -256,24 +302,38 @@ impl Bm25Index {
                 .get_field(self.fields.body)?
                 .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
             let norm_table = self.norm_table(segment)?;
+            let bounds = self.term_bounds.get(&segment.segment_id());
             let mut cursors = Vec::with_capacity(terms.len());
             for (term, idf) in terms.iter().zip(&idf) {
                 if let Some(postings) = inverted
                     .read_postings(term, IndexRecordOption::WithFreqs)
                     .map_err(tantivy::TantivyError::from)?
                 {
-                    // tf / (tf + norm) < 1, so a term adds at most idf * (k1 + 1).
+                    let weight = idf * (k1 + 1.0);
+                    // tf / (tf + norm) < 1: without a stored ratio, weight bounds it.
+                    let ratio = match bounds {
+                        Some(b) => inverted
+                            .terms()
+                            .term_ord(term.serialized_value_bytes())
+                            .map_err(tantivy::TantivyError::from)?
+                            .and_then(|ord| b.get(ord as usize).copied())
+                            .unwrap_or(1.0),
+                        None => 1.0,
+                    };
+                    // Rounding: scores are computed in another order than the bound.
+                    let bound = (weight * ratio * (1.0 + 1e-5)).min(weight);
                     cursors.push(Cursor {
                         postings,
-                        weight: idf * (k1 + 1.0),
+                        weight,
+                        bound,
                     });
                 }
             }
-            cursors.sort_by(|a, b| a.weight.total_cmp(&b.weight));
+            cursors.sort_by(|a, b| a.bound.total_cmp(&b.bound));
             let bound_upto: Vec<f32> = cursors
                 .iter()
                 .scan(0f32, |acc, c| {
-                    *acc += c.weight;
+                    *acc += c.bound;
                     Some(*acc)
                 })
                 .collect();
@@ -486,6 +546,47 @@ mod tests {
                     .collect();
                 let es: std::collections::HashSet<u64> = exhaustive.iter().map(|h| h.0).collect();
                 assert!(ws.is_subset(&es), "{query}");
+            }
+        }
+    }
+
+    #[test]
+    fn pruning_with_exact_term_bounds_equals_the_exhaustive_pass_on_random_text() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+        let vocab: Vec<String> = (0..300).map(|i| format!("w{i}x")).collect();
+        // Zipf-like: low word numbers are common, high ones rare.
+        let word = |rng: &mut rand::rngs::StdRng| {
+            let r: f64 = rng.gen_range(0.0f64..1.0);
+            vocab[((r * r * r) * vocab.len() as f64) as usize].clone()
+        };
+        let docs: Vec<(String, String)> = (0..1500)
+            .map(|i| {
+                let len = rng.gen_range(3..120);
+                let text: Vec<String> = (0..len).map(|_| word(&mut rng)).collect();
+                (format!("t{i}"), text.join(" "))
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let refs: Vec<(&str, &str)> = docs.iter().map(|(t, x)| (t.as_str(), x.as_str())).collect();
+        build(dir.path(), &refs);
+        for params in [Bm25Params::default(), Bm25Params { k1: 2.0, b: 1.0 }] {
+            let index = Bm25Index::open(dir.path(), params).unwrap();
+            for _ in 0..60 {
+                let n = rng.gen_range(1..25);
+                let query: Vec<String> = (0..n).map(|_| word(&mut rng)).collect();
+                let terms: Vec<Term> = index
+                    .terms(&query.join(" "))
+                    .iter()
+                    .map(|t| Term::from_field_text(index.fields.body, t))
+                    .collect();
+                let k = rng.gen_range(1..30);
+                let pruned = index.search_maxscore(&terms, k).unwrap();
+                let exhaustive = index.search_exhaustive(&terms, k).unwrap();
+                assert_eq!(pruned.len(), exhaustive.len());
+                for (p, e) in pruned.iter().zip(&exhaustive) {
+                    assert!((p.1 - e.1).abs() < 1e-4, "{query:?}: {p:?} vs {e:?}");
+                }
             }
         }
     }
