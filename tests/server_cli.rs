@@ -1110,6 +1110,50 @@ fn assert_client_error_body(what: &str, r: &Resp) -> (u16, String) {
 }
 
 #[test]
+fn the_cli_reads_an_index_a_server_holds_open() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &[]);
+    // The server's own copy of the index: its passage store is locked by the server.
+    let index = srv._logdir.path().join("index");
+    let question = &questions(&f.data)[0];
+    let out = capstan()
+        .args([
+            "search",
+            s(&index),
+            question,
+            "--mode",
+            "hybrid",
+            "-k",
+            "3",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "search beside a server failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let http = srv
+        .post(
+            "/v1/search",
+            &json!({"query": question, "mode": "hybrid", "k": 3}),
+        )
+        .ok_json();
+    let ids = |hits: &Value| -> Vec<String> {
+        hits.as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["passage_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(&cli), ids(&http["hits"]), "same index, same hits");
+    // The server keeps serving.
+    assert_eq!(srv.get("/health").status, 200);
+}
+
+#[test]
 fn sigterm_finishes_the_request_in_flight_then_exits_0() {
     let f = fixture();
     let mut srv = Server::start(&f.index, &[]);

@@ -688,7 +688,7 @@ impl Index {
         let manifest = Manifest::read(&current)?;
         let bm25 = Bm25Index::open(&current.join(BM25_DIR), manifest.bm25)?;
         let dense = DenseIndex::open(&current, manifest.encoder.dimension)?;
-        let store = PassageStore::open(&current.join(STORE_DIR))?;
+        let store = PassageStore::open_for_reading(&current.join(STORE_DIR))?;
         let deleted = store.deleted_ords()?.into_iter().collect();
         let sentence_vectors = dense::read_vectors(
             &current,

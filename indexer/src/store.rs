@@ -5,10 +5,12 @@
 //! HNSW graph and a fast field of the BM25 index: one number ties the three
 //! indexes together.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::chunk::Passage;
 use crate::error::{Error, Result};
+use crate::fsutil;
 
 /// Position of a passage in the index (vector row, HNSW id, BM25 fast field).
 pub type PassageOrd = u64;
@@ -33,12 +35,50 @@ pub struct PassageStore {
     ids: sled::Tree,
     documents: sled::Tree,
     deleted: sled::Tree,
+    /// Declared last so that sled closes its files before the copy goes.
+    _snapshot: Option<Snapshot>,
+}
+
+/// A private copy of a store that another process holds open; removed on drop.
+struct Snapshot(PathBuf);
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 impl PassageStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> Result<Self> {
-        let db = sled::Config::new().path(dir).open()?;
+        Self::from_db(sled::Config::new().path(dir).open()?, None)
+    }
+
+    /// Opens the store in `dir` to read it. sled lets one process open a
+    /// store at a time, so when another one holds it (a running `capstan
+    /// serve`, say) this reads a private copy instead: published
+    /// generations are never written again, so the copy is exact.
+    pub fn open_for_reading(dir: &Path) -> Result<Self> {
+        match sled::Config::new().path(dir).open() {
+            Ok(db) => Self::from_db(db, None),
+            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
+                static COPIES: AtomicUsize = AtomicUsize::new(0);
+                let copy = std::env::temp_dir().join(format!(
+                    "capstan-store-{}-{}",
+                    std::process::id(),
+                    COPIES.fetch_add(1, Ordering::Relaxed)
+                ));
+                let snapshot = Snapshot(copy.clone());
+                let _ = std::fs::remove_dir_all(&copy);
+                fsutil::copy_tree(dir, &copy)?;
+                let db = sled::Config::new().path(&copy).open()?;
+                Self::from_db(db, Some(snapshot))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn from_db(db: sled::Db, snapshot: Option<Snapshot>) -> Result<Self> {
         Ok(Self {
             passages: db.open_tree("passages")?,
             sentences: db.open_tree("sentences")?,
@@ -46,6 +86,7 @@ impl PassageStore {
             documents: db.open_tree("documents")?,
             deleted: db.open_tree("deleted")?,
             db,
+            _snapshot: snapshot,
         })
     }
 
@@ -227,5 +268,30 @@ mod tests {
         assert_eq!(store.deleted_ords().unwrap(), vec![0, 1]);
         let live: Vec<_> = store.live_passages().map(|r| r.unwrap().0).collect();
         assert_eq!(live, vec![2]);
+    }
+
+    #[test]
+    fn a_store_held_by_another_opener_is_read_from_a_private_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let holder = PassageStore::open(dir.path()).unwrap();
+        holder.put_document("a", 0, &[passage("a", 0)]).unwrap();
+        holder.flush().unwrap();
+        // sled's file lock is per open file, so a second open here fails
+        // exactly as it does in a second process.
+        assert!(PassageStore::open(dir.path()).is_err());
+        let reader = PassageStore::open_for_reading(dir.path()).unwrap();
+        let copy = reader._snapshot.as_ref().expect("a copy").0.clone();
+        assert!(copy.is_dir());
+        assert_eq!(reader.get(0).unwrap().unwrap().id, "a#0");
+        drop(reader);
+        assert!(!copy.exists(), "the copy is removed with the store");
+        // The holder is untouched and still writable.
+        holder.put_document("b", 1, &[passage("b", 0)]).unwrap();
+        assert_eq!(holder.get(1).unwrap().unwrap().id, "b#0");
+        drop(holder);
+        // Nobody holds it now: it opens in place.
+        let reader = PassageStore::open_for_reading(dir.path()).unwrap();
+        assert!(reader._snapshot.is_none());
+        assert_eq!(reader.get(1).unwrap().unwrap().id, "b#0");
     }
 }
