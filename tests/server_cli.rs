@@ -986,9 +986,32 @@ fn api_key_guards_every_route_but_health() {
         assert_eq!(kind, "authentication_error", "{what}");
         assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{what}");
     }
-    // /health needs no key; the web page is static and sends ?key= itself.
+    // /health needs no key; the web page takes it as a header or as ?key=.
     assert_eq!(srv.get("/health").status, 200);
-    assert_eq!(srv.get("/").status, 200);
+    for (what, r) in [
+        ("page without key", srv.get("/")),
+        ("page with a wrong key", srv.get("/?key=nope")),
+        (
+            "page with the key in another parameter",
+            srv.get("/?k=s3cret-key"),
+        ),
+        (
+            "key in the query of an API route",
+            srv.get("/v1/models?key=s3cret-key"),
+        ),
+    ] {
+        let (status, kind) = assert_client_error(what, &r);
+        assert_eq!(
+            (status, kind.as_str()),
+            (401, "authentication_error"),
+            "{what}"
+        );
+    }
+    let page = srv.get("/?key=s3cret-key");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("<html"), "the page itself");
+    let page = srv.call("GET", "/", &[("Authorization", "Bearer s3cret-key")], None);
+    assert_eq!(page.status, 200);
     let good = post(&[("Authorization", "Bearer s3cret-key")]).ok_json();
     assert!(!good["answer"].as_str().unwrap().is_empty());
     let lower = post(&[("Authorization", "bearer s3cret-key")]);

@@ -247,7 +247,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
             "/health": public(get("Liveness (no API key needed)", json!({"type": "object"}), "application/json")),
             "/metrics": get("Prometheus metrics", json!({"type": "string"}), "text/plain"),
             "/openapi.json": get("This description", json!({"type": "object"}), "application/json"),
-            "/": public(get("The web page (static; no API key needed: it sends ?key= itself)", json!({"type": "string"}), "text/html")),
+            "/": get("The web page; with an API key, open it as /?key=KEY (it passes the key on)", json!({"type": "string"}), "text/html"),
         },
     });
     for path in [
@@ -259,9 +259,12 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
         spec["paths"][path] = nullable(spec["paths"][path].take(), "post");
     }
     if keyed {
-        spec["components"]["securitySchemes"] =
-            json!({"bearer": {"type": "http", "scheme": "bearer"}});
+        spec["components"]["securitySchemes"] = json!({
+            "bearer": {"type": "http", "scheme": "bearer"},
+            "page_key": {"type": "apiKey", "in": "query", "name": "key"},
+        });
         spec["security"] = json!([{"bearer": []}]);
+        spec["paths"]["/"]["get"]["security"] = json!([{"bearer": []}, {"page_key": []}]);
         spec["paths"]["/v1/models/{model}"]["get"]["responses"]["401"] = errors["401"].clone();
     }
     Json(spec)

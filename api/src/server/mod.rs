@@ -11,6 +11,7 @@ mod metrics;
 mod qa;
 mod search;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -161,24 +162,37 @@ async fn method_not_allowed(req: Request) -> ApiError {
     )
 }
 
-/// Routes served without the API key: liveness, and the static web page
-/// (a browser cannot send a header when it opens a page; the page passes
-/// `?key=` on to its own requests).
-const PUBLIC: [&str; 2] = ["/health", "/"];
+/// The one route served without the API key: liveness.
+const PUBLIC: &str = "/health";
+
+/// The web page: a browser opening it cannot send a header, so the page
+/// also takes the key as `?key=` (and passes it on as a Bearer header).
+const PAGE: &str = "/";
 
 async fn authorize(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
-        if !PUBLIC.contains(&req.uri().path()) {
-            let given = req
+        let path = req.uri().path();
+        if path != PUBLIC {
+            let header = req
                 .headers()
                 .get(axum::http::header::AUTHORIZATION)
                 .and_then(|v| v.to_str().ok())
-                .and_then(bearer_token);
-            if !given.is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes())) {
-                let msg = if given.is_none() {
-                    "missing API key (Authorization: Bearer ...)"
-                } else {
-                    "wrong API key"
+                .and_then(bearer_token)
+                .map(str::to_string);
+            let given = header.or_else(|| {
+                (path == PAGE)
+                    .then(|| Query::<HashMap<String, String>>::try_from_uri(req.uri()).ok())
+                    .flatten()
+                    .and_then(|q| q.0.get("key").cloned())
+            });
+            if !given
+                .as_deref()
+                .is_some_and(|g| constant_time_eq(g.as_bytes(), key.as_bytes()))
+            {
+                let msg = match (&given, path == PAGE) {
+                    (None, true) => "missing API key (open the page as /?key=KEY)",
+                    (None, false) => "missing API key (Authorization: Bearer ...)",
+                    (Some(_), _) => "wrong API key",
                 };
                 return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg)
                     .into_response();
