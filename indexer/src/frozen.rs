@@ -118,7 +118,9 @@ impl FrozenGraph {
                     .collect();
                 if layer == 0 {
                     layer0[node] = ids;
-                } else if layer <= top {
+                } else if layer <= level.min(top) {
+                    // hnsw_rs keeps a (mostly empty) list for every possible
+                    // layer; only the point's own layers are kept here.
                     upper[layer - 1].insert(node as u32, ids.into_boxed_slice());
                 }
             }
@@ -278,6 +280,16 @@ mod tests {
             ours.sort_unstable();
             theirs.sort_unstable();
             assert_eq!(ours, theirs, "layer-0 links of node {node}");
+        }
+        // Layer l holds exactly the points whose level is l or more (hnsw_rs
+        // files each point under its own level only).
+        let points = graph.get_point_indexation();
+        assert!(!frozen.upper.is_empty(), "3,000 points reach layer 1");
+        for (i, layer) in frozen.upper.iter().enumerate() {
+            let expected: usize = (i + 1..=frozen.upper.len())
+                .map(|l| points.get_layer_nb_point(l))
+                .sum();
+            assert_eq!(layer.len(), expected, "layer {}", i + 1);
         }
         let none = HashSet::new();
         let (mut ours, mut theirs) = (0, 0);
