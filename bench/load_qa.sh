@@ -20,7 +20,12 @@ PY
 "$CAPSTAN_BIN" serve --index "$index" --addr "127.0.0.1:$port" --queue 1024 > /tmp/capstan-load-server.log 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true; rm -f "$qfile"' EXIT
-for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
+healthy=
+for _ in $(seq 1 1200); do
+  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then healthy=1; break; fi
+  sleep 0.1
+done
+[ -n "$healthy" ] || { echo "server not healthy after 120 s:"; cat /tmp/capstan-load-server.log; exit 1; }
 QUESTIONS_FILE="$qfile" wrk -t2 -c"$conns" -d"$duration" --latency -s bench/wrk_qa.lua "http://127.0.0.1:$port" | tee /tmp/capstan-load-wrk.txt
 echo "server peak RSS: $(grep VmHWM /proc/$server/status)"
 echo "non-2xx responses counted by the server:"

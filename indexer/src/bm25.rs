@@ -156,6 +156,12 @@ impl Bm25Writer {
     }
 }
 
+struct SegmentScoring {
+    inverted: std::sync::Arc<tantivy::InvertedIndexReader>,
+    norms: tantivy::fieldnorm::FieldNormReader,
+    norm_table: Vec<f32>,
+}
+
 /// A BM25 index opened for search.
 pub struct Bm25Index {
     reader: IndexReader,
@@ -195,12 +201,11 @@ impl Bm25Index {
     /// exhaustive queries) buys MaxScore bounds that are exact per term
     /// instead of the loose `idf * (k1 + 1)`.
     fn term_bounds_of(&self, segment: &tantivy::SegmentReader) -> Result<Vec<f32>> {
-        let inverted = segment.inverted_index(self.fields.body)?;
-        let norms = segment
-            .fieldnorms_readers()
-            .get_field(self.fields.body)?
-            .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
-        let norm_table = self.norm_table(segment)?;
+        let SegmentScoring {
+            inverted,
+            norms,
+            norm_table,
+        } = self.segment_scoring(segment)?;
         let terms = inverted.terms();
         let mut bounds = vec![0f32; terms.num_terms()];
         let mut stream = terms.stream().map_err(tantivy::TantivyError::from)?;
@@ -270,17 +275,27 @@ impl Bm25Index {
             .collect()
     }
 
+    /// What scoring a segment needs: its postings, its field norms and
     /// `k1 * (1 - b + b * len / avg_len)` for each of tantivy's 256 norm codes.
-    fn norm_table(&self, segment: &tantivy::SegmentReader) -> Result<Vec<f32>> {
+    fn segment_scoring(&self, segment: &tantivy::SegmentReader) -> Result<SegmentScoring> {
         let Bm25Params { k1, b } = self.params;
         let inverted = segment.inverted_index(self.fields.body)?;
+        let norms = segment
+            .fieldnorms_readers()
+            .get_field(self.fields.body)?
+            .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
         let avg_len = inverted.total_num_tokens() as f32 / segment.max_doc().max(1) as f32;
-        Ok((0..=255u8)
+        let norm_table = (0..=255u8)
             .map(|id| {
                 let len = tantivy::fieldnorm::FieldNormReader::id_to_fieldnorm(id) as f32;
                 k1 * (1.0 - b + b * len / avg_len.max(f32::EPSILON))
             })
-            .collect())
+            .collect();
+        Ok(SegmentScoring {
+            inverted,
+            norms,
+            norm_table,
+        })
     }
 
     fn search_maxscore(&self, terms: &[Term], k: usize) -> Result<Vec<(PassageOrd, f32)>> {
@@ -296,12 +311,11 @@ impl Bm25Index {
         let k1 = self.params.k1;
         let mut top = TopK::new(k);
         for segment in searcher.segment_readers() {
-            let inverted = segment.inverted_index(self.fields.body)?;
-            let norms = segment
-                .fieldnorms_readers()
-                .get_field(self.fields.body)?
-                .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
-            let norm_table = self.norm_table(segment)?;
+            let SegmentScoring {
+                inverted,
+                norms,
+                norm_table,
+            } = self.segment_scoring(segment)?;
             let bounds = self.term_bounds.get(&segment.segment_id());
             let mut cursors = Vec::with_capacity(terms.len());
             for (term, idf) in terms.iter().zip(&idf) {
@@ -397,12 +411,11 @@ impl Bm25Index {
         let k1 = self.params.k1;
         let mut top = TopK::new(k);
         for segment in searcher.segment_readers() {
-            let inverted = segment.inverted_index(self.fields.body)?;
-            let norms = segment
-                .fieldnorms_readers()
-                .get_field(self.fields.body)?
-                .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
-            let norm_table = self.norm_table(segment)?;
+            let SegmentScoring {
+                inverted,
+                norms,
+                norm_table,
+            } = self.segment_scoring(segment)?;
             let mut scores = vec![0f32; segment.max_doc() as usize];
             let mut touched = Vec::new();
             for (term, idf) in terms.iter().zip(&idf) {

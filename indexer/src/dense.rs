@@ -375,11 +375,12 @@ impl DenseIndex {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
-    fn random_unit(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    /// `n` seeded random unit vectors of `dim` (rows).
+    pub(crate) fn random_unit(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
         let mut v: Vec<f32> = (0..n * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
         v.chunks_exact_mut(dim).for_each(normalize);

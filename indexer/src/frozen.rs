@@ -242,15 +242,8 @@ impl FrozenGraph {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dense::{build_graph, dot, normalize, HnswParams};
-    use rand::{Rng, SeedableRng};
-
-    fn random_unit(n: usize, dim: usize, seed: u64) -> Vec<f32> {
-        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-        let mut v: Vec<f32> = (0..n * dim).map(|_| rng.gen_range(-1.0..1.0)).collect();
-        v.chunks_exact_mut(dim).for_each(normalize);
-        v
-    }
+    use crate::dense::tests::random_unit;
+    use crate::dense::{build_graph, dot, HnswParams};
 
     fn exact(vectors: &[f32], dim: usize, q: &[f32], k: usize, deleted: &HashSet<u64>) -> Vec<u64> {
         let mut all: Vec<(u64, f32)> = vectors
