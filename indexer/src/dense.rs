@@ -237,10 +237,8 @@ pub fn save_graph(graph: &Graph, dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Loads the graph of `dir/hnsw/`. The loader's buffers are leaked on
-/// purpose: hnsw_rs ties a reloaded graph's lifetime to its `HnswIo`, and an
-/// open index lives as long as the process that searches it.
-pub fn load_graph(dir: &Path) -> Result<Graph> {
+/// The hnsw_rs loader of `dir/hnsw/`, once its files are known to be there.
+fn graph_loader(dir: &Path) -> Result<HnswIo> {
     let gdir = dir.join(GRAPH_DIR);
     if !gdir.join(format!("{GRAPH_BASENAME}.hnsw.graph")).is_file() {
         return Err(Error::Hnsw {
@@ -248,13 +246,24 @@ pub fn load_graph(dir: &Path) -> Result<Graph> {
             message: "graph files are missing".into(),
         });
     }
-    let io: &'static mut HnswIo = Box::leak(Box::new(HnswIo::new(&gdir, GRAPH_BASENAME)));
-    let mut graph: Graph = io
-        .load_hnsw_with_dist(UnitCosine)
-        .map_err(|e| Error::Hnsw {
-            path: gdir,
-            message: e.to_string(),
-        })?;
+    Ok(HnswIo::new(&gdir, GRAPH_BASENAME))
+}
+
+/// Reads the graph of `dir/hnsw/` through `io`; hnsw_rs ties the graph's
+/// lifetime to its loader.
+fn read_graph<'io>(io: &'io HnswIo, dir: &Path) -> Result<Hnsw<'io, f32, UnitCosine>> {
+    io.load_hnsw_with_dist(UnitCosine).map_err(|e| Error::Hnsw {
+        path: dir.join(GRAPH_DIR),
+        message: e.to_string(),
+    })
+}
+
+/// Loads the graph of `dir/hnsw/` to change it. The loader is leaked on
+/// purpose: the graph borrows it, and the process that changes an index
+/// ends once the new graph is saved.
+pub fn load_graph(dir: &Path) -> Result<Graph> {
+    let io: &'static HnswIo = Box::leak(Box::new(graph_loader(dir)?));
+    let mut graph = read_graph(io, dir)?;
     graph.set_searching_mode(true);
     Ok(graph)
 }
@@ -262,20 +271,8 @@ pub fn load_graph(dir: &Path) -> Result<Graph> {
 /// Loads the graph of `dir/hnsw/` and keeps only its links (the loaded
 /// hnsw_rs graph and its copies of the vectors are dropped).
 fn freeze_graph(dir: &Path, rows: usize) -> Result<FrozenGraph> {
-    let gdir = dir.join(GRAPH_DIR);
-    if !gdir.join(format!("{GRAPH_BASENAME}.hnsw.graph")).is_file() {
-        return Err(Error::Hnsw {
-            path: gdir,
-            message: "graph files are missing".into(),
-        });
-    }
-    let io = HnswIo::new(&gdir, GRAPH_BASENAME);
-    let graph: Hnsw<f32, UnitCosine> =
-        io.load_hnsw_with_dist(UnitCosine)
-            .map_err(|e| Error::Hnsw {
-                path: gdir,
-                message: e.to_string(),
-            })?;
+    let io = graph_loader(dir)?;
+    let graph = read_graph(&io, dir)?;
     Ok(FrozenGraph::freeze(&graph, rows))
 }
 
@@ -352,7 +349,7 @@ impl DenseIndex {
             return self.exact(query, k, deleted);
         }
         self.graph
-            .search(&self.vectors, self.dim, query, k, ef.max(k), deleted)
+            .search(&self.vectors, self.dim, query, k, ef, deleted)
     }
 
     /// Exact top-k by scanning every live vector.
