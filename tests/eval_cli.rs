@@ -312,7 +312,7 @@ fn kv_retrieval_and_passkey_probes_on_a_tiny_checkpoint() {
 
     // Passkey: 2 lengths x 3 depths x 2 samples, lengths in the model's tokens.
     let out = tmp.path().join("passkey");
-    let pk = |extra: &[&str]| {
+    let pk_args = |extra: &[&'static str]| {
         let mut args = vec![
             "eval",
             "passkey",
@@ -331,8 +331,9 @@ fn kv_retrieval_and_passkey_probes_on_a_tiny_checkpoint() {
             "-q",
         ];
         args.extend_from_slice(extra);
-        ok(&args)
+        args
     };
+    let pk = |extra: &[&'static str]| ok(&pk_args(extra));
     let table = pk(&["--samples", "2"]);
     assert!(table.contains("| depth |"), "{table}");
     let r = read_json(&out.join("results.json"));
@@ -359,29 +360,7 @@ fn kv_retrieval_and_passkey_probes_on_a_tiny_checkpoint() {
     b.sort_unstable();
     assert_eq!(a, b);
     // More samples is another configuration.
-    let err = String::from_utf8(
-        common::run(&[
-            "eval",
-            "passkey",
-            "--model",
-            s(&model),
-            "--out",
-            s(&out),
-            "--lengths",
-            "120,300",
-            "--depths",
-            "0,0.5,1",
-            "--max-new-tokens",
-            "4",
-            "--device",
-            "cpu",
-            "-q",
-            "--samples",
-            "3",
-        ])
-        .stderr,
-    )
-    .unwrap();
+    let err = String::from_utf8(common::run(&pk_args(&["--samples", "3"])).stderr).unwrap();
     assert!(
         err.contains("samples") && err.contains("--restart"),
         "{err}"
