@@ -134,22 +134,25 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
         current
     );
 
+    let append = |corpus: &Path| {
+        ok(&[
+            "index",
+            s(corpus),
+            "--out",
+            s(&f.index),
+            "--append",
+            "--encoder",
+            s(&encoder_dir()),
+            "-q",
+        ])
+    };
     let extra = f.data.join("extra.jsonl");
     std::fs::write(
         &extra,
         "{\"_id\":\"zz-1\",\"title\":\"Quorvath Lighthouse\",\"text\":\"The Quorvath lighthouse was lit for the first time in 1911 by the keeper Ilsabet Marrow.\"}\n",
     )
     .unwrap();
-    ok(&[
-        "index",
-        s(&extra),
-        "--out",
-        s(&f.index),
-        "--append",
-        "--encoder",
-        s(&encoder_dir()),
-        "-q",
-    ]);
+    append(&extra);
     let hits = search_json(&f.index, "Quorvath lighthouse keeper", "hybrid", 3);
     assert_eq!(hits[0]["doc_id"], "zz-1");
     let dense = search_json(&f.index, "Quorvath lighthouse keeper", "dense", 3);
@@ -161,16 +164,7 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
         "{\"_id\":\"zz-1\",\"title\":\"Quorvath Lighthouse\",\"text\":\"The Quorvath lighthouse was demolished in 1977.\"}\n",
     )
     .unwrap();
-    let out = ok(&[
-        "index",
-        s(&extra),
-        "--out",
-        s(&f.index),
-        "--append",
-        "--encoder",
-        s(&encoder_dir()),
-        "-q",
-    ]);
+    let out = append(&extra);
     assert!(out.contains("1 replaced"), "{out}");
     let hits = search_json(&f.index, "Quorvath lighthouse", "bm25", 5);
     assert_eq!(hits.iter().filter(|h| h["doc_id"] == "zz-1").count(), 1);
