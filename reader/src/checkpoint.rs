@@ -1,10 +1,12 @@
-//! Loading a Hugging Face checkpoint folder: `config.json`, weights (`model.safetensors`,
+//! Loading a checkpoint: a Hugging Face folder (`config.json`, weights in `model.safetensors`,
 //! sharded `model-XXXXX-of-YYYYY.safetensors` with `model.safetensors.index.json`, or PyTorch
-//! `pytorch_model*.bin`, sharded with `pytorch_model.bin.index.json`), `tokenizer.json`
-//! (optional) and `generation_config.json` (optional).
+//! `pytorch_model*.bin`, sharded with `pytorch_model.bin.index.json`; `tokenizer.json`,
+//! `tokenizer_config.json` / `chat_template.jinja` and `generation_config.json`, each
+//! optional), or a GGUF file (or a folder holding one), which carries all of these in one.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use candle_core::pickle::PthTensors;
 use candle_core::{DType, Device, Shape, Tensor};
@@ -15,7 +17,8 @@ use tokenizers::Tokenizer;
 
 use crate::config::{GenerationConfig, LlamaConfig};
 use crate::error::{Error, Result};
-use crate::llama::{Architecture, Llama};
+use crate::gguf::{find_gguf, GgufFile, GgufWeights};
+use crate::llama::{Architecture, Llama, Weights};
 
 /// How the weights of a checkpoint are stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +27,21 @@ pub enum WeightFormat {
     Safetensors(Vec<PathBuf>),
     /// One or more PyTorch pickles (`torch.save` zip format).
     Pytorch(Vec<PathBuf>),
+    /// One GGUF file (llama.cpp's format; quantized or not).
+    Gguf(PathBuf),
+}
+
+/// A chat template and where it came from.
+#[derive(Debug, Clone)]
+pub struct ChatTemplateSource {
+    /// The Jinja source.
+    pub template: String,
+    /// The file and key it was read from (for error messages).
+    pub origin: String,
+    /// `bos_token` as the template sees it.
+    pub bos_token: String,
+    /// `eos_token` as the template sees it.
+    pub eos_token: String,
 }
 
 /// A checkpoint folder, opened: configs parsed, weight files located, tokenizer loaded when
@@ -34,7 +52,10 @@ pub struct Checkpoint {
     config: LlamaConfig,
     generation: GenerationConfig,
     tokenizer: Option<Tokenizer>,
+    chat_template: Option<ChatTemplateSource>,
     weights: WeightFormat,
+    gguf: Option<Arc<GgufFile>>,
+    add_bos: bool,
 }
 
 #[derive(Deserialize)]
@@ -169,10 +190,22 @@ pub fn default_dtype(device: &Device) -> DType {
 }
 
 impl Checkpoint {
-    /// Opens a checkpoint folder: parses config.json (checking `architectures`),
-    /// generation_config.json and tokenizer.json when present, and locates the weights.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref().to_path_buf();
+    /// Opens a checkpoint: a GGUF file or a folder holding exactly one (metadata, tokenizer
+    /// and chat template read from it), or a Hugging Face folder (config.json with its
+    /// `architectures` checked, generation_config.json, tokenizer.json and the chat template
+    /// when present, the weights located).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if let Some(file) = find_gguf(path)? {
+            return Self::open_gguf(&file);
+        }
+        if path.is_file() {
+            return Err(Error::invalid(format!(
+                "{}: a model is a Hugging Face checkpoint folder or a .gguf file",
+                path.display()
+            )));
+        }
+        let dir = path.to_path_buf();
         let config: LlamaConfig = read_json(&dir.join("config.json"))?;
         config.validate()?;
         Architecture::from_config(&config)?;
@@ -193,16 +226,69 @@ impl Checkpoint {
             None
         };
         let weights = locate_weights(&dir)?;
+        let chat_template = hf_chat_template(&dir)?;
+        let add_bos = config.bos_token_id.is_some() || generation.bos_token_id.is_some();
         Ok(Self {
             dir,
             config,
             generation,
             tokenizer,
+            add_bos,
+            chat_template,
             weights,
+            gguf: None,
         })
     }
 
-    /// The folder.
+    fn open_gguf(file: &Path) -> Result<Self> {
+        let gguf = GgufFile::open(file)?;
+        let config = gguf.config()?;
+        let vocab = gguf.vocab()?;
+        let add_bos = vocab.add_bos.unwrap_or(vocab.model == "llama");
+        let tokenizer = gguf.tokenizer()?;
+        let token = |id: Option<u32>| -> String {
+            id.and_then(|i| tokenizer.id_to_token(i))
+                .unwrap_or_default()
+        };
+        let chat_template = gguf.chat_template()?.map(|template| ChatTemplateSource {
+            template,
+            origin: format!("{} (tokenizer.chat_template)", file.display()),
+            bos_token: token(config.bos_token_id),
+            eos_token: token(
+                config
+                    .eos_token_id
+                    .as_ref()
+                    .and_then(|e| e.to_vec().first().copied()),
+            ),
+        });
+        Ok(Self {
+            dir: file.to_path_buf(),
+            generation: GenerationConfig {
+                bos_token_id: config.bos_token_id,
+                eos_token_id: config.eos_token_id.clone(),
+                pad_token_id: config.pad_token_id,
+            },
+            config,
+            tokenizer: Some(tokenizer),
+            chat_template,
+            weights: WeightFormat::Gguf(file.to_path_buf()),
+            gguf: Some(Arc::new(gguf)),
+            add_bos,
+        })
+    }
+
+    /// The chat template (tokenizer_config.json's `chat_template`, `chat_template.jinja`, or
+    /// the GGUF key `tokenizer.chat_template`).
+    pub fn chat_template(&self) -> Option<&ChatTemplateSource> {
+        self.chat_template.as_ref()
+    }
+
+    /// The opened GGUF file, for GGUF checkpoints.
+    pub fn gguf(&self) -> Option<&GgufFile> {
+        self.gguf.as_deref()
+    }
+
+    /// The folder (the file, for a GGUF checkpoint).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -237,14 +323,25 @@ impl Checkpoint {
             .unwrap_or_default()
     }
 
+    /// Whether a plain (untemplated) prompt starts with BOS: a GGUF file's
+    /// `tokenizer.ggml.add_bos_token` (default: yes for SentencePiece vocabularies, no for
+    /// byte-level BPE, as llama.cpp), else whenever a BOS id is configured.
+    pub fn add_bos_token(&self) -> bool {
+        self.add_bos
+    }
+
     /// Beginning-of-sequence id.
     pub fn bos_token_id(&self) -> Option<u32> {
         self.generation.bos_token_id.or(self.config.bos_token_id)
     }
 
-    /// A `VarBuilder` over the weight files, converting to `dtype` on `device`.
+    /// A `VarBuilder` over the weight files, converting to `dtype` on `device` (a GGUF file's
+    /// tensors dequantized).
     pub fn var_builder(&self, dtype: DType, device: &Device) -> Result<VarBuilder<'static>> {
         Ok(match &self.weights {
+            WeightFormat::Gguf(_) => {
+                VarBuilder::from_backend(Box::new(self.gguf_weights()?), dtype, device.clone())
+            }
             // SAFETY: the files are memory-mapped read-only; like every mmap-based loader we
             // rely on nobody truncating them while the model is loaded.
             WeightFormat::Safetensors(files) => unsafe {
@@ -267,6 +364,9 @@ impl Checkpoint {
                     n += view.shape().iter().product::<usize>();
                 }
             }
+            WeightFormat::Gguf(_) => {
+                n = self.gguf.as_ref().map_or(0, |g| g.parameter_count());
+            }
             WeightFormat::Pytorch(files) => {
                 for f in files {
                     for info in candle_core::pickle::read_pth_tensor_info(f, false, None)? {
@@ -278,9 +378,104 @@ impl Checkpoint {
         Ok(n)
     }
 
-    /// Loads the model on `device` in `dtype` (default: [`default_dtype`]).
-    pub fn load_model(&self, device: &Device, dtype: Option<DType>) -> Result<Llama> {
-        let dtype = dtype.unwrap_or_else(|| default_dtype(device));
-        Llama::load(self.var_builder(dtype, device)?, &self.config)
+    fn gguf_weights(&self) -> Result<GgufWeights> {
+        let gguf = self
+            .gguf
+            .clone()
+            .ok_or_else(|| Error::invalid("not a GGUF checkpoint"))?;
+        GgufWeights::new(gguf)
     }
+
+    /// Whether [`Checkpoint::load_model`] without a dtype keeps the weights quantized.
+    pub fn is_quantized(&self) -> bool {
+        matches!(self.weights, WeightFormat::Gguf(_))
+    }
+
+    /// Loads the model on `device`. `dtype` `None`: a GGUF file's matrices stay quantized
+    /// (activations in f32), other checkpoints load in [`default_dtype`]; `Some(dtype)`:
+    /// every weight in that dtype (a GGUF file dequantized: the parity mode).
+    pub fn load_model(&self, device: &Device, dtype: Option<DType>) -> Result<Llama> {
+        match (dtype, &self.weights) {
+            (None, WeightFormat::Gguf(_)) => {
+                let weights = Arc::new(self.gguf_weights()?);
+                let vb = VarBuilder::from_backend(
+                    Box::new(self.gguf_weights()?),
+                    DType::F32,
+                    device.clone(),
+                );
+                Llama::load_weights(Weights::quantized(vb, weights), &self.config)
+            }
+            _ => {
+                let dtype = dtype.unwrap_or_else(|| default_dtype(device));
+                Llama::load(self.var_builder(dtype, device)?, &self.config)
+            }
+        }
+    }
+}
+
+/// The chat template of a Hugging Face folder: `chat_template.jinja` (transformers 5.x) or
+/// `tokenizer_config.json`'s `chat_template`; bos/eos strings from tokenizer_config.json.
+fn hf_chat_template(dir: &Path) -> Result<Option<ChatTemplateSource>> {
+    let config_path = dir.join("tokenizer_config.json");
+    let config: Option<serde_json::Value> = if config_path.is_file() {
+        Some(read_json(&config_path)?)
+    } else {
+        None
+    };
+    let special = |key: &str| -> String {
+        match config.as_ref().and_then(|c| c.get(key)) {
+            Some(serde_json::Value::String(s)) => s.clone(),
+            Some(serde_json::Value::Object(o)) => o
+                .get("content")
+                .and_then(|c| c.as_str())
+                .unwrap_or_default()
+                .to_string(),
+            _ => String::new(),
+        }
+    };
+    let jinja = dir.join("chat_template.jinja");
+    let (template, origin) = if jinja.is_file() {
+        (read_text(&jinja)?, jinja.display().to_string())
+    } else {
+        match config.as_ref().and_then(|c| c.get("chat_template")) {
+            None | Some(serde_json::Value::Null) => return Ok(None),
+            Some(serde_json::Value::String(s)) => (
+                s.clone(),
+                format!("{} (chat_template)", config_path.display()),
+            ),
+            Some(serde_json::Value::Array(named)) => {
+                // A list of named templates: the one called "default".
+                let default = named
+                    .iter()
+                    .find(|t| t.get("name").and_then(|n| n.as_str()) == Some("default"));
+                match default
+                    .and_then(|t| t.get("template"))
+                    .and_then(|t| t.as_str())
+                {
+                    Some(s) => (
+                        s.to_string(),
+                        format!("{} (chat_template \"default\")", config_path.display()),
+                    ),
+                    None => {
+                        return Err(Error::ChatTemplate {
+                            source_name: format!("{} (chat_template)", config_path.display()),
+                            reason: "a list of templates without one named \"default\"".into(),
+                        })
+                    }
+                }
+            }
+            Some(other) => {
+                return Err(Error::ChatTemplate {
+                    source_name: format!("{} (chat_template)", config_path.display()),
+                    reason: format!("expected a string, found {other}"),
+                })
+            }
+        }
+    };
+    Ok(Some(ChatTemplateSource {
+        template,
+        origin,
+        bos_token: special("bos_token"),
+        eos_token: special("eos_token"),
+    }))
 }

@@ -1,7 +1,8 @@
 //! `config.json` and `generation_config.json` of a Llama-family checkpoint.
 //!
-//! [`LlamaConfig`] mirrors Hugging Face's `LlamaConfig` (transformers 4.34 to 4.46) plus the
-//! fields CEPE adds (`do_cross_attention`, `num_cross_attn_layers`, `encoder_hidden_size`,
+//! [`LlamaConfig`] mirrors Hugging Face's `LlamaConfig` and `Qwen2Config` in both spellings
+//! found in the wild: transformers 4.x (`rope_scaling` beside a top-level `rope_theta`) and 5.x
+//! (`rope_parameters` holding `rope_theta` and the scaling), plus the fields CEPE adds (`do_cross_attention`, `num_cross_attn_layers`, `encoder_hidden_size`,
 //! `encoder_config`; see princeton-nlp/CEPE `modeling_llama_flash.py`). Missing fields take
 //! Hugging Face's defaults.
 
@@ -29,9 +30,9 @@ impl TokenIds {
     }
 }
 
-/// `rope_scaling` as written in config.json: transformers < 4.45 uses `type`, later versions
-/// `rope_type`.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
+/// `rope_scaling` (transformers 4.x) or `rope_parameters` (5.x) as written in config.json:
+/// transformers < 4.45 names the kind `type`, later versions `rope_type`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 pub struct RopeScalingConfig {
     /// Old spelling of the scaling kind.
     #[serde(default, rename = "type")]
@@ -42,6 +43,20 @@ pub struct RopeScalingConfig {
     /// Scaling factor.
     #[serde(default)]
     pub factor: Option<f64>,
+    /// RoPE base (5.x `rope_parameters` only).
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// Llama 3: wavelengths above `original_max_position_embeddings / low_freq_factor` are
+    /// scaled fully.
+    #[serde(default)]
+    pub low_freq_factor: Option<f64>,
+    /// Llama 3: wavelengths below `original_max_position_embeddings / high_freq_factor` are
+    /// kept.
+    #[serde(default)]
+    pub high_freq_factor: Option<f64>,
+    /// Llama 3: the context length the model was pretrained with.
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
 }
 
 /// The subset of `config.json` the Llama and CEPE readers use.
@@ -69,12 +84,19 @@ pub struct LlamaConfig {
     /// RMSNorm epsilon.
     #[serde(default = "default_rms_norm_eps")]
     pub rms_norm_eps: f64,
-    /// RoPE base (10,000 for Llama 2; 500,000 for RoPE ABF).
-    #[serde(default = "default_rope_theta")]
-    pub rope_theta: f64,
-    /// RoPE scaling; only linear (position interpolation) is supported.
+    /// RoPE base (10,000 for Llama 2; 500,000 for RoPE ABF and Llama 3); transformers 5.x
+    /// writes it inside `rope_parameters` instead. See [`LlamaConfig::rope_base`].
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// RoPE scaling, transformers 4.x spelling: `default`, `linear` or `llama3`.
     #[serde(default)]
     pub rope_scaling: Option<RopeScalingConfig>,
+    /// RoPE base and scaling, transformers 5.x spelling.
+    #[serde(default)]
+    pub rope_parameters: Option<RopeScalingConfig>,
+    /// Qwen2: sliding-window attention in some layers (refused: not implemented).
+    #[serde(default)]
+    pub use_sliding_window: bool,
     /// Longest sequence the model was trained for (informational; longer inputs are allowed).
     #[serde(default = "default_max_position_embeddings")]
     pub max_position_embeddings: usize,
@@ -115,16 +137,14 @@ pub struct LlamaConfig {
     /// `AttentionPattern`); absent means full attention.
     #[serde(default)]
     pub capstan_attention: Option<String>,
-    /// Dtype the checkpoint was saved in (`bfloat16`, `float16`, `float32`).
-    #[serde(default)]
+    /// Dtype the checkpoint was saved in (`bfloat16`, `float16`, `float32`); transformers 5.x
+    /// names it `dtype`.
+    #[serde(default, alias = "dtype")]
     pub torch_dtype: Option<String>,
 }
 
 fn default_rms_norm_eps() -> f64 {
     1e-6
-}
-fn default_rope_theta() -> f64 {
-    10_000.0
 }
 fn default_max_position_embeddings() -> usize {
     2048
@@ -140,6 +160,17 @@ pub enum RopeScaling {
     None,
     /// Linear position interpolation: positions are divided by the factor.
     Linear(f64),
+    /// Llama 3.1's frequency-dependent scaling (`rope_type: "llama3"`).
+    Llama3 {
+        /// Scaling of the low frequencies.
+        factor: f64,
+        /// Wavelength bound (in units of the original context) of full scaling.
+        low_freq_factor: f64,
+        /// Wavelength bound of no scaling.
+        high_freq_factor: f64,
+        /// The pretraining context length.
+        original_max_position_embeddings: usize,
+    },
 }
 
 impl LlamaConfig {
@@ -159,19 +190,72 @@ impl LlamaConfig {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
+    /// Whether the Q, K and V projections have biases (`attention_bias`, or always for Qwen2).
+    pub fn qkv_bias(&self) -> bool {
+        self.attention_bias
+            || self.architectures.first().map(String::as_str) == Some("Qwen2ForCausalLM")
+    }
+
     /// Whether this is a CEPE checkpoint with an encoder and cross-attention layers.
     pub fn is_cepe(&self) -> bool {
         self.do_cross_attention && self.encoder_config.is_some()
     }
 
-    /// The resolved RoPE scaling, or an error for unsupported kinds.
+    /// The RoPE base: `rope_parameters.rope_theta` (5.x), else `rope_theta`, else 10,000.
+    pub fn rope_base(&self) -> f64 {
+        self.rope_parameters
+            .as_ref()
+            .and_then(|p| p.rope_theta)
+            .or(self.rope_theta)
+            .unwrap_or(10_000.0)
+    }
+
+    /// The resolved RoPE scaling (`rope_parameters` over `rope_scaling`), or an error naming
+    /// the key for unsupported kinds.
     pub fn rope_scaling(&self) -> Result<RopeScaling> {
-        let Some(s) = &self.rope_scaling else {
-            return Ok(RopeScaling::None);
+        let (s, key) = match (&self.rope_parameters, &self.rope_scaling) {
+            (Some(p), _) => (p, "rope_parameters"),
+            (None, Some(s)) => (s, "rope_scaling"),
+            (None, None) => return Ok(RopeScaling::None),
         };
-        let kind = s.rope_type.as_deref().or(s.kind.as_deref()).unwrap_or("");
+        let kind = s
+            .rope_type
+            .as_deref()
+            .or(s.kind.as_deref())
+            .unwrap_or("default");
+        let positive = |field: &'static str, v: Option<f64>| match v {
+            Some(f) if f > 0.0 && f.is_finite() => Ok(f),
+            other => Err(Error::UnsupportedConfig {
+                field,
+                value: format!("{other:?} (a positive number is needed)"),
+            }),
+        };
         match kind {
             "default" => Ok(RopeScaling::None),
+            "llama3" => {
+                let low = positive("rope_scaling.low_freq_factor", s.low_freq_factor)?;
+                let high = positive("rope_scaling.high_freq_factor", s.high_freq_factor)?;
+                if high <= low {
+                    return Err(Error::UnsupportedConfig {
+                        field: "rope_scaling.high_freq_factor",
+                        value: format!("{high} (must exceed low_freq_factor {low})"),
+                    });
+                }
+                Ok(RopeScaling::Llama3 {
+                    factor: positive("rope_scaling.factor", s.factor)?,
+                    low_freq_factor: low,
+                    high_freq_factor: high,
+                    original_max_position_embeddings: match s.original_max_position_embeddings {
+                        Some(n) if n > 0 => n,
+                        other => {
+                            return Err(Error::UnsupportedConfig {
+                                field: "rope_scaling.original_max_position_embeddings",
+                                value: format!("{other:?}"),
+                            })
+                        }
+                    },
+                })
+            }
             "linear" => match s.factor {
                 Some(f) if f > 0.0 => Ok(RopeScaling::Linear(f)),
                 other => Err(Error::UnsupportedConfig {
@@ -180,8 +264,12 @@ impl LlamaConfig {
                 }),
             },
             other => Err(Error::UnsupportedConfig {
-                field: "rope_scaling",
-                value: format!("type {other:?} (only \"linear\" is supported)"),
+                field: if key == "rope_parameters" {
+                    "rope_parameters.rope_type"
+                } else {
+                    "rope_scaling.rope_type"
+                },
+                value: format!("{other:?} (supported: \"default\", \"linear\", \"llama3\")"),
             }),
         }
     }
@@ -191,6 +279,35 @@ impl LlamaConfig {
         let unsupported = |field, value: String| Err(Error::UnsupportedConfig { field, value });
         if self.hidden_act != "silu" {
             return unsupported("hidden_act", self.hidden_act.clone());
+        }
+        // Values outside what the model's arithmetic allows would give NaN logits.
+        let base = self.rope_base();
+        if !(base > 0.0 && base.is_finite()) {
+            return unsupported("rope_theta", format!("{base} (must be positive)"));
+        }
+        if !(self.rms_norm_eps > 0.0 && self.rms_norm_eps.is_finite()) {
+            return unsupported(
+                "rms_norm_eps",
+                format!("{} (must be positive)", self.rms_norm_eps),
+            );
+        }
+        for (field, n) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+        ] {
+            if n == 0 {
+                return unsupported(field, "0".into());
+            }
+        }
+        if self.use_sliding_window {
+            return unsupported(
+                "use_sliding_window",
+                "true (sliding-window attention is not implemented; set it to false to run \
+                 with full attention)"
+                    .into(),
+            );
         }
         if self.num_attention_heads == 0 || self.kv_heads() == 0 {
             return unsupported("num_attention_heads", self.num_attention_heads.to_string());

@@ -33,7 +33,8 @@ pub enum Error {
     },
     /// `architectures` in config.json names a model this crate does not implement.
     #[error(
-        "unsupported architecture {found:?} (supported: LlamaForCausalLM, LlamaForCausalContextLM)"
+        "unsupported architecture {found:?} (supported: LlamaForCausalLM, LlamaForCausalContextLM, \
+         Qwen2ForCausalLM)"
     )]
     UnsupportedArchitecture {
         /// The `architectures` field of config.json.
@@ -81,6 +82,37 @@ pub enum Error {
     /// A tensor operation failed (device, dtype, out of memory, ...).
     #[error("tensor operation failed: {0}")]
     Tensor(candle_core::Error),
+    /// A GGUF file is unreadable or describes something unsupported.
+    #[error("{path}: `{key}`: {reason}")]
+    Gguf {
+        /// The file.
+        path: PathBuf,
+        /// The metadata key or tensor name at fault (`header` for the file's structure).
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The prompt and the tokens to generate do not fit the model's positions.
+    #[error(
+        "the prompt has {prompt_tokens} tokens; with {max_new_tokens} new tokens it exceeds the \
+         model's {limit} positions (fewer passages, a lower k, or fewer new tokens)"
+    )]
+    PromptTooLong {
+        /// Tokens of the prompt.
+        prompt_tokens: usize,
+        /// Tokens asked for.
+        max_new_tokens: usize,
+        /// The model's `max_position_embeddings`.
+        limit: usize,
+    },
+    /// A chat template failed to compile or render.
+    #[error("chat template of {source_name}: {reason}")]
+    ChatTemplate {
+        /// Where the template came from (a file and key).
+        source_name: String,
+        /// The renderer's message.
+        reason: String,
+    },
     /// The dense encoder (extractive reader) failed.
     #[error("sentence encoder: {0}")]
     Encoder(Box<capstan_indexer::Error>),

@@ -20,16 +20,20 @@
 #![warn(missing_docs)]
 
 mod attention;
+mod chat_template;
 mod checkpoint;
 mod config;
 mod error;
 mod extractive;
 mod generate;
+mod gguf;
+mod language_model;
 mod llama;
 mod prompt;
 
 pub use attention::{AttentionPattern, KV_REPORT_CONTEXT};
-pub use checkpoint::{default_dtype, Checkpoint, WeightFormat};
+pub use chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
+pub use checkpoint::{default_dtype, ChatTemplateSource, Checkpoint, WeightFormat};
 pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, TokenIds};
 pub use error::{Error, Result};
 pub use extractive::{ExtractivePassage, ExtractiveReader, ScoredSentence};
@@ -37,6 +41,8 @@ pub use generate::{
     apply_repetition_penalty, argmax, Flow, Generation, GenerationParams, Generator, Request,
     StopReason,
 };
+pub use gguf::{GgufArch, GgufFile, GgufVocab};
+pub use language_model::{LanguageModel, LoadOptions};
 pub use llama::{Architecture, Cache, EncodedChunks, Llama};
 pub use prompt::{
     cepe_prompt, llama_prompt, lost_in_the_middle_order, CepeInputs, CepePrompt, Passage,

@@ -302,3 +302,34 @@ fn batch_left_padding_matches_transformers() {
         .collect();
     assert_eq!(tokens, want);
 }
+
+/// Llama 3.1 RoPE scaling (`rope_type: "llama3"`, transformers 4.x spelling) at 3,000 tokens
+/// past `original_max_position_embeddings`, with tied embeddings, an explicit `head_dim` that
+/// differs from `hidden_size / heads`, and a list of eos ids.
+#[test]
+fn llama3_rope_scaling_matches_transformers() {
+    let dir = fixture("llama3-rope-tiny");
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    assert!(matches!(
+        ckpt.config().rope_scaling().unwrap(),
+        capstan_reader::RopeScaling::Llama3 { .. }
+    ));
+    assert_eq!(ckpt.eos_token_ids(), vec![2, 3]);
+    assert_ne!(
+        ckpt.config().head_size(),
+        ckpt.config().hidden_size / ckpt.config().num_attention_heads
+    );
+    check_decoder("llama3-rope-tiny", "expected.json", false);
+}
+
+/// Qwen2 (biases on Q, K and V), saved by transformers 5.x (`rope_parameters`).
+#[test]
+fn qwen2_matches_transformers() {
+    let dir = fixture("qwen2-tiny");
+    let ckpt = Checkpoint::open(&dir).unwrap();
+    assert_eq!(
+        capstan_reader::Architecture::from_config(ckpt.config()).unwrap(),
+        capstan_reader::Architecture::Qwen2
+    );
+    check_decoder("qwen2-tiny", "expected.json", false);
+}

@@ -1,0 +1,268 @@
+//! Eager attention (the reference path) and the in-place KV append.
+
+use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Tensor};
+
+use super::cache::LayerKv;
+use super::{CResult, MASKED};
+
+/// On the CPU, causal attention over a prompt chunk runs per head and per block of this many
+/// queries (bounds the attention-score memory and skips keys no query of the block sees).
+pub(super) const QUERY_BLOCK: usize = 256;
+
+/// In place on f32 scores `(b, h, s, t)`: `softmax(scores * scale)` over the causal keys of
+/// each query row (row `i` sees keys `..= t - s + i`), zero beyond. What scaling, adding the
+/// causal mask and `softmax_last_dim` compute, in one pass over cache-resident rows, without
+/// the mask tensor or the exponentials of masked keys.
+pub(super) struct CausalSoftmax {
+    pub(super) scale: f32,
+}
+
+impl InplaceOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> CResult<()> {
+        let CpuStorage::F32(data) = storage else {
+            candle_core::bail!("causal-softmax: f32 scores expected")
+        };
+        let Some((o1, o2)) = layout.contiguous_offsets() else {
+            candle_core::bail!("causal-softmax: contiguous scores expected")
+        };
+        let (_, _, s, t) = layout.shape().dims4()?;
+        if s > t {
+            candle_core::bail!("causal-softmax: {s} queries but only {t} keys");
+        }
+        let avx2 = has_avx2();
+        for (r, row) in data[o1..o2].chunks_mut(t).enumerate() {
+            let (live, masked) = row.split_at_mut(t - s + r % s + 1);
+            #[cfg(target_arch = "x86_64")]
+            if avx2 {
+                // SAFETY: the CPU supports AVX2 and FMA.
+                unsafe { softmax_avx2(live, self.scale) };
+                masked.fill(0.0);
+                continue;
+            }
+            let _ = avx2;
+            softmax_generic(live, self.scale);
+            masked.fill(0.0);
+        }
+        Ok(())
+    }
+}
+
+pub(super) fn has_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// [`softmax_generic`] compiled for AVX2 + FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn softmax_avx2(row: &mut [f32], scale: f32) {
+    softmax_generic(row, scale)
+}
+
+/// `softmax(row * scale)` in place, written so that every pass vectorises (eight lanes).
+#[inline(always)]
+pub(super) fn softmax_generic(row: &mut [f32], scale: f32) {
+    row.iter_mut().for_each(|x| *x *= scale);
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (m, &x) in lanes.iter_mut().zip(c) {
+            if x > *m {
+                *m = x;
+            }
+        }
+    }
+    let max = chunks
+        .remainder()
+        .iter()
+        .chain(&lanes)
+        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
+    row.iter_mut().for_each(|x| *x = exp(*x - max));
+    let mut lanes = [0f32; 8];
+    let mut chunks = row.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &x) in lanes.iter_mut().zip(c) {
+            *a += x;
+        }
+    }
+    let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
+    row.iter_mut().for_each(|x| *x /= sum);
+}
+
+/// `exp` for `x <= 88`, vectorisable, relative error below 1e-7 (Cephes' `expf`:
+/// `x = n ln 2 + r`, a degree-6 polynomial in `r`, `2^n` from bits); as the indexer's BERT.
+#[inline(always)]
+pub(super) fn exp(x: f32) -> f32 {
+    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
+    let x = x.clamp(-87.336_54, 88.37626);
+    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
+    let p = 1.987_569_1e-4;
+    let p = p * r + 1.398_199_9e-3;
+    let p = p * r + 8.333_452e-3;
+    let p = p * r + 4.166_579_6e-2;
+    let p = p * r + 1.666_666_5e-1;
+    let p = p * r + 0.5;
+    let p = p * r * r + r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
+}
+
+/// `repeat_kv` of the reference: `(b, kv, t, d) -> (b, kv * n_rep, t, d)`, head `i` using kv
+/// head `i / n_rep`.
+pub(super) fn repeat_kv(x: Tensor, n_rep: usize) -> CResult<Tensor> {
+    if n_rep == 1 {
+        return Ok(x);
+    }
+    let (b, kv, t, d) = x.dims4()?;
+    x.unsqueeze(2)?
+        .expand((b, kv, n_rep, t, d))?
+        .reshape((b, kv * n_rep, t, d))
+}
+
+/// Eager attention as the reference: `softmax(q k^T / sqrt(d) + mask)` in f32, then `@ v`.
+/// `mask` is additive f32, broadcastable to `(b, h, s, t)`; `None` is causal attention (query
+/// `i` sees keys `..= t - s + i`, all of them when decoding one token). Returns
+/// `(b, s, h * d)`.
+pub(super) fn attend(
+    q: &Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Option<&Tensor>,
+    n_rep: usize,
+) -> CResult<Tensor> {
+    let (b, h, s, d) = q.dims4()?;
+    // Cached keys are views of a larger buffer: the matmuls take them strided, without copies.
+    let (k, v) = if n_rep == 1 {
+        (k, v)
+    } else {
+        (
+            repeat_kv(k, n_rep)?.contiguous()?,
+            repeat_kv(v, n_rep)?.contiguous()?,
+        )
+    };
+    let out = attend_heads(q, &k, &v, mask)?;
+    out.transpose(1, 2)?.reshape((b, s, h * d))
+}
+
+/// [`attend`] on `(b, h, s, d)` heads, returning `(b, h, s, d)`.
+pub(super) fn attend_heads(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+) -> CResult<Tensor> {
+    let (_, h, s, d) = q.dims4()?;
+    let t = k.dim(2)?;
+    if mask.is_none() && q.device().is_cpu() && h > 1 && s * t >= 1 << 16 {
+        // Prompt chunks: one head at a time, so that its scores stay in cache between the two
+        // products and the softmax (all heads' would be `h * s * t` floats, fresh pages).
+        let heads = (0..h)
+            .map(|i| {
+                attend_heads(
+                    &q.narrow(1, i, 1)?,
+                    &k.narrow(1, i, 1)?,
+                    &v.narrow(1, i, 1)?,
+                    None,
+                )
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        return Tensor::cat(&heads, 1);
+    }
+    if mask.is_none() && q.device().is_cpu() && s > QUERY_BLOCK {
+        // Causal blocks of queries: each block's products stop at its last visible key.
+        let blocks = (0..s)
+            .step_by(QUERY_BLOCK)
+            .map(|r0| {
+                let n = QUERY_BLOCK.min(s - r0);
+                let seen = t - s + r0 + n;
+                attend_heads(
+                    &q.narrow(2, r0, n)?,
+                    &k.narrow(2, 0, seen)?,
+                    &v.narrow(2, 0, seen)?,
+                    None,
+                )
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        return Tensor::cat(&blocks, 2);
+    }
+    let scale = (d as f64).sqrt();
+    let scores = q.matmul(&k.t()?)?;
+    let probs = match mask {
+        Some(m) => {
+            let scores = (scores / scale)?.to_dtype(DType::F32)?;
+            candle_nn::ops::softmax_last_dim(&scores.broadcast_add(m)?)?
+        }
+        None if scores.device().is_cpu() => {
+            // Scaled as the masked path does: in f32 directly, else before the conversion.
+            let (scores, mul) = if scores.dtype() == DType::F32 {
+                (scores, (1.0 / scale) as f32)
+            } else {
+                ((scores / scale)?.to_dtype(DType::F32)?, 1.0)
+            };
+            scores.inplace_op1(&CausalSoftmax { scale: mul })?;
+            scores
+        }
+        None => {
+            let m: Vec<f32> = (0..s)
+                .flat_map(|i| (0..t).map(move |j| if j <= t - s + i { 0.0 } else { MASKED }))
+                .collect();
+            let m = Tensor::from_vec(m, (s, t), scores.device())?;
+            let scores = (scores / scale)?.to_dtype(DType::F32)?;
+            candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&m)?)?
+        }
+    };
+    probs.to_dtype(v.dtype())?.matmul(v)
+}
+
+/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache and returns views of all cached
+/// keys and values. The cache is a buffer with room to spare, written in place (no copy of the
+/// whole cache per step); it grows by half when full.
+pub(super) fn append_kv(
+    kv: &mut Option<LayerKv>,
+    k: &Tensor,
+    v: &Tensor,
+) -> CResult<(Tensor, Tensor)> {
+    let s = k.dim(2)?;
+    let (len, cap) = kv
+        .as_ref()
+        .map_or((0, 0), |c| (c.len, c.k.dim(2).unwrap_or(0)));
+    let need = len + s;
+    match kv {
+        Some(c) if need <= cap => {
+            c.k.slice_set(k, 2, len)?;
+            c.v.slice_set(v, 2, len)?;
+            c.len = need;
+        }
+        _ => {
+            let new_cap = (need + need / 2).next_multiple_of(64);
+            let grow = |old: Option<&Tensor>, new: &Tensor| -> CResult<Tensor> {
+                let (b, h, _, d) = new.dims4()?;
+                let pad = Tensor::zeros((b, h, new_cap - need, d), new.dtype(), new.device())?;
+                match old {
+                    Some(o) => Tensor::cat(&[&o.narrow(2, 0, len)?, new, &pad], 2),
+                    None => Tensor::cat(&[new, &pad], 2),
+                }
+            };
+            let old = kv.take();
+            *kv = Some(LayerKv {
+                k: grow(old.as_ref().map(|c| &c.k), k)?,
+                v: grow(old.as_ref().map(|c| &c.v), v)?,
+                k_grouped: None,
+                start: 0,
+                len: need,
+            });
+        }
+    }
+    let c = kv.as_ref().expect("set above");
+    Ok((c.k.narrow(2, 0, need)?, c.v.narrow(2, 0, need)?))
+}

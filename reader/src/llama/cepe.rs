@@ -1,0 +1,117 @@
+//! CEPE's context encoder: chunks encoded in parallel, cross-attention keys and values cached.
+
+use candle_core::{Module, Tensor};
+
+use super::cache::{Cache, CrossContext, CrossLayerState, EncodedChunks};
+use super::{CResult, Llama, MASKED};
+use crate::error::{Error, Result};
+
+impl Llama {
+    /// Runs CEPE's bidirectional encoder over `chunks`, each on its own: chunks are left-padded
+    /// with `pad_id` to the longest, padding is masked, and positions are `arange(L)` per
+    /// chunk, as in the reference.
+    pub fn encode_chunks(&self, chunks: &[Vec<u32>], pad_id: u32) -> Result<EncodedChunks> {
+        let enc = self
+            .encoder
+            .as_ref()
+            .ok_or_else(|| Error::invalid("this model has no context encoder"))?;
+        let enc_cfg = self
+            .cfg
+            .encoder_config
+            .as_deref()
+            .expect("encoder has a config");
+        let n = chunks.len();
+        let len = chunks.iter().map(Vec::len).max().unwrap_or(0);
+        if n == 0 || len == 0 {
+            return Err(Error::invalid("no encoder tokens"));
+        }
+        let mut ids = Vec::with_capacity(n * len);
+        let mut mask = Vec::with_capacity(n);
+        for c in chunks {
+            if let Some(&bad) = c.iter().find(|&&t| t as usize >= enc_cfg.vocab_size) {
+                return Err(Error::invalid(format!(
+                    "encoder token id {bad} out of range (vocab_size {})",
+                    enc_cfg.vocab_size
+                )));
+            }
+            let pad = len - c.len();
+            ids.extend(std::iter::repeat_n(pad_id, pad).chain(c.iter().copied()));
+            mask.push((0..len).map(|i| i >= pad).collect::<Vec<bool>>());
+        }
+        let ids = Tensor::from_vec(ids, (n, len), &self.device)?;
+        let add_mask: Vec<f32> = mask
+            .iter()
+            .flat_map(|r| r.iter().map(|&m| if m { 0.0 } else { MASKED }))
+            .collect();
+        let add_mask = Tensor::from_vec(add_mask, (n, 1, 1, len), &self.device)?;
+        let positions = vec![(0..len as u32).collect::<Vec<u32>>()];
+        let rope = enc.rope.cos_sin(&positions, self.dtype, &self.device)?;
+        let mut x = enc.embed_tokens.forward(&ids)?;
+        for layer in &enc.layers {
+            x = layer.forward(&x, &rope, Some(&add_mask), &mut None, None, None)?;
+        }
+        let hidden_states = enc.norm.forward(&x)?;
+        Ok(EncodedChunks {
+            hidden_states,
+            mask,
+        })
+    }
+
+    /// Encodes each row's chunks and stores the cross-attention keys/values in `cache`, once
+    /// per request. `rows[r]` are the (unpadded) encoder chunks of batch row `r`; rows may
+    /// have different numbers of chunks (missing ones are masked), and a row without chunks
+    /// decodes as plain Llama.
+    pub fn set_encoder_context(
+        &self,
+        rows: &[Vec<Vec<u32>>],
+        pad_id: u32,
+        cache: &mut Cache,
+    ) -> Result<()> {
+        cache.ensure_batch(rows.len())?;
+        let b = rows.len();
+        let n_ctx = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
+        let mut chunks = Vec::with_capacity(b * n_ctx);
+        for row in rows {
+            chunks.extend(row.iter().cloned());
+            chunks.extend(std::iter::repeat_n(Vec::new(), n_ctx - row.len()));
+        }
+        let enc = self.encode_chunks(&chunks, pad_id)?;
+        let (_, len, d) = enc.hidden_states.dims3()?;
+        let states = enc.hidden_states.reshape((b, n_ctx * len, d))?;
+        let flat: Vec<Vec<bool>> = enc.mask.chunks(n_ctx).map(|c| c.concat()).collect();
+        let add: Vec<f32> = flat
+            .iter()
+            .flat_map(|r| r.iter().map(|&m| if m { 0.0 } else { MASKED }))
+            .collect();
+        let mask = Tensor::from_vec(add, (b, 1, 1, n_ctx * len), &self.device)?;
+        let gates: Vec<f32> = flat
+            .iter()
+            .map(|r| if r.iter().any(|&m| m) { 1.0 } else { 0.0 })
+            .collect();
+        let row_gate = if gates.iter().all(|&g| g == 1.0) {
+            None
+        } else {
+            Some(Tensor::from_vec(gates, (b, 1, 1), &self.device)?.to_dtype(self.dtype)?)
+        };
+        let layers = self
+            .decoder
+            .layers
+            .iter()
+            .map(|l| {
+                l.cross_attn
+                    .as_ref()
+                    .map(|ca| {
+                        ca.project_kv(&states)
+                            .map(|(k, v)| CrossLayerState { k, v })
+                    })
+                    .transpose()
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        cache.cross = Some(CrossContext {
+            layers,
+            mask,
+            row_gate,
+        });
+        Ok(())
+    }
+}

@@ -1,0 +1,355 @@
+//! The layers of the Llama stack: self-attention, CEPE cross-attention, SwiGLU MLP.
+
+use candle_core::{Module, Tensor};
+use candle_nn::{Embedding, RmsNorm};
+
+use capstan_kernels::{AttentionOptions, Pattern};
+
+use super::attend::{append_kv, attend};
+use super::cache::{CrossContext, CrossLayerState, LayerKv};
+use super::rope::Rope;
+use super::weights::{Proj, Weights};
+use super::CResult;
+use crate::config::LlamaConfig;
+use crate::error::{Error, Result};
+
+/// Self-attention with RoPE and grouped-query heads (`LlamaAttention`).
+#[derive(Debug, Clone)]
+pub(super) struct SelfAttention {
+    pub(super) q_proj: Proj,
+    pub(super) k_proj: Proj,
+    pub(super) v_proj: Proj,
+    pub(super) o_proj: Proj,
+    pub(super) n_heads: usize,
+    pub(super) n_kv_heads: usize,
+    pub(super) head_dim: usize,
+}
+
+impl SelfAttention {
+    pub(super) fn load(vb: Weights, cfg: &LlamaConfig) -> CResult<Self> {
+        let (h, nh, nkv, hd) = (
+            cfg.hidden_size,
+            cfg.num_attention_heads,
+            cfg.kv_heads(),
+            cfg.head_size(),
+        );
+        Ok(Self {
+            q_proj: vb.pp("q_proj").proj(h, nh * hd, cfg.qkv_bias())?,
+            k_proj: vb.pp("k_proj").proj(h, nkv * hd, cfg.qkv_bias())?,
+            v_proj: vb.pp("v_proj").proj(h, nkv * hd, cfg.qkv_bias())?,
+            o_proj: vb.pp("o_proj").proj(nh * hd, h, cfg.attention_bias)?,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+        })
+    }
+
+    /// `kv` holds this layer's cached keys/values (post-RoPE) and is extended in place.
+    /// `pattern`: the decoder's per-layer attention (`None`: the reference path, as for the
+    /// encoder).
+    pub(super) fn forward(
+        &self,
+        x: &Tensor,
+        rope: &(Tensor, Tensor),
+        mask: Option<&Tensor>,
+        kv: &mut Option<LayerKv>,
+        pattern: Option<&LayerAttention>,
+    ) -> CResult<Tensor> {
+        let (b, s, _) = x.dims3()?;
+        let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
+            t.reshape((b, s, n, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q_raw = heads(self.q_proj.forward(x)?, self.n_heads)?;
+        let k_raw = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
+        let v = heads(self.v_proj.forward(x)?, self.n_kv_heads)?;
+        let q = candle_nn::rotary_emb::rope(&q_raw, &rope.0, &rope.1)?;
+        let k = candle_nn::rotary_emb::rope(&k_raw, &rope.0, &rope.1)?;
+        let Some(la) = pattern.filter(|la| la.use_kernels) else {
+            let (k, v) = match pattern {
+                Some(_) => append_kv(kv, &k, &v)?,
+                // The encoder: nothing to cache.
+                None => (k, v),
+            };
+            let out = attend(&q, k, v, mask, self.n_heads / self.n_kv_heads)?;
+            return self.o_proj.forward(&out);
+        };
+        // SelfExtend: the query and key rotated at grouped positions as well.
+        let grouped = match &la.grouped_rope {
+            Some((rq, rk)) => Some((
+                candle_nn::rotary_emb::rope(&q_raw, &rq.0, &rq.1)?,
+                candle_nn::rotary_emb::rope(&k_raw, &rk.0, &rk.1)?,
+            )),
+            None => None,
+        };
+        let (k, v, kg, start) = match kv.take() {
+            Some(c) => {
+                let kg = match (&c.k_grouped, &grouped) {
+                    (Some(pk), Some((_, gk))) => Some(Tensor::cat(&[pk, gk], 2)?),
+                    _ => grouped.as_ref().map(|(_, gk)| gk.clone()),
+                };
+                (
+                    Tensor::cat(&[&c.k, &k], 2)?,
+                    Tensor::cat(&[&c.v, &v], 2)?,
+                    kg,
+                    c.start,
+                )
+            }
+            None => (k, v, grouped.as_ref().map(|(_, gk)| gk.clone()), 0),
+        };
+        let len = k.dim(2)?;
+        // Attention over the full new chunk first, then the cache keeps only what later
+        // queries can see (Zebra local layers: the last `window` keys).
+        let key_mask = match &la.key_mask {
+            Some(m) => Some(m.narrow(1, start, len)?),
+            None => None,
+        };
+        let opts = AttentionOptions {
+            pattern: la.pattern.clone(),
+            q_pos0: la.q_pos0 as u64,
+            k_pos0: start as u64,
+            scale: None,
+            q_grouped: grouped.as_ref().map(|(gq, _)| gq.clone()),
+            k_grouped: kg.clone(),
+            key_mask,
+        };
+        let out = capstan_kernels::attention(&q, &k, &v, opts)?;
+        let out = out
+            .transpose(1, 2)?
+            .reshape((b, s, self.n_heads * self.head_dim))?;
+        let drop = la.kept.map_or(0, |keep| len.saturating_sub(keep));
+        let trim = |t: Tensor| -> CResult<Tensor> {
+            if drop == 0 {
+                Ok(t)
+            } else {
+                t.narrow(2, drop, len - drop)?.contiguous()
+            }
+        };
+        *kv = Some(LayerKv {
+            k: trim(k)?,
+            v: trim(v)?,
+            k_grouped: kg.map(trim).transpose()?,
+            start: start + drop,
+            len: len - drop,
+        });
+        self.o_proj.forward(&out)
+    }
+}
+
+/// How one decoder layer attends in this forward pass.
+#[derive(Debug, Clone)]
+pub(super) struct LayerAttention {
+    /// Run the kernels (a non-full pattern, or a CUDA device); else the reference path.
+    pub(super) use_kernels: bool,
+    pub(super) pattern: Pattern,
+    /// Keys kept in the cache after this pass (`None`: all).
+    pub(super) kept: Option<usize>,
+    /// Absolute index of the first query row.
+    pub(super) q_pos0: usize,
+    /// SelfExtend: RoPE tables at the grouped query and key positions.
+    pub(super) grouped_rope: Option<((Tensor, Tensor), (Tensor, Tensor))>,
+    /// `(b, cached + new)` u8 key padding mask, when any row is padded.
+    pub(super) key_mask: Option<Tensor>,
+}
+
+/// Cross-attention to the encoder states (`LlamaCrossAttention` of the CEPE reference): its own
+/// RMSNorm on the decoder states, no RoPE, no gate, no causal mask; only encoder padding is
+/// masked. Keys/values come from `encoder_hidden_size`-wide states.
+#[derive(Debug, Clone)]
+pub(super) struct CrossAttention {
+    pub(super) layernorm: RmsNorm,
+    pub(super) q_proj: Proj,
+    pub(super) k_proj: Proj,
+    pub(super) v_proj: Proj,
+    pub(super) o_proj: Proj,
+    pub(super) n_heads: usize,
+    pub(super) n_kv_heads: usize,
+    pub(super) head_dim: usize,
+}
+
+impl CrossAttention {
+    pub(super) fn load(vb: Weights, cfg: &LlamaConfig, enc_hidden: usize) -> CResult<Self> {
+        let h = cfg.hidden_size;
+        let (nh, nkv) = (cfg.num_attention_heads, cfg.kv_heads());
+        // The reference uses hidden_size / num_heads here, never `head_dim`.
+        let hd = h / nh;
+        Ok(Self {
+            layernorm: vb.pp("layernorm").rms_norm(h, cfg.rms_norm_eps)?,
+            q_proj: vb.pp("q_proj").proj(h, nh * hd, false)?,
+            k_proj: vb.pp("k_proj").proj(enc_hidden, nkv * hd, false)?,
+            v_proj: vb.pp("v_proj").proj(enc_hidden, nkv * hd, false)?,
+            o_proj: vb.pp("o_proj").proj(nh * hd, h, false)?,
+            n_heads: nh,
+            n_kv_heads: nkv,
+            head_dim: hd,
+        })
+    }
+
+    /// Keys and values of the encoder states, `(b, kv_heads, n, d)` each; computed once per
+    /// request.
+    pub(super) fn project_kv(&self, enc: &Tensor) -> CResult<(Tensor, Tensor)> {
+        let (b, n, _) = enc.dims3()?;
+        let heads = |t: Tensor| -> CResult<Tensor> {
+            t.reshape((b, n, self.n_kv_heads, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        Ok((
+            heads(self.k_proj.forward(enc)?)?,
+            heads(self.v_proj.forward(enc)?)?,
+        ))
+    }
+
+    pub(super) fn forward(
+        &self,
+        x: &Tensor,
+        ctx: &CrossLayerState,
+        mask: &Tensor,
+    ) -> CResult<Tensor> {
+        let (b, s, _) = x.dims3()?;
+        let x = self.layernorm.forward(x)?;
+        let q = self
+            .q_proj
+            .forward(&x)?
+            .reshape((b, s, self.n_heads, self.head_dim))?
+            .transpose(1, 2)?
+            .contiguous()?;
+        let out = attend(
+            &q,
+            ctx.k.clone(),
+            ctx.v.clone(),
+            Some(mask),
+            self.n_heads / self.n_kv_heads,
+        )?;
+        self.o_proj.forward(&out)
+    }
+}
+
+/// SwiGLU feed-forward (`LlamaMLP`).
+#[derive(Debug, Clone)]
+pub(super) struct Mlp {
+    pub(super) gate_proj: Proj,
+    pub(super) up_proj: Proj,
+    pub(super) down_proj: Proj,
+}
+
+impl Mlp {
+    pub(super) fn load(vb: Weights, cfg: &LlamaConfig) -> CResult<Self> {
+        let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
+        Ok(Self {
+            gate_proj: vb.pp("gate_proj").proj(h, i, b)?,
+            up_proj: vb.pp("up_proj").proj(h, i, b)?,
+            down_proj: vb.pp("down_proj").proj(i, h, b)?,
+        })
+    }
+
+    pub(super) fn forward(&self, x: &Tensor) -> CResult<Tensor> {
+        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
+        self.down_proj.forward(&(gate * self.up_proj.forward(x)?)?)
+    }
+}
+
+/// Pre-norm transformer layer (`LlamaDecoderLayer`), optionally with cross-attention between
+/// self-attention and the MLP.
+#[derive(Debug, Clone)]
+pub(super) struct Layer {
+    pub(super) input_layernorm: RmsNorm,
+    pub(super) self_attn: SelfAttention,
+    pub(super) cross_attn: Option<CrossAttention>,
+    pub(super) post_attention_layernorm: RmsNorm,
+    pub(super) mlp: Mlp,
+}
+
+impl Layer {
+    pub(super) fn load(vb: Weights, cfg: &LlamaConfig, cross: Option<usize>) -> CResult<Self> {
+        let eps = cfg.rms_norm_eps;
+        let cross_attn = match cross {
+            Some(enc_hidden) => Some(CrossAttention::load(vb.pp("cross_attn"), cfg, enc_hidden)?),
+            None => None,
+        };
+        Ok(Self {
+            input_layernorm: vb.pp("input_layernorm").rms_norm(cfg.hidden_size, eps)?,
+            self_attn: SelfAttention::load(vb.pp("self_attn"), cfg)?,
+            cross_attn,
+            post_attention_layernorm: vb
+                .pp("post_attention_layernorm")
+                .rms_norm(cfg.hidden_size, eps)?,
+            mlp: Mlp::load(vb.pp("mlp"), cfg)?,
+        })
+    }
+
+    pub(super) fn forward(
+        &self,
+        x: &Tensor,
+        rope: &(Tensor, Tensor),
+        mask: Option<&Tensor>,
+        kv: &mut Option<LayerKv>,
+        cross: Option<(&CrossLayerState, &CrossContext)>,
+        pattern: Option<&LayerAttention>,
+    ) -> CResult<Tensor> {
+        let h = self.input_layernorm.forward(x)?;
+        let mut x = (x + self.self_attn.forward(&h, rope, mask, kv, pattern)?)?;
+        if let (Some(ca), Some((state, ctx))) = (&self.cross_attn, cross) {
+            let mut h = ca.forward(&x, state, &ctx.mask)?;
+            if let Some(gate) = &ctx.row_gate {
+                h = h.broadcast_mul(gate)?;
+            }
+            x = (x + h)?;
+        }
+        let h = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?;
+        x + h
+    }
+}
+
+/// A stack of Llama layers with embeddings and final norm: the decoder's body, or CEPE's
+/// bidirectional encoder (`LlamaEncoder`, a `LlamaModel` with `is_decoder = false`).
+#[derive(Debug, Clone)]
+pub(super) struct Stack {
+    pub(super) embed_tokens: Embedding,
+    pub(super) layers: Vec<Layer>,
+    pub(super) norm: RmsNorm,
+    pub(super) rope: Rope,
+}
+
+impl Stack {
+    pub(super) fn load(
+        vb: Weights,
+        cfg: &LlamaConfig,
+        cross_from: usize,
+        enc_hidden: Option<usize>,
+    ) -> Result<Self> {
+        let load = || -> CResult<(Embedding, Vec<Layer>, RmsNorm)> {
+            let embed_tokens = vb
+                .pp("embed_tokens")
+                .embedding(cfg.vocab_size, cfg.hidden_size)?;
+            let layers = (0..cfg.num_hidden_layers)
+                .map(|i| {
+                    let cross = enc_hidden.filter(|_| i >= cross_from);
+                    Layer::load(vb.pp(format!("layers.{i}")), cfg, cross)
+                })
+                .collect::<CResult<Vec<_>>>()?;
+            let norm = vb.pp("norm").rms_norm(cfg.hidden_size, cfg.rms_norm_eps)?;
+            Ok((embed_tokens, layers, norm))
+        };
+        let (embed_tokens, layers, norm) = load().map_err(Error::from_load)?;
+        let divisors = if vb.contains("rope_freqs.weight") {
+            Some(
+                vb.vb()
+                    .get_unchecked_dtype("rope_freqs.weight", candle_core::DType::F32)?
+                    .flatten_all()?
+                    .to_vec1::<f32>()?,
+            )
+        } else {
+            None
+        };
+        Ok(Self {
+            embed_tokens,
+            layers,
+            norm,
+            rope: Rope::new(cfg, divisors.as_deref())?,
+        })
+    }
+}

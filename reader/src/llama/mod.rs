@@ -1,0 +1,376 @@
+//! Llama decoder (`LlamaForCausalLM`) and CEPE / CAPE (`LlamaForCausalContextLM`) in one model.
+//!
+//! - Llama 2: Touvron et al. 2023, <https://arxiv.org/abs/2307.09288>; reference code:
+//!   Hugging Face transformers `models/llama/modeling_llama.py` (4.34 to 4.46).
+//! - RoPE ABF (base 500,000): Xiong et al. 2023, "Effective Long-Context Scaling of Foundation
+//!   Models", <https://arxiv.org/abs/2309.16039>; linear scaling (position interpolation):
+//!   Chen et al. 2023, <https://arxiv.org/abs/2306.15595>.
+//! - CEPE: Yen et al. 2024, "Long-Context Language Modeling with Parallel Context Encoding",
+//!   <https://arxiv.org/abs/2402.16617>; reference code: princeton-nlp/CEPE
+//!   `modeling_llama_flash.py` (`LlamaForCausalContextLM`, `LlamaCrossAttention`,
+//!   `LlamaEncoder`).
+//!
+//! CEPE is the [`Llama`] model with an optional bidirectional [`Encoder`]-like Llama stack and
+//! cross-attention blocks in the last `num_cross_attn_layers` decoder layers. Without encoder
+//! context the model is plain Llama.
+//!
+//! The model is immutable; the KV cache, positions, padding masks and the encoder context (with
+//! its projected cross-attention keys and values) live in a caller-owned [`Cache`].
+
+mod attend;
+mod cache;
+mod cepe;
+mod layers;
+mod rope;
+mod weights;
+
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::VarBuilder;
+
+use crate::attention::AttentionPattern;
+use crate::config::LlamaConfig;
+use crate::error::{Error, Result};
+
+pub use cache::{Cache, EncodedChunks};
+use layers::{LayerAttention, Stack};
+use weights::Proj;
+pub(crate) use weights::Weights;
+
+/// Additive mask value for disallowed keys: `torch.finfo(float32).min`, as Hugging Face uses,
+/// so that fully masked rows (left padding) stay finite.
+const MASKED: f32 = f32::MIN;
+
+/// Prompts longer than this are processed in chunks through the KV cache (mathematically the
+/// same as one pass; bounds the activation memory).
+const PREFILL_CHUNK: usize = 2048;
+
+type CResult<T> = candle_core::Result<T>;
+
+/// Which model a checkpoint holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// `LlamaForCausalLM`.
+    Llama,
+    /// `LlamaForCausalContextLM` (CEPE): Llama plus encoder and cross-attention.
+    Cepe,
+    /// `Qwen2ForCausalLM`: Llama with biases on the Q, K and V projections.
+    Qwen2,
+}
+
+impl Architecture {
+    /// From config.json's `architectures` (empty means `LlamaForCausalLM`).
+    pub fn from_config(cfg: &LlamaConfig) -> Result<Self> {
+        match cfg.architectures.first().map(String::as_str) {
+            None | Some("LlamaForCausalLM") if !cfg.is_cepe() => Ok(Self::Llama),
+            None | Some("LlamaForCausalContextLM") if cfg.is_cepe() => Ok(Self::Cepe),
+            Some("Qwen2ForCausalLM") if !cfg.is_cepe() => Ok(Self::Qwen2),
+            Some("LlamaForCausalContextLM") => Err(Error::UnsupportedConfig {
+                field: "do_cross_attention",
+                value: "false or no encoder_config in a LlamaForCausalContextLM".into(),
+            }),
+            _ => Err(Error::UnsupportedArchitecture {
+                found: cfg.architectures.clone(),
+            }),
+        }
+    }
+}
+
+/// Llama causal LM, optionally with CEPE's context encoder and cross-attention.
+#[derive(Debug, Clone)]
+pub struct Llama {
+    decoder: Stack,
+    lm_head: Proj,
+    encoder: Option<Stack>,
+    cfg: LlamaConfig,
+    arch: Architecture,
+    attention: AttentionPattern,
+    device: Device,
+    dtype: DType,
+}
+
+impl Llama {
+    /// Loads the weights under `vb` (checkpoint names: `model.*`, `lm_head.weight`, and for
+    /// CEPE `encoder.*`). Errors name the missing tensor or the mismatched shape.
+    pub fn load(vb: VarBuilder, cfg: &LlamaConfig) -> Result<Self> {
+        Self::load_weights(Weights::dense(vb), cfg)
+    }
+
+    /// [`Llama::load`] from dense or quantized weights.
+    pub(crate) fn load_weights(vb: Weights, cfg: &LlamaConfig) -> Result<Self> {
+        cfg.validate()?;
+        let arch = Architecture::from_config(cfg)?;
+        let attention = match &cfg.capstan_attention {
+            Some(p) => p.parse::<AttentionPattern>()?,
+            None => AttentionPattern::Full,
+        };
+        attention.validate(cfg)?;
+        let (cross_from, enc_hidden) = match (arch, &cfg.encoder_config) {
+            (Architecture::Cepe, Some(enc)) => (
+                cfg.num_hidden_layers - cfg.num_cross_attn_layers,
+                Some(cfg.encoder_hidden_size.unwrap_or(enc.hidden_size)),
+            ),
+            _ => (cfg.num_hidden_layers, None),
+        };
+        let decoder = Stack::load(vb.pp("model"), cfg, cross_from, enc_hidden)?;
+        let lm_head = if cfg.tie_word_embeddings {
+            vb.pp("model")
+                .pp("embed_tokens")
+                .tied_proj(&decoder.embed_tokens)
+        } else {
+            vb.pp("lm_head")
+                .proj(cfg.hidden_size, cfg.vocab_size, false)
+        }
+        .map_err(Error::from_load)?;
+        let encoder = match (arch, &cfg.encoder_config) {
+            (Architecture::Cepe, Some(enc)) => {
+                Some(Stack::load(vb.pp("encoder"), enc, usize::MAX, None)?)
+            }
+            _ => None,
+        };
+        Ok(Self {
+            decoder,
+            lm_head,
+            encoder,
+            cfg: cfg.clone(),
+            arch,
+            attention,
+            device: vb.vb().device().clone(),
+            dtype: vb.vb().dtype(),
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.cfg
+    }
+
+    /// Llama or CEPE.
+    pub fn architecture(&self) -> Architecture {
+        self.arch
+    }
+
+    /// The decoder's self-attention pattern.
+    pub fn attention(&self) -> AttentionPattern {
+        self.attention
+    }
+
+    /// Selects the decoder's self-attention pattern (overriding config.json's
+    /// `capstan_attention`). Use a fresh [`Cache`] afterwards.
+    pub fn set_attention(&mut self, pattern: AttentionPattern) -> Result<()> {
+        pattern.validate(&self.cfg)?;
+        self.attention = pattern;
+        Ok(())
+    }
+
+    /// Device of the weights.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Dtype of the weights and activations (logits are always returned as f32).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Runs the decoder on `input_ids` `(b, s)` after what `cache` holds and returns the f32
+    /// logits of every new position, `(b, s, vocab)`.
+    ///
+    /// `attention_mask` `(b, s)` (1 = token, 0 = padding) marks left padding, as in Hugging
+    /// Face's `generate`: position ids are `cumsum(mask) - 1` per row and padded keys are
+    /// masked.
+    pub fn forward(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: &mut Cache,
+    ) -> Result<Tensor> {
+        self.forward_impl(input_ids, attention_mask, cache, true)
+    }
+
+    /// As [`Llama::forward`], but only the last position's logits, `(b, vocab)`.
+    pub fn forward_last(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: &mut Cache,
+    ) -> Result<Tensor> {
+        Ok(self
+            .forward_impl(input_ids, attention_mask, cache, false)?
+            .squeeze(1)?)
+    }
+
+    fn forward_impl(
+        &self,
+        input_ids: &Tensor,
+        attention_mask: Option<&Tensor>,
+        cache: &mut Cache,
+        all: bool,
+    ) -> Result<Tensor> {
+        let (b, s) = input_ids.dims2()?;
+        if s == 0 {
+            return Err(Error::invalid("empty input_ids"));
+        }
+        let ids = input_ids.to_dtype(DType::U32)?;
+        if let Some(max) = ids.flatten_all()?.to_vec1::<u32>()?.into_iter().max() {
+            if max as usize >= self.cfg.vocab_size {
+                return Err(Error::invalid(format!(
+                    "token id {max} out of range (vocab_size {})",
+                    self.cfg.vocab_size
+                )));
+            }
+        }
+        let mask: Vec<Vec<bool>> = match attention_mask {
+            Some(m) => {
+                if m.dims() != [b, s] {
+                    return Err(Error::invalid(format!(
+                        "attention_mask shape {:?}, expected [{b}, {s}]",
+                        m.dims()
+                    )));
+                }
+                m.to_dtype(DType::U32)?
+                    .to_vec2::<u32>()?
+                    .into_iter()
+                    .map(|r| r.into_iter().map(|v| v != 0).collect())
+                    .collect()
+            }
+            None => vec![vec![true; s]; b],
+        };
+        cache.ensure_batch(b)?;
+        let mut outs = Vec::new();
+        let mut start = 0;
+        while start < s {
+            let len = PREFILL_CHUNK.min(s - start);
+            let last = start + len == s;
+            let chunk_mask: Vec<Vec<bool>> = mask
+                .iter()
+                .map(|r| r[start..start + len].to_vec())
+                .collect();
+            let out = self.forward_chunk(
+                &ids.narrow(1, start, len)?,
+                &chunk_mask,
+                cache,
+                all || !last,
+            )?;
+            if all || last {
+                outs.push(out);
+            }
+            start += len;
+        }
+        Ok(if outs.len() == 1 {
+            outs.remove(0)
+        } else {
+            Tensor::cat(&outs, 1)?
+        })
+    }
+
+    fn forward_chunk(
+        &self,
+        ids: &Tensor,
+        mask: &[Vec<bool>],
+        cache: &mut Cache,
+        all: bool,
+    ) -> Result<Tensor> {
+        let (b, s) = ids.dims2()?;
+        let past = cache.seq_len;
+        let mut positions = vec![Vec::with_capacity(s); b];
+        for r in 0..b {
+            for &m in &mask[r] {
+                if m {
+                    positions[r].push(cache.real[r]);
+                    cache.real[r] += 1;
+                } else {
+                    positions[r].push(1);
+                }
+            }
+            cache.key_mask[r].extend_from_slice(&mask[r]);
+        }
+        cache.seq_len += s;
+        let total = past + s;
+        let any_pad = cache.key_mask.iter().any(|r| r.iter().any(|m| !m));
+        // Without padding the layers run causal attention without a mask tensor.
+        let attn_mask = if any_pad {
+            let mut m = Vec::with_capacity(b * s * total);
+            for r in 0..b {
+                for i in 0..s {
+                    for j in 0..total {
+                        let ok = j <= past + i && cache.key_mask[r][j];
+                        m.push(if ok { 0f32 } else { MASKED });
+                    }
+                }
+            }
+            Some(Tensor::from_vec(m, (b, 1, s, total), &self.device)?)
+        } else {
+            None
+        };
+        let rope = if b > 1 && positions.iter().all(|p| *p == positions[0]) {
+            self.decoder
+                .rope
+                .cos_sin(&positions[..1], self.dtype, &self.device)?
+        } else {
+            self.decoder
+                .rope
+                .cos_sin(&positions, self.dtype, &self.device)?
+        };
+        let kernel_key_mask = if any_pad {
+            let m: Vec<u8> = cache
+                .key_mask
+                .iter()
+                .flat_map(|r| r.iter().map(|&k| k as u8))
+                .collect();
+            Some(Tensor::from_vec(m, (b, total), &self.device)?)
+        } else {
+            None
+        };
+        let grouped_rope = match self.attention {
+            AttentionPattern::SelfExtend { group, window } => {
+                let shift = (window - window / group) as u32;
+                let g = group as u32;
+                let qp: Vec<Vec<u32>> = positions
+                    .iter()
+                    .map(|r| r.iter().map(|p| p / g + shift).collect())
+                    .collect();
+                let kp: Vec<Vec<u32>> = positions
+                    .iter()
+                    .map(|r| r.iter().map(|p| p / g).collect())
+                    .collect();
+                let rope = &self.decoder.rope;
+                Some((
+                    rope.cos_sin(&qp, self.dtype, &self.device)?,
+                    rope.cos_sin(&kp, self.dtype, &self.device)?,
+                ))
+            }
+            _ => None,
+        };
+        let n_heads = self.cfg.num_attention_heads;
+        let on_gpu = self.device.is_cuda();
+        let mut x = self.decoder.embed_tokens.forward(ids)?;
+        for (i, layer) in self.decoder.layers.iter().enumerate() {
+            let cross = cache
+                .cross
+                .as_ref()
+                .and_then(|c| c.layers[i].as_ref().map(|st| (st, c)));
+            let full = self.attention.is_full(i);
+            let la = LayerAttention {
+                use_kernels: !full || on_gpu,
+                pattern: self.attention.layer_pattern(i, n_heads),
+                kept: self.attention.kept_keys(i, n_heads),
+                q_pos0: past,
+                grouped_rope: if full { None } else { grouped_rope.clone() },
+                key_mask: kernel_key_mask.clone(),
+            };
+            x = layer.forward(
+                &x,
+                &rope,
+                attn_mask.as_ref(),
+                &mut cache.kv[i],
+                cross,
+                Some(&la),
+            )?;
+        }
+        if !all {
+            x = x.narrow(1, s - 1, 1)?.contiguous()?;
+        }
+        let x = self.decoder.norm.forward(&x)?;
+        Ok(self.lm_head.forward(&x)?.to_dtype(DType::F32)?)
+    }
+}
