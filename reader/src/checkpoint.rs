@@ -403,7 +403,16 @@ impl Checkpoint {
                     DType::F32,
                     device.clone(),
                 );
-                Llama::load_weights(Weights::quantized(vb, weights), &self.config)
+                let model = Llama::load_weights(Weights::quantized(vb, weights), &self.config)?;
+                // candle packs quantized matrices for its kernels on first use (about a second
+                // for SmolLM2): done here, it stays out of the first request's latency.
+                // A two-token prompt (matrix kernels), then one decoding step (vector kernels).
+                let mut cache = crate::llama::Cache::new(&model);
+                let prompt = candle_core::Tensor::new(&[[0u32, 0]], device)?;
+                model.forward_last(&prompt, None, &mut cache)?;
+                let step = candle_core::Tensor::new(&[[0u32]], device)?;
+                model.forward_last(&step, None, &mut cache)?;
+                Ok(model)
             }
             _ => {
                 let dtype = dtype.unwrap_or_else(|| default_dtype(device));

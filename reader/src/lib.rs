@@ -1,19 +1,29 @@
-//! Generative readers of Capstan: Llama-family decoders (RoPE, RoPE ABF, linear scaling,
-//! grouped-query attention) and CEPE / CAPE (`LlamaForCausalContextLM`: a bidirectional context
-//! encoder with cross-attention), loaded from local Hugging Face checkpoint folders, with
+//! Generative readers of Capstan: Llama-family decoders (RoPE, RoPE ABF, linear and Llama 3
+//! scaling, grouped-query attention, Qwen2's Q/K/V biases) and CEPE / CAPE
+//! (`LlamaForCausalContextLM`: a bidirectional context encoder with cross-attention), with
 //! generation and prompt assembly.
 //!
+//! Checkpoints are Hugging Face folders or GGUF files (llama.cpp's format: `llama` and `qwen2`
+//! architectures, every quantization type candle implements). A GGUF file carries its
+//! tokenizer (built as transformers builds it) and chat template (rendered with minijinja as
+//! `apply_chat_template`); its matrices stay quantized unless a dtype is asked for.
+//! [`LanguageModel`] bundles checkpoint, tokenizer, template, stop ids and the context check.
+//!
 //! ```no_run
-//! use capstan_reader::{Checkpoint, GenerationParams, Generator, Request};
+//! use capstan_reader::{GenerationParams, LanguageModel, LoadOptions, Request};
 //! use candle_core::Device;
 //!
 //! # fn main() -> capstan_reader::Result<()> {
-//! let ckpt = Checkpoint::open("models/llama")?;
-//! let model = ckpt.load_model(&Device::Cpu, None)?;
-//! let generator = Generator::new(&model, ckpt.tokenizer(), 2);
-//! let request = Request { prompt: vec![1, 450, 4996], ..Request::default() };
-//! let out = generator.generate(&request, &GenerationParams::greedy(16))?;
-//! println!("{:?} ({:.1} tokens/s)", out.tokens, out.tokens_per_second());
+//! let lm = LanguageModel::load(
+//!     "SmolLM2-135M-Instruct.Q4_1.gguf".as_ref(),
+//!     &Device::Cpu,
+//!     LoadOptions::default(),
+//! )?;
+//! let prompt = lm.user_prompt("What is the capital of France?")?;
+//! lm.check_length(prompt.len(), 16)?;
+//! let request = Request { prompt, ..Request::default() };
+//! let out = lm.generator().generate(&request, &lm.with_stops(GenerationParams::greedy(16)))?;
+//! println!("{:?} ({:.1} tokens/s)", out.text, out.tokens_per_second());
 //! # Ok(())
 //! # }
 //! ```

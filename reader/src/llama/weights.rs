@@ -165,6 +165,13 @@ fn q4_1_as_q4_0(qt: &QTensor) -> CResult<(QTensor, Tensor)> {
     Ok((q4_0, offsets))
 }
 
+/// Rows (tokens) from which a quantized CPU matrix is dequantized for the product.
+const DEQUANTIZE_ROWS: usize = 32;
+
+fn rows(x: &Tensor) -> usize {
+    x.dims().iter().rev().skip(1).product()
+}
+
 impl Module for Proj {
     fn forward(&self, x: &Tensor) -> CResult<Tensor> {
         match self {
@@ -174,7 +181,16 @@ impl Module for Proj {
                 block_offsets,
                 bias,
             } => {
-                let mut y = weight.forward(x)?;
+                let mut y = match weight {
+                    QMatMul::QTensor(q) if x.device().is_cpu() && rows(x) >= DEQUANTIZE_ROWS => {
+                        // Prompt chunks: one matrix dequantized at a time and multiplied by the
+                        // f32 GEMM is ~3x faster than candle's quantized CPU kernels, whose
+                        // matrix-matrix path is a loop of dot products; decoding steps keep the
+                        // quantized kernels (they read 4-8x fewer bytes).
+                        x.broadcast_matmul(&q.dequantize(x.device())?.t()?)?
+                    }
+                    _ => weight.forward(x)?,
+                };
                 if let Some(off) = block_offsets {
                     let mut dims = x.dims().to_vec();
                     let cols = dims.pop().unwrap_or(0);
