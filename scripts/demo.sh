@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: set up, generate the encyclopedia,
 # index it, search it, evaluate retrieval, then serve it and ask the HTTP API
-# a few questions, printing the answers with their sources.
+# a few questions, printing the answers of the extractive reader and of the
+# generative one (SmolLM2-135M-Instruct) with their sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -28,18 +29,21 @@ done
 python3 - "$data/encyclopedia/questions.jsonl" "$port" <<'PY'
 import json, sys, urllib.request
 questions = [json.loads(l) for l in open(sys.argv[1])][:3]
-for q in questions:
+def ask(question, reader):
     req = urllib.request.Request(
         f"http://127.0.0.1:{sys.argv[2]}/v1/qa",
-        data=json.dumps({"question": q["question"], "k": 5}).encode(),
+        data=json.dumps({"question": question, "k": 5, "reader": reader, "max_tokens": 48}).encode(),
         headers={"Content-Type": "application/json"},
     )
-    a = json.load(urllib.request.urlopen(req))
+    return json.load(urllib.request.urlopen(req))
+for q in questions:
     print(f"\nQ: {q['question']}   (gold: {', '.join(q['answers'])})")
-    print(f"A: {a['answer']}")
-    for i, p in enumerate(a["passages"], 1):
-        mark = "*" if p["passage_id"] in a["citations"] else " "
-        print(f"  {mark}[{i}] {p['title']} ({p['passage_id']})")
-    print(f"  {a['timings']['total_ms']:.1f} ms")
+    answers = [(r, ask(q["question"], r)) for r in ("extractive", "llama")]
+    for reader, a in answers:
+        cited = ", ".join(f"[{i}]" for i, p in enumerate(a["passages"], 1) if p["passage_id"] in a["citations"])
+        print(f"  {reader:>10}: {a['answer']}")
+        print(f"  {'':>10}  cites {cited or 'nothing'} · {a['timings']['total_ms']:.0f} ms")
+    for i, p in enumerate(answers[0][1]["passages"], 1):
+        print(f"    [{i}] {p['title']} ({p['passage_id']})")
 PY
 echo; echo "open http://127.0.0.1:$port/ for the web page; stopping the demo server now"

@@ -95,6 +95,28 @@ def streamed_chat_equals_plain_chat():
 
 
 @check
+def generated_answer_from_the_default_llm():
+    """SmolLM2-135M-Instruct (the default generative model) answers through its chat
+    template; greedy, so the streamed deltas join to the plain answer."""
+    assert "capstan-llama" in model_ids()["chat"], model_ids()
+    q = QUESTIONS[0]
+    messages = [{"role": "user", "content": q}]
+    resp = client.chat.completions.create(model="capstan-llama", messages=messages, max_tokens=24, temperature=0)
+    content = resp.choices[0].message.content
+    assert content and content.strip(), resp
+    assert resp.model == "capstan-llama"
+    assert resp.choices[0].finish_reason in ("stop", "length"), resp.choices[0].finish_reason
+    assert resp.usage.completion_tokens > 0, resp.usage
+    assert resp.usage.prompt_tokens > 50, resp.usage
+    assert (resp.model_extra or {}).get("citations"), resp
+    stream = client.chat.completions.create(
+        model="capstan-llama", messages=messages, max_tokens=24, temperature=0, stream=True
+    )
+    pieces = [c.choices[0].delta.content or "" for c in stream if c.choices]
+    assert "".join(pieces).strip() == content.strip(), (pieces, content)
+
+
+@check
 def unknown_model_is_not_found():
     try:
         plain_answer(QUESTIONS[0], model="gpt-4o")

@@ -82,8 +82,15 @@ impl Server {
             copy_dir(index, &copy);
             let index = copy.as_path();
             let addr = format!("127.0.0.1:{port}");
+            // These tests are about the server, not the default LLM: load it only when asked.
+            let default_model: &[&str] = if extra.contains(&"--llama-model") {
+                &[]
+            } else {
+                &["--no-default-model"]
+            };
             let child = capstan()
                 .args(["serve", "--index", s(index), "--addr", &addr])
+                .args(default_model)
                 .args(extra)
                 .envs(env.iter().copied())
                 .stdout(Stdio::null())

@@ -2,15 +2,12 @@
 //! time each stage took. Shared (behind an `Arc`) by `capstan ask`, the HTTP
 //! server's workers and `capstan eval qa`.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{bail, Context};
-use candle_core::Device;
 use capstan_reader::{
-    cepe_prompt, llama_prompt, Checkpoint, ExtractivePassage, ExtractiveReader, Flow,
-    GenerationParams, Generator, Llama, PromptOptions, Request,
+    cepe_prompt, llama_prompt, ExtractivePassage, ExtractiveReader, Flow, GenerationParams,
+    LanguageModel, PromptOptions, Request,
 };
 use capstan_retriever::{Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
@@ -132,31 +129,12 @@ pub struct Answer {
     pub timings: Timings,
 }
 
-/// A loaded generative checkpoint.
-pub struct GenerativeModel {
-    checkpoint: Checkpoint,
-    model: Llama,
-}
-
-impl GenerativeModel {
-    /// Loads a checkpoint folder onto `device`.
-    pub fn load(dir: &PathBuf, device: &Device) -> anyhow::Result<Self> {
-        let checkpoint =
-            Checkpoint::open(dir).with_context(|| format!("opening {}", dir.display()))?;
-        if checkpoint.tokenizer().is_none() {
-            bail!("{}: a reader needs tokenizer.json", dir.display());
-        }
-        let model = checkpoint.load_model(device, None)?;
-        Ok(Self { checkpoint, model })
-    }
-}
-
 /// Retriever plus readers.
 pub struct Pipeline {
     retriever: Arc<Retriever>,
     extractive: ExtractiveReader,
-    llama: Option<GenerativeModel>,
-    cape: Option<GenerativeModel>,
+    llama: Option<LanguageModel>,
+    cape: Option<LanguageModel>,
     /// Search settings besides mode and k.
     pub search: SearchOptions,
 }
@@ -165,8 +143,8 @@ impl Pipeline {
     /// A pipeline over `retriever`, with the generative readers that were loaded.
     pub fn new(
         retriever: Arc<Retriever>,
-        llama: Option<GenerativeModel>,
-        cape: Option<GenerativeModel>,
+        llama: Option<LanguageModel>,
+        cape: Option<LanguageModel>,
         search: SearchOptions,
     ) -> Self {
         let extractive = ExtractiveReader::new(retriever.encoder().clone());
@@ -245,7 +223,7 @@ impl Pipeline {
         self.read(req, hits, vector, Instant::now(), on_text)
     }
 
-    fn reader_model(&self, reader: ReaderKind) -> anyhow::Result<Option<&GenerativeModel>> {
+    fn reader_model(&self, reader: ReaderKind) -> anyhow::Result<Option<&LanguageModel>> {
         Ok(match reader {
             ReaderKind::Extractive => None,
             ReaderKind::Llama => Some(self.llama.as_ref().ok_or(NotLoaded(ReaderKind::Llama))?),
@@ -344,22 +322,24 @@ impl Pipeline {
     fn read_generative(
         &self,
         req: &QaRequest,
-        model: &GenerativeModel,
+        model: &LanguageModel,
         hits: Vec<Hit>,
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> anyhow::Result<Answer> {
         let t = Instant::now();
-        let tokenizer = model.checkpoint.tokenizer().expect("checked at load");
         let passages: Vec<capstan_reader::Passage> = hits
             .iter()
             .map(|h| capstan_reader::Passage::new(&h.title, &h.text))
             .collect();
-        let bos = model.checkpoint.bos_token_id();
+        let mut params = model.with_stops(req.generation.clone());
         let (request, usage_in) = match req.reader {
             ReaderKind::Cape => {
-                let inputs = cepe_prompt(&req.question, &passages, req.decoder_passages)
-                    .tokenize(tokenizer, bos)?;
+                let inputs = model.cepe_inputs(&cepe_prompt(
+                    &req.question,
+                    &passages,
+                    req.decoder_passages,
+                ))?;
                 let encoder_tokens = inputs.encoder_ids.iter().map(Vec::len).sum();
                 let decoder_tokens = inputs.decoder_ids.len();
                 (
@@ -377,13 +357,17 @@ impl Pipeline {
                     ..PromptOptions::default()
                 };
                 let text = llama_prompt(&req.question, &passages, &opts);
-                let ids = tokenizer
-                    .encode(text, false)
-                    .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?;
-                let prompt: Vec<u32> = bos
-                    .into_iter()
-                    .chain(ids.get_ids().iter().copied())
-                    .collect();
+                // An instruct model reads the documents and the question as a user turn and
+                // ends its answer with an end-of-turn token; a base model continues the text
+                // after "Answer:" and is stopped at the end of the line.
+                let prompt = if model.uses_chat_template() {
+                    model.user_prompt(&text)?
+                } else {
+                    if !params.stop_strings.iter().any(|s| s == "\n") {
+                        params.stop_strings.push("\n".into());
+                    }
+                    model.plain_prompt(&text)?
+                };
                 let n = prompt.len();
                 (
                     Request {
@@ -394,27 +378,15 @@ impl Pipeline {
                 )
             }
         };
-        let max_positions = model.model.config().max_position_embeddings;
-        if usage_in.0 + req.generation.max_new_tokens > max_positions {
-            bail!(
-                "the prompt has {} tokens; with {} new tokens it exceeds the model's {} positions (lower k)",
-                usage_in.0,
-                req.generation.max_new_tokens,
-                max_positions
-            );
-        }
+        model.check_length(usage_in.0, params.max_new_tokens)?;
         timings.assemble_ms = ms(t);
         let t = Instant::now();
-        let mut params = req.generation.clone();
-        params
-            .stop_token_ids
-            .extend(model.checkpoint.eos_token_ids());
-        let pad = model.checkpoint.config().pad_token_id.unwrap_or(2);
-        let generator = Generator::new(&model.model, Some(tokenizer), pad);
-        let generation = generator.generate_stream(&request, &params, |_, piece| match piece {
-            Some(p) if !p.is_empty() => on_text(p),
-            _ => Flow::Continue,
-        })?;
+        let generation = model
+            .generator()
+            .generate_stream(&request, &params, |_, piece| match piece {
+                Some(p) if !p.is_empty() => on_text(p),
+                _ => Flow::Continue,
+            })?;
         timings.read_ms = ms(t);
         timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
         let answer = generation

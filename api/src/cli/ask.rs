@@ -29,7 +29,7 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     if args.question.trim().is_empty() {
         anyhow::bail!("the question is empty");
     }
-    let (pipeline, defaults, _) = build(&args.index, &args.pipeline)?;
+    let (pipeline, defaults, _) = build(&args.index, &args.pipeline, false)?;
     let mut request = defaults.request;
     request.question = args.question.clone();
     let stream = !args.json && request.reader != ReaderKind::Extractive;

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use anyhow::Context;
 use candle_core::Device;
 use capstan_indexer::Progress;
+use capstan_reader::{AttentionPattern, LoadOptions};
 use capstan_retriever::{load_beir, mrr_at, ndcg_at, recall_at, Mode, Retriever};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use super::pipeline_args::{build, PipelineArgs};
+use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
 use crate::eval::{
@@ -92,9 +93,24 @@ struct PositionEvalArgs {
 /// The generative model of the synthetic probes.
 #[derive(Debug, Args)]
 struct ProbeModelArgs {
-    /// Checkpoint folder (Hugging Face layout, with tokenizer.json).
+    /// Generative checkpoint: a Hugging Face folder with tokenizer.json, or a .gguf file
+    /// [default: SmolLM2-135M-Instruct under $CAPSTAN_HOME/models, when installed].
     #[arg(long)]
-    model: PathBuf,
+    model: Option<PathBuf>,
+    /// Weights in this dtype (a GGUF file dequantized) instead of their natural form.
+    #[arg(long, value_enum)]
+    dtype: Option<DtypeArg>,
+    /// Prompt an instruct model without its chat template.
+    #[arg(long)]
+    no_chat_template: bool,
+    /// Self-attention pattern overriding the checkpoint's (e.g. `selfextend:group=4,window=1024`
+    /// to read past the trained context without training).
+    #[arg(long)]
+    attention: Option<AttentionPattern>,
+    /// Run prompts longer than the model's `max_position_embeddings` (to measure how it
+    /// extrapolates, or what `--attention selfextend:...` recovers).
+    #[arg(long)]
+    beyond_context: bool,
     /// Device: cpu, cuda or auto.
     #[arg(long, default_value = "auto")]
     device: String,
@@ -107,6 +123,36 @@ struct ProbeModelArgs {
     /// Generated tokens at most [default: 48 for kv-retrieval, 12 for passkey].
     #[arg(long)]
     max_new_tokens: Option<usize>,
+}
+
+impl ProbeModelArgs {
+    /// `--model`, else the default generative model.
+    fn path(&self) -> anyhow::Result<PathBuf> {
+        self.model
+            .clone()
+            .or_else(default_llama_model)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no --model given and the default model is not installed (scripts/setup.sh \
+                 installs SmolLM2-135M-Instruct)"
+                )
+            })
+    }
+
+    fn load(&self, reader: ProbeReader) -> anyhow::Result<ProbeModel> {
+        let opts = LoadOptions {
+            dtype: self.dtype.map(DtypeArg::dtype),
+            no_chat_template: self.no_chat_template,
+        };
+        ProbeModel::load(
+            &self.path()?,
+            &probe_device(&self.device)?,
+            reader,
+            opts,
+            self.attention,
+            self.beyond_context,
+        )
+    }
 }
 
 #[derive(Debug, Args)]
@@ -178,11 +224,15 @@ fn qa_setup(
     args: &PipelineArgs,
     task: &str,
 ) -> anyhow::Result<(Arc<Pipeline>, QaRequest, serde_json::Value)> {
-    let (pipeline, defaults, file) = build(index, args)?;
+    let (pipeline, defaults, file) = build(index, args, false)?;
     let request = defaults.request;
     let model = match request.reader {
         ReaderKind::Extractive => None,
-        ReaderKind::Llama => args.llama_model.clone().or(file.reader.llama_model),
+        ReaderKind::Llama => args
+            .llama_model
+            .clone()
+            .or(file.reader.llama_model)
+            .or_else(default_llama_model),
         ReaderKind::Cape => args.cape_model.clone().or(file.reader.cape_model),
     };
     let config = serde_json::json!({
@@ -196,6 +246,8 @@ fn qa_setup(
         "k": request.k,
         "search": pipeline.search,
         "max_new_tokens": request.generation.max_new_tokens,
+        "dtype": args.dtype.map(|d| format!("{d:?}")),
+        "chat_template": !args.no_chat_template,
         "lost_in_the_middle": request.lost_in_the_middle,
         "query_aware": request.query_aware,
         "decoder_passages": request.decoder_passages,
@@ -282,7 +334,11 @@ fn kv_retrieval(args: KvEvalArgs) -> anyhow::Result<()> {
     };
     let config = serde_json::json!({
         "task": "kv-retrieval",
-        "model": canonical(&m.model),
+        "model": canonical(&m.path()?),
+        "dtype": m.dtype.map(|d| format!("{d:?}")),
+        "chat_template": !m.no_chat_template,
+        "attention": m.attention.map(|a| a.to_string()),
+        "beyond_context": m.beyond_context,
         "reader": args.reader,
         "pairs": settings.pairs,
         "positions": settings.positions,
@@ -290,7 +346,7 @@ fn kv_retrieval(args: KvEvalArgs) -> anyhow::Result<()> {
         "seed": settings.seed,
         "max_new_tokens": settings.max_new_tokens,
     });
-    let model = ProbeModel::load(&m.model, &probe_device(&m.device)?, args.reader)?;
+    let model = m.load(args.reader)?;
     let bars = Bars::new(args.run.quiet);
     eval::probes::kv_retrieval(&model, &settings, &spec(&args.run, config, "kv", &bars))
 }
@@ -306,14 +362,18 @@ fn passkey(args: PasskeyEvalArgs) -> anyhow::Result<()> {
     };
     let config = serde_json::json!({
         "task": "passkey",
-        "model": canonical(&m.model),
+        "model": canonical(&m.path()?),
+        "dtype": m.dtype.map(|d| format!("{d:?}")),
+        "chat_template": !m.no_chat_template,
+        "attention": m.attention.map(|a| a.to_string()),
+        "beyond_context": m.beyond_context,
         "lengths": settings.lengths,
         "depths": settings.depths,
         "samples": settings.samples,
         "seed": settings.seed,
         "max_new_tokens": settings.max_new_tokens,
     });
-    let model = ProbeModel::load(&m.model, &probe_device(&m.device)?, ProbeReader::Llama)?;
+    let model = m.load(ProbeReader::Llama)?;
     let bars = Bars::new(args.run.quiet);
     eval::probes::passkey(
         &model,

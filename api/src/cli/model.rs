@@ -1,4 +1,6 @@
-//! `capstan model forward|generate`: run a generative checkpoint on token ids (parity checks).
+//! `capstan model forward|generate|tokenize|chat-template|info`: run a generative checkpoint
+//! on token ids, or its tokenizer and chat template on texts (parity checks against the
+//! reference implementations).
 //!
 //! Input JSON: `{"input_ids": [[...]]}` (batch 1), optionally `"encoder_input_ids": [[...], ...]`
 //! (unpadded CEPE encoder chunks) and `"encoder_pad_token_id"` (default: config.json's
@@ -9,7 +11,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
 use capstan_reader::{
-    AttentionPattern, Cache, Checkpoint, GenerationParams, Generator, Request, KV_REPORT_CONTEXT,
+    AttentionPattern, Cache, ChatMessage, ChatTemplate, Checkpoint, GenerationParams, Generator,
+    Request, KV_REPORT_CONTEXT,
 };
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
@@ -28,14 +31,33 @@ enum ModelCommand {
     /// Greedy generation: writes {"tokens": [...]} (and "text" when the checkpoint has a
     /// tokenizer).
     Generate(GenerateArgs),
-    /// Config summary, parameter count and KV-cache bytes per token at 32K context for each
-    /// attention pattern (or only the one given).
+    /// Config summary, parameter count (and a GGUF file's quantization types) and KV-cache
+    /// bytes per token at 32K context for each attention pattern (or only the one given).
     Info(InfoArgs),
+    /// Token ids of texts, no special tokens added: IN `{"texts": [...]}`, OUT
+    /// `{"ids": [[...], ...]}`.
+    Tokenize(TextArgs),
+    /// Conversations rendered by the checkpoint's chat template with the generation prompt:
+    /// IN `{"conversations": [[{"role", "content"}, ...], ...]}`, OUT `{"rendered": [...]}`.
+    ChatTemplate(TextArgs),
+}
+
+#[derive(Debug, Args)]
+struct TextArgs {
+    /// Checkpoint: a Hugging Face folder or a .gguf file (or a folder holding one).
+    #[arg(long)]
+    model: PathBuf,
+    /// Input JSON file.
+    #[arg(long)]
+    input: PathBuf,
+    /// Output JSON file (default: stdout).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
 struct InfoArgs {
-    /// Checkpoint folder (Hugging Face layout).
+    /// Checkpoint: a Hugging Face folder or a .gguf file (or a folder holding one).
     #[arg(long)]
     model: PathBuf,
     /// Report only this attention pattern (see `forward --attention`).
@@ -48,7 +70,7 @@ struct InfoArgs {
 
 #[derive(Debug, Args)]
 struct CommonArgs {
-    /// Checkpoint folder (Hugging Face layout).
+    /// Checkpoint: a Hugging Face folder or a .gguf file (or a folder holding one).
     #[arg(long)]
     model: PathBuf,
     /// Input JSON file.
@@ -60,7 +82,9 @@ struct CommonArgs {
     /// Device to run on.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
-    /// Weight and activation dtype (default: f32 on CPU, bf16 on CUDA).
+    /// Weight and activation dtype (default: a GGUF file stays quantized with f32
+    /// activations; other checkpoints f32 on CPU, bf16 on CUDA). A GGUF file is dequantized
+    /// to the dtype given (`f32`: the parity mode).
     #[arg(long, value_enum)]
     dtype: Option<DtypeArg>,
     /// Self-attention pattern, overriding config.json's `capstan_attention`: `full`,
@@ -157,8 +181,10 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
     }
     let pad = input
         .encoder_pad_token_id
+        .or(ckpt.generation_config().pad_token_id)
         .or(ckpt.config().pad_token_id)
-        .unwrap_or(2);
+        .or(ckpt.eos_token_ids().first().copied())
+        .unwrap_or(0);
     Ok(Loaded {
         ckpt,
         model,
@@ -237,7 +263,11 @@ fn info(args: &InfoArgs) -> anyhow::Result<()> {
     let cfg = ckpt.config();
     // Parameters from the weight files' shapes, without loading the model.
     let params = ckpt.parameter_count()?;
-    let dtype = cfg.torch_dtype.as_deref().unwrap_or("float32");
+    let dtype = match ckpt.gguf() {
+        // The KV cache of a quantized model holds f32 activations.
+        Some(_) => "float32",
+        None => cfg.torch_dtype.as_deref().unwrap_or("float32"),
+    };
     let bytes = match dtype {
         "float32" => 4,
         "float64" => 8,
@@ -257,7 +287,30 @@ fn info(args: &InfoArgs) -> anyhow::Result<()> {
     println!("hidden       {}", cfg.hidden_size);
     println!("dtype        {dtype}");
     println!("parameters   {params}");
-    println!("rope theta   {}", cfg.rope_theta);
+    println!("rope theta   {}", cfg.rope_base());
+    println!("context      {}", cfg.max_position_embeddings);
+    if let Some(g) = ckpt.gguf() {
+        let size = std::fs::metadata(g.path()).map(|m| m.len()).unwrap_or(0);
+        println!(
+            "gguf         {} tensors, {:.1} MB, architecture {:?}",
+            g.tensor_count(),
+            size as f64 / 1e6,
+            g.arch()
+        );
+        for (dtype, n, bytes) in g.tensor_types() {
+            println!(
+                "  {:<10} {:>12} weights {:>10.1} MB",
+                format!("{dtype:?}"),
+                n,
+                bytes as f64 / 1e6
+            );
+        }
+    }
+    println!(
+        "chat template {}",
+        ckpt.chat_template()
+            .map_or_else(|| "none".to_string(), |t| t.origin.clone())
+    );
     println!(
         "attention    {} (config.json)",
         cfg.capstan_attention.as_deref().unwrap_or("full")
@@ -280,11 +333,76 @@ fn info(args: &InfoArgs) -> anyhow::Result<()> {
         args.context
     );
     for p in patterns {
-        p.validate(cfg)?;
-        let per_token = p.kv_bytes_per_token(cfg, args.context, bytes);
-        println!("  {:<34} {:>12.1}", p.to_string(), per_token);
+        match p.validate(cfg) {
+            Ok(()) => {
+                let per_token = p.kv_bytes_per_token(cfg, args.context, bytes);
+                println!("  {:<34} {:>12.1}", p.to_string(), per_token);
+            }
+            // A pattern asked for by name must fit; the default list reports what does not.
+            Err(e) if args.attention.is_none() => println!("  {:<34} n/a: {e}", p.to_string()),
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(())
+}
+
+fn read_input<T: serde::de::DeserializeOwned>(path: &PathBuf) -> anyhow::Result<T> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("malformed input {}", path.display()))
+}
+
+fn tokenize(args: &TextArgs) -> anyhow::Result<()> {
+    #[derive(Deserialize)]
+    struct In {
+        texts: Vec<String>,
+    }
+    let input: In = read_input(&args.input)?;
+    let ckpt = Checkpoint::open(&args.model)?;
+    let tok = ckpt.tokenizer().ok_or(capstan_reader::Error::NoTokenizer)?;
+    let ids = input
+        .texts
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            tok.encode(t.as_str(), false)
+                .map(|e| e.get_ids().to_vec())
+                .map_err(|e| anyhow::anyhow!("{}: texts[{i}]: {e}", args.input.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    write(&args.out, &serde_json::json!({ "ids": ids }))
+}
+
+fn chat_template(args: &TextArgs) -> anyhow::Result<()> {
+    #[derive(Deserialize)]
+    struct In {
+        conversations: Vec<Vec<ChatMessage>>,
+    }
+    let input: In = read_input(&args.input)?;
+    let ckpt = Checkpoint::open(&args.model)?;
+    let src = ckpt.chat_template().ok_or_else(|| {
+        anyhow::anyhow!(
+            "{}: the checkpoint has no chat template",
+            args.model.display()
+        )
+    })?;
+    let template = ChatTemplate::new(&src.template, &src.bos_token, &src.eos_token)
+        .with_context(|| format!("compiling the chat template of {}", src.origin))?;
+    let rendered = input
+        .conversations
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            template.render(c, true).with_context(|| {
+                format!(
+                    "{}: conversations[{i}]: rendering {}",
+                    args.input.display(),
+                    src.origin
+                )
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    write(&args.out, &serde_json::json!({ "rendered": rendered }))
 }
 
 /// Runs `capstan model`.
@@ -293,5 +411,7 @@ pub fn run(args: ModelArgs) -> anyhow::Result<()> {
         ModelCommand::Forward(common) => forward(common),
         ModelCommand::Generate(gen) => generate(gen),
         ModelCommand::Info(info_args) => info(info_args),
+        ModelCommand::Tokenize(t) => tokenize(t),
+        ModelCommand::ChatTemplate(t) => chat_template(t),
     }
 }

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use candle_core::Device;
-use capstan_reader::GenerationParams;
+use capstan_reader::{GenerationParams, LanguageModel, LoadOptions};
 use capstan_retriever::{Mode, Retriever};
 use clap::Args;
 
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
-use crate::pipeline::{GenerativeModel, Pipeline, QaRequest, ReaderKind};
+use crate::pipeline::{Pipeline, QaRequest, ReaderKind};
 
 /// Flags of the QA pipeline (each overrides capstan.toml).
 #[derive(Debug, Clone, Args)]
@@ -29,9 +29,21 @@ pub struct PipelineArgs {
     /// Reader: extractive, llama or cape [default: extractive].
     #[arg(long, env = "CAPSTAN_READER")]
     pub reader: Option<ReaderKind>,
-    /// Llama checkpoint folder (Hugging Face layout).
+    /// Generative checkpoint: a Hugging Face folder (Llama, Llama 3.x, Qwen2) or a .gguf file
+    /// (or a folder holding one) [default: SmolLM2-135M-Instruct under $CAPSTAN_HOME/models,
+    /// when scripts/setup.sh installed it].
     #[arg(long, env = "CAPSTAN_LLAMA_MODEL")]
     pub llama_model: Option<PathBuf>,
+    /// Weights of the generative readers in this dtype (a GGUF file dequantized) instead of
+    /// their natural form (GGUF quantized; f32 on CPU, bf16 on CUDA otherwise).
+    #[arg(long, value_enum)]
+    pub dtype: Option<DtypeArg>,
+    /// Prompt instruct models without their chat template (as a base model).
+    #[arg(long)]
+    pub no_chat_template: bool,
+    /// Without --llama-model, load no generative model (not even the default SmolLM2).
+    #[arg(long)]
+    pub no_default_model: bool,
     /// CEPE (CAPE) checkpoint folder.
     #[arg(long, env = "CAPSTAN_CAPE_MODEL")]
     pub cape_model: Option<PathBuf>,
@@ -62,9 +74,47 @@ pub struct QaDefaults {
 }
 
 /// Builds the pipeline over `index` and the request defaults.
+/// The default generative model, when `scripts/setup.sh` installed it:
+/// `$CAPSTAN_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
+pub fn default_llama_model() -> Option<PathBuf> {
+    let home = std::env::var_os("CAPSTAN_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/capstan")))?;
+    let path = home.join("models").join(DEFAULT_LLAMA_FILE);
+    path.is_file().then_some(path)
+}
+
+/// File name of the default generative model.
+pub const DEFAULT_LLAMA_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// `--dtype` of the generative readers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DtypeArg {
+    /// 32-bit floats (the parity mode).
+    F32,
+    /// bfloat16.
+    Bf16,
+    /// float16.
+    F16,
+}
+
+impl DtypeArg {
+    /// The candle dtype.
+    pub fn dtype(self) -> candle_core::DType {
+        match self {
+            DtypeArg::F32 => candle_core::DType::F32,
+            DtypeArg::Bf16 => candle_core::DType::BF16,
+            DtypeArg::F16 => candle_core::DType::F16,
+        }
+    }
+}
+
+/// Builds the pipeline over `index` and the request defaults. `want_llama`: load the default
+/// generative model even when the default reader is another (a server answers with any).
 pub fn build(
     index: &std::path::Path,
     args: &PipelineArgs,
+    want_llama: bool,
 ) -> anyhow::Result<(Arc<Pipeline>, QaDefaults, FileConfig)> {
     let file = FileConfig::load(args.config.as_deref())?;
     let mode = match (&args.mode, &file.retrieval.mode) {
@@ -97,10 +147,28 @@ pub fn build(
         "auto" => Device::cuda_if_available(0).unwrap_or(Device::Cpu),
         other => anyhow::bail!("--device: `{other}` (expected cpu, cuda or auto)"),
     };
-    let load = |path: Option<PathBuf>| -> anyhow::Result<Option<GenerativeModel>> {
-        path.map(|p| GenerativeModel::load(&p, &device)).transpose()
+    let opts = LoadOptions {
+        dtype: args.dtype.map(DtypeArg::dtype),
+        no_chat_template: args.no_chat_template,
     };
-    let llama = load(args.llama_model.clone().or(file.reader.llama_model.clone()))?;
+    let load = |path: Option<PathBuf>| -> anyhow::Result<Option<LanguageModel>> {
+        path.map(|p| {
+            LanguageModel::load(&p, &device, opts)
+                .with_context(|| format!("loading the model {}", p.display()))
+        })
+        .transpose()
+    };
+    // The default generative model is loaded only where it can be used: by a server, or
+    // when the llama reader was asked for.
+    let llama_path = args
+        .llama_model
+        .clone()
+        .or(file.reader.llama_model.clone())
+        .or_else(|| {
+            let wanted = !args.no_default_model && (want_llama || reader == ReaderKind::Llama);
+            wanted.then(default_llama_model).flatten()
+        });
+    let llama = load(llama_path)?;
     let cape = load(args.cape_model.clone().or(file.reader.cape_model.clone()))?;
     let k = args.k.or(file.retrieval.k).unwrap_or(5);
     let search = args.retrieval.options(mode, k);
@@ -119,7 +187,6 @@ pub fn build(
         reader,
         generation: GenerationParams {
             max_new_tokens,
-            stop_strings: vec!["\n".into()],
             ..GenerationParams::default()
         },
         lost_in_the_middle: args.lost_in_the_middle

@@ -45,7 +45,7 @@ pub struct ServeArgs {
 
 /// Runs `capstan serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let (pipeline, defaults, file) = build(&args.index, &args.pipeline)?;
+    let (pipeline, defaults, file) = build(&args.index, &args.pipeline, true)?;
     let s = &file.server;
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let generations = args.max_generations.or(s.max_generations).unwrap_or(1);

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use candle_core::Device;
-use capstan_reader::{Checkpoint, GenerationParams, Generator, Llama, Request};
+use capstan_reader::{AttentionPattern, GenerationParams, LanguageModel, LoadOptions, Request};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -225,52 +225,57 @@ pub enum ProbeReader {
     Cape,
 }
 
-/// A loaded checkpoint with its tokenizer.
+/// A loaded generative model and the kind of reader that reads the probe.
 pub struct ProbeModel {
-    checkpoint: Checkpoint,
-    model: Llama,
+    model: LanguageModel,
     reader: ProbeReader,
+    /// Run prompts past `max_position_embeddings` (the experiment of context extension).
+    beyond_context: bool,
 }
 
 impl ProbeModel {
-    /// Loads `dir` (which needs tokenizer.json) onto `device`.
-    pub fn load(dir: &Path, device: &Device, reader: ProbeReader) -> anyhow::Result<Self> {
-        let checkpoint =
-            Checkpoint::open(dir).with_context(|| format!("opening {}", dir.display()))?;
-        if checkpoint.tokenizer().is_none() {
-            bail!("{}: the probes need tokenizer.json", dir.display());
+    /// Loads the checkpoint at `path` (a folder or a .gguf file, with a tokenizer) onto
+    /// `device`, with `attention` overriding its self-attention pattern.
+    pub fn load(
+        path: &Path,
+        device: &Device,
+        reader: ProbeReader,
+        opts: LoadOptions,
+        attention: Option<AttentionPattern>,
+        beyond_context: bool,
+    ) -> anyhow::Result<Self> {
+        let mut model = LanguageModel::load(path, device, opts)
+            .with_context(|| format!("loading the model {}", path.display()))?;
+        if let Some(p) = attention {
+            model.model_mut().set_attention(p)?;
         }
-        let model = checkpoint.load_model(device, None)?;
         Ok(Self {
-            checkpoint,
             model,
             reader,
+            beyond_context,
         })
     }
 
-    /// Token ids of `text` (no BOS).
+    /// Token ids of `text` (no special tokens).
     pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let tok = self.checkpoint.tokenizer().expect("checked at load");
-        let enc = tok
-            .encode(text, false)
-            .map_err(|e| anyhow::anyhow!("tokenizing: {e}"))?;
-        Ok(enc.get_ids().to_vec())
+        Ok(self.model.encode(text)?)
     }
 
-    /// Prompt length in tokens, BOS included.
+    /// Prompt length in tokens of `text` as the decoder reads it (template or BOS included).
     pub fn count(&self, text: &str) -> anyhow::Result<usize> {
-        Ok(self.encode(text)?.len() + usize::from(self.checkpoint.bos_token_id().is_some()))
+        Ok(self.decoder_request(text)?.prompt.len())
     }
 
     /// The model's context window.
     pub fn max_positions(&self) -> usize {
-        self.model.config().max_position_embeddings
+        self.model.max_positions()
     }
 
+    /// The decoder prompt of `text`: one user turn through the chat template of an instruct
+    /// model, else BOS and the text.
     fn decoder_request(&self, text: &str) -> anyhow::Result<Request> {
-        let bos = self.checkpoint.bos_token_id();
         Ok(Request {
-            prompt: bos.into_iter().chain(self.encode(text)?).collect(),
+            prompt: self.model.user_prompt(text)?,
             encoder_chunks: Vec::new(),
         })
     }
@@ -302,26 +307,24 @@ impl ProbeModel {
         Ok(request)
     }
 
-    /// Greedy generation up to a new line; returns the text and the context length
-    /// (decoder prompt plus encoder chunks, in tokens).
+    /// Greedy generation up to a new line (or the end of the turn); returns the text and the
+    /// context length (decoder prompt plus encoder chunks, in tokens).
     fn generate(
         &self,
         request: &Request,
         max_new_tokens: usize,
     ) -> anyhow::Result<(String, usize)> {
         let n = request.prompt.len();
-        if n + max_new_tokens > self.max_positions() {
-            bail!(
-                "the prompt has {n} tokens; with {max_new_tokens} new tokens it exceeds the model's {} positions",
-                self.max_positions()
-            );
+        if !self.beyond_context {
+            self.model.check_length(n, max_new_tokens)?;
         }
-        let mut params = GenerationParams::greedy(max_new_tokens);
-        params.stop_token_ids = self.checkpoint.eos_token_ids();
-        params.stop_strings = vec!["\n".into()];
-        let pad = self.checkpoint.config().pad_token_id.unwrap_or(2);
-        let generator = Generator::new(&self.model, self.checkpoint.tokenizer(), pad);
-        let out = generator.generate(request, &params)?;
+        let mut params = self
+            .model
+            .with_stops(GenerationParams::greedy(max_new_tokens));
+        if !self.model.uses_chat_template() {
+            params.stop_strings = vec!["\n".into()];
+        }
+        let out = self.model.generator().generate(request, &params)?;
         let context = n + request.encoder_chunks.iter().map(Vec::len).sum::<usize>();
         Ok((out.text.unwrap_or_default().trim().to_string(), context))
     }
@@ -496,9 +499,10 @@ pub fn passkey(model: &ProbeModel, s: &PasskeySettings, spec: &RunSpec) -> anyho
     }
     let mut items = Vec::new();
     for (li, &length) in s.lengths.iter().enumerate() {
-        if length + s.max_new_tokens > model.max_positions() {
+        if !model.beyond_context && length + s.max_new_tokens > model.max_positions() {
             bail!(
-                "--lengths: {length} tokens + {} new tokens exceed the model's {} positions",
+                "--lengths: {length} tokens + {} new tokens exceed the model's {} positions \
+                 (--beyond-context runs them anyway)",
                 s.max_new_tokens,
                 model.max_positions()
             );
