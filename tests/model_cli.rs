@@ -175,3 +175,62 @@ fn bad_model_input_is_a_clear_error() {
     ]);
     assert!(err.contains("/no/such/model"), "{err}");
 }
+
+/// The SmolLM2 GGUF that scripts/setup.sh installs.
+fn smollm2() -> PathBuf {
+    let home = std::env::var_os("CAPSTAN_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/capstan"));
+    let path = home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
+/// Runs `capstan model COMMAND` on `input` (written to a file) and returns its output JSON.
+fn model_json(command: &str, model: &Path, input: Value) -> Value {
+    let dir = tempfile::tempdir().unwrap();
+    let (inp, out) = (dir.path().join("in.json"), dir.path().join("out.json"));
+    std::fs::write(&inp, input.to_string()).unwrap();
+    ok(&[
+        "model",
+        command,
+        "--model",
+        s(model),
+        "--input",
+        s(&inp),
+        "--out",
+        s(&out),
+    ]);
+    read(&out)
+}
+
+/// `model tokenize` and `model chat-template` on a GGUF file equal transformers' (the
+/// reader's SmolLM2 fixtures), through the binary and its JSON files.
+#[test]
+fn tokenize_and_chat_template_commands_match_transformers() {
+    let model = smollm2();
+    let tok = read(&fixtures().join("smollm2/tokenizer.json"));
+    let got = model_json(
+        "tokenize",
+        &model,
+        serde_json::json!({"texts": tok["texts"]}),
+    );
+    assert_eq!(got["ids"], tok["ids"]);
+    let chat = read(&fixtures().join("smollm2/chat_template.json"));
+    let input = serde_json::json!({"conversations": chat["conversations"]});
+    let got = model_json("chat-template", &model, input);
+    assert_eq!(got["rendered"], chat["rendered"]);
+}
+
+/// `model info` on a GGUF file names its quantization types.
+#[test]
+fn info_shows_a_gguf_files_quantization() {
+    let out = ok(&["model", "info", "--model", s(&smollm2())]);
+    for want in ["Q4_1", "Q8_0", "layers       30", "chat template"] {
+        assert!(out.contains(want), "{want} not in:\n{out}");
+    }
+}

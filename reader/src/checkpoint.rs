@@ -160,15 +160,7 @@ impl SimpleBackend for PthShards {
         dtype: DType,
         dev: &Device,
     ) -> candle_core::Result<Tensor> {
-        let t = self.load(name, dtype, dev)?;
-        if t.shape() != &s {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: s,
-                got: t.shape().clone(),
-            });
-        }
-        Ok(t)
+        expect_shape(self.load(name, dtype, dev)?, s, name)
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> candle_core::Result<Tensor> {
@@ -178,6 +170,19 @@ impl SimpleBackend for PthShards {
     fn contains_tensor(&self, name: &str) -> bool {
         self.routing.contains_key(name)
     }
+}
+
+/// `t` if it has shape `s`; else the error candle's own backends give, which
+/// [`Error::from_load`] turns into [`Error::ShapeMismatch`].
+pub(crate) fn expect_shape(t: Tensor, s: Shape, name: &str) -> candle_core::Result<Tensor> {
+    if t.shape() != &s {
+        return Err(candle_core::Error::UnexpectedShape {
+            msg: format!("shape mismatch for {name}"),
+            expected: s,
+            got: t.shape().clone(),
+        });
+    }
+    Ok(t)
 }
 
 /// The default dtype for a device: f32 on CPU, bf16 on CUDA.

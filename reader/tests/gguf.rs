@@ -203,11 +203,10 @@ fn smollm2_quantized_agrees_with_the_reference_on_top1() {
 /// below it.
 const QUANTIZED_TOP1_AGREEMENT: f64 = 0.95;
 
-#[test]
-fn smollm2_tokenizer_matches_transformers() {
-    let ckpt = Checkpoint::open(smollm2()).unwrap();
-    let tok = ckpt.tokenizer().unwrap();
-    let fx = json(&fixture("smollm2/tokenizer.json"));
+/// Every text of a `{"texts", "ids"}` fixture tokenizes (no special tokens) as transformers
+/// did; with `round_trip`, decoding gives the text back.
+fn assert_tokenizes_like(tok: &tokenizers::Tokenizer, fixture: &Path, round_trip: bool) {
+    let fx = json(fixture);
     let texts = fx["texts"].as_array().unwrap();
     assert!(texts.len() >= 80);
     let mut wrong = Vec::new();
@@ -217,8 +216,13 @@ fn smollm2_tokenizer_matches_transformers() {
         if got != ids(want) {
             wrong.push(format!("{text:?}: got {got:?}, want {:?}", ids(want)));
         }
-        let back = tok.decode(&got, false).unwrap();
-        assert_eq!(back, text, "decode(encode(t)) != t");
+        if round_trip {
+            assert_eq!(
+                tok.decode(&got, false).unwrap(),
+                text,
+                "decode(encode(t)) != t"
+            );
+        }
     }
     assert!(
         wrong.is_empty(),
@@ -227,6 +231,13 @@ fn smollm2_tokenizer_matches_transformers() {
         texts.len(),
         wrong.join("\n")
     );
+}
+
+#[test]
+fn smollm2_tokenizer_matches_transformers() {
+    let ckpt = Checkpoint::open(smollm2()).unwrap();
+    let fixture = fixture("smollm2/tokenizer.json");
+    assert_tokenizes_like(ckpt.tokenizer().unwrap(), &fixture, true);
 }
 
 #[test]
@@ -256,24 +267,11 @@ fn smollm2_chat_template_matches_transformers() {
 fn sentencepiece_bpe_tokenizer_matches_transformers() {
     let dir = fixture("sp-bpe-tiny");
     let gguf = GgufFile::open(&dir.join("tokenizer.gguf")).unwrap();
-    let tok = gguf.tokenizer().unwrap();
-    let fx = json(&dir.join("tokenizer.json"));
-    let texts = fx["texts"].as_array().unwrap();
-    assert!(texts.len() >= 80);
-    let mut wrong = Vec::new();
-    for (text, want) in texts.iter().zip(fx["ids"].as_array().unwrap()) {
-        let text = text.as_str().unwrap();
-        let got = tok.encode(text, false).unwrap().get_ids().to_vec();
-        if got != ids(want) {
-            wrong.push(format!("{text:?}: got {got:?}, want {:?}", ids(want)));
-        }
-    }
-    assert!(
-        wrong.is_empty(),
-        "{} of {} texts differ:\n{}",
-        wrong.len(),
-        texts.len(),
-        wrong.join("\n")
+    // transformers' own decoder drops a leading space of SentencePiece text: no round trip.
+    assert_tokenizes_like(
+        &gguf.tokenizer().unwrap(),
+        &dir.join("tokenizer.json"),
+        false,
     );
 }
 

@@ -96,3 +96,49 @@ fn no_weights_is_reported() {
     std::fs::remove_dir_all(&dir).ok();
     assert!(matches!(err, Error::NoWeights { .. }), "{err}");
 }
+
+/// Configs the model cannot run are refused at load, naming the key.
+#[test]
+fn out_of_range_and_unimplemented_config_values_are_named() {
+    let cases: [(&str, serde_json::Value, &str); 6] = [
+        ("rope_theta", serde_json::json!(0.0), "rope_theta"),
+        ("rms_norm_eps", serde_json::json!(-1e-6), "rms_norm_eps"),
+        ("hidden_size", serde_json::json!(0), "hidden_size"),
+        (
+            "use_sliding_window",
+            serde_json::json!(true),
+            "use_sliding_window",
+        ),
+        (
+            "rope_parameters",
+            serde_json::json!({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6}),
+            "rope_parameters.rope_type",
+        ),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "llama3", "factor": 8.0}),
+            "rope_scaling.low_freq_factor",
+        ),
+    ];
+    for (key, value, named) in cases {
+        let mut cfg = config("llama-tied");
+        cfg[key] = value;
+        let parsed: LlamaConfig = serde_json::from_value(cfg).unwrap();
+        match parsed.validate() {
+            Err(Error::UnsupportedConfig { field, .. }) => assert_eq!(field, named, "{key}"),
+            other => panic!("{key}: expected UnsupportedConfig, got {other:?}"),
+        }
+    }
+}
+
+/// transformers 5.x writes `rope_parameters`; it wins over a stale top-level `rope_theta`.
+#[test]
+fn rope_parameters_spelling_is_read() {
+    let mut cfg = config("llama-tied");
+    cfg["rope_theta"] = serde_json::json!(10000.0);
+    cfg["rope_parameters"] =
+        serde_json::json!({"rope_type": "linear", "factor": 2.0, "rope_theta": 500000.0});
+    let parsed: LlamaConfig = serde_json::from_value(cfg).unwrap();
+    assert_eq!(parsed.rope_base(), 500000.0);
+    assert_eq!(parsed.rope_scaling().unwrap(), RopeScaling::Linear(2.0));
+}

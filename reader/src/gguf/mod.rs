@@ -216,6 +216,32 @@ impl GgufFile {
         }
     }
 
+    /// The array at `key`, each element converted by `item` (`None`: not `what`).
+    fn array<T>(
+        &self,
+        key: &str,
+        what: &str,
+        item: impl Fn(&Value) -> Option<T>,
+    ) -> Result<Option<Vec<T>>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    item(v).ok_or_else(|| {
+                        gguf_err(&self.path, key, format!("expected {what}, found {v:?}"))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+                .map(Some),
+            Some(v) => Err(gguf_err(
+                &self.path,
+                key,
+                format!("expected an array, found {v:?}"),
+            )),
+        }
+    }
+
     fn token_id(&self, key: &str) -> Result<Option<u32>> {
         Ok(self.uint(key)?.map(|v| v as u32))
     }
@@ -326,53 +352,19 @@ impl GgufFile {
 
     /// The tokenizer metadata (`tokenizer.ggml.*`).
     pub fn vocab(&self) -> Result<GgufVocab> {
-        let strings = |key: &str| -> Result<Option<Vec<String>>> {
-            match self.get(key) {
-                None => Ok(None),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .map(|v| match v {
-                        Value::String(s) => Ok(s.clone()),
-                        other => Err(gguf_err(
-                            &self.path,
-                            key,
-                            format!("expected strings, found {other:?}"),
-                        )),
-                    })
-                    .collect::<Result<Vec<_>>>()
-                    .map(Some),
-                Some(v) => Err(gguf_err(
-                    &self.path,
-                    key,
-                    format!("expected an array, found {v:?}"),
-                )),
-            }
+        let strings = |key: &str| {
+            self.array(key, "strings", |v| match v {
+                Value::String(s) => Some(s.clone()),
+                _ => None,
+            })
         };
-        let numbers = |key: &str| -> Result<Option<Vec<f64>>> {
-            match self.get(key) {
-                None => Ok(None),
-                Some(Value::Array(a)) => a
-                    .iter()
-                    .map(|v| match v {
-                        Value::F32(f) => Ok(*f as f64),
-                        Value::F64(f) => Ok(*f),
-                        Value::I32(i) => Ok(*i as f64),
-                        other => value_u64(other).map(|u| u as f64).ok_or_else(|| {
-                            gguf_err(
-                                &self.path,
-                                key,
-                                format!("expected numbers, found {other:?}"),
-                            )
-                        }),
-                    })
-                    .collect::<Result<Vec<_>>>()
-                    .map(Some),
-                Some(v) => Err(gguf_err(
-                    &self.path,
-                    key,
-                    format!("expected an array, found {v:?}"),
-                )),
-            }
+        let numbers = |key: &str| {
+            self.array(key, "numbers", |v| match v {
+                Value::F32(f) => Some(*f as f64),
+                Value::F64(f) => Some(*f),
+                Value::I32(i) => Some(*i as f64),
+                other => value_u64(other).map(|u| u as f64),
+            })
         };
         Ok(GgufVocab {
             model: self

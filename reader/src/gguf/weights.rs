@@ -156,15 +156,7 @@ impl SimpleBackend for GgufWeights {
         dtype: DType,
         dev: &Device,
     ) -> CResult<Tensor> {
-        let t = self.get_unchecked(name, dtype, dev)?;
-        if t.shape() != &s {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: s,
-                got: t.shape().clone(),
-            });
-        }
-        Ok(t)
+        crate::checkpoint::expect_shape(self.get_unchecked(name, dtype, dev)?, s, name)
     }
 
     fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> CResult<Tensor> {
