@@ -40,7 +40,7 @@ pub struct RetrievalConfig {
 pub struct ReaderConfig {
     /// extractive | llama | cape
     pub default: Option<String>,
-    /// Llama checkpoint folder.
+    /// Generative checkpoint: a Hugging Face folder or a .gguf file.
     pub llama_model: Option<PathBuf>,
     /// CEPE checkpoint folder.
     pub cape_model: Option<PathBuf>,

@@ -417,25 +417,88 @@ impl Pipeline {
 #[error("reader `{}` is not loaded: configure its checkpoint folder (--{}-model or capstan.toml)", .0.name(), .0.name())]
 pub struct NotLoaded(pub ReaderKind);
 
-/// Passages that contain the (normalised) generated answer; all passages
-/// given to the model when none does.
+/// Passages that contain the (normalised) generated answer; else, since a generated sentence
+/// rarely appears verbatim, the passages holding the most of its words (at least half of them,
+/// within 10% of the best); all passages given to the model when none does.
 fn cite(answer: &str, hits: &[Hit]) -> Vec<String> {
+    let all = || hits.iter().map(|h| h.passage_id.clone()).collect();
     let norm = crate::text::normalize_answer(answer);
-    let containing: Vec<String> = if norm.is_empty() {
-        Vec::new()
-    } else {
-        hits.iter()
-            .filter(|h| crate::text::normalize_answer(&h.text).contains(&norm))
-            .map(|h| h.passage_id.clone())
-            .collect()
-    };
-    if containing.is_empty() {
-        hits.iter().map(|h| h.passage_id.clone()).collect()
-    } else {
-        containing
+    if norm.is_empty() {
+        return all();
     }
+    let texts: Vec<String> = hits
+        .iter()
+        .map(|h| crate::text::normalize_answer(&h.text))
+        .collect();
+    let containing: Vec<String> = hits
+        .iter()
+        .zip(&texts)
+        .filter(|(_, t)| t.contains(&norm))
+        .map(|(h, _)| h.passage_id.clone())
+        .collect();
+    if !containing.is_empty() {
+        return containing;
+    }
+    let words: std::collections::HashSet<&str> = norm.split_whitespace().collect();
+    let overlap: Vec<f64> = texts
+        .iter()
+        .map(|t| {
+            let have: std::collections::HashSet<&str> = t.split_whitespace().collect();
+            words.iter().filter(|w| have.contains(*w)).count() as f64 / words.len() as f64
+        })
+        .collect();
+    let best = overlap.iter().copied().fold(0.0, f64::max);
+    if best < 0.5 {
+        return all();
+    }
+    hits.iter()
+        .zip(&overlap)
+        .filter(|(_, &o)| o >= 0.9 * best)
+        .map(|(h, _)| h.passage_id.clone())
+        .collect()
 }
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: &str, text: &str) -> Hit {
+        Hit {
+            passage_id: id.into(),
+            doc_id: id.into(),
+            title: String::new(),
+            text: text.into(),
+            score: 0.0,
+            bm25: None,
+            dense: None,
+        }
+    }
+
+    #[test]
+    fn citations_follow_the_words_of_a_generated_answer() {
+        let hits = [
+            hit(
+                "a",
+                "He was born in Thalrau and worked as a glassblower for most of his life.",
+            ),
+            hit(
+                "b",
+                "Contemporaries described him as melancholy and curious.",
+            ),
+            hit("c", "The glassworks closed in 1931."),
+        ];
+        // Verbatim: the passage that contains it.
+        assert_eq!(cite("melancholy and curious", &hits), ["b"]);
+        // A sentence of the model's own: the passage holding most of its words.
+        assert_eq!(
+            cite("He worked as a glassblower for most of his life.", &hits),
+            ["a"]
+        );
+        // Nothing in common: every passage the model read.
+        assert_eq!(cite("Paris is in France.", &hits), ["a", "b", "c"]);
+    }
 }
