@@ -141,6 +141,16 @@ pub(super) fn attend(
     n_rep: usize,
 ) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
+    if n_rep > 1 && s == 1 && mask.is_none() {
+        // A decoding step with grouped-query heads: the queries sharing a KV head attend as one
+        // block of rows, so the cache is read in place instead of copied `n_rep` times (at 2K
+        // context the copies were most of a SmolLM2 step). One query sees every key.
+        let kv = h / n_rep;
+        let qg = q.reshape((b, kv, n_rep, d))?;
+        let scores = (qg.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
+        return probs.matmul(&v)?.reshape((b, s, h * d));
+    }
     // Cached keys are views of a larger buffer: the matmuls take them strided, without copies.
     let (k, v) = if n_rep == 1 {
         (k, v)
