@@ -113,14 +113,7 @@ impl LanguageModel {
 
     /// Token ids of `text`, no special tokens added.
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self
-            .tokenizer()
-            .encode(text, false)
-            .map_err(|e| Error::Tokenizer {
-                reason: e.to_string(),
-            })?
-            .get_ids()
-            .to_vec())
+        crate::prompt::encode(self.tokenizer(), text)
     }
 
     /// Text of `ids`, special tokens skipped.

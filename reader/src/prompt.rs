@@ -132,7 +132,8 @@ pub struct CepeInputs {
     pub encoder_ids: Vec<Vec<u32>>,
 }
 
-fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+/// Token ids of `text`, no special tokens added.
+pub(crate) fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
     Ok(tok
         .encode(text, false)
         .map_err(|e| Error::Tokenizer {

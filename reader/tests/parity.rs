@@ -3,31 +3,16 @@
 //! outputs were produced by the reference code (see each fixture's `expected*.json` `notes`
 //! and `fixtures/make_fixtures.py`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::{DType, Device, Tensor};
 use capstan_reader::{Cache, Checkpoint, GenerationParams, Generator, Llama, Request};
 use serde_json::Value;
 
+mod common;
+use common::{fixture, ids, json};
+
 const TOL: f32 = 2e-4;
-
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
-
-fn json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
 
 fn rows_f32(v: &Value) -> Vec<Vec<f32>> {
     v.as_array()
