@@ -14,8 +14,8 @@ index="$data/index"
 questions="$data/encyclopedia/questions.jsonl"
 QA_N="${QA_N:-100}"
 QA10_N="${QA10_N:-50}"
-POS_N="${POS_N:-20}"
-POS20_N="${POS20_N:-10}"
+POS_N="${POS_N:-8}"
+POS20_N="${POS20_N:-4}"
 PK_SAMPLES="${PK_SAMPLES:-1}"
 mkdir -p "$out"
 head -n "$QA_N" "$questions" > "$out/questions-$QA_N.jsonl"
@@ -27,8 +27,8 @@ done
 run "$CAPSTAN_BIN" eval qa "$index" --questions "$out/questions-$QA_N.jsonl" --reader llama -k 5 --out "$out/qa-smollm2-k5" --concurrency 1 --quiet
 run "$CAPSTAN_BIN" eval qa "$index" --questions "$out/questions-$QA10_N.jsonl" --reader llama -k 10 --out "$out/qa-smollm2-k10" --concurrency 1 --quiet
 run "$CAPSTAN_BIN" eval position "$index" --questions "$out/questions-$POS_N.jsonl" --reader llama -k 10 --positions 0,4,9 --out "$out/position-k10" --concurrency 1 --quiet
-run "$CAPSTAN_BIN" eval position "$index" --questions "$out/questions-$POS20_N.jsonl" --reader llama -k 20 --positions 0,9,19 --out "$out/position-k20" --concurrency 1 --quiet
 run "$CAPSTAN_BIN" eval passkey --lengths 2000,4000,8000 --depths 0,0.5,1 --samples "$PK_SAMPLES" --out "$out/passkey" --concurrency 1 --quiet
-run "$CAPSTAN_BIN" eval passkey --lengths 16000 --depths 0,1 --samples "$PK_SAMPLES" --beyond-context --out "$out/passkey-16k" --concurrency 1 --quiet
-run "$CAPSTAN_BIN" eval passkey --lengths 16000 --depths 0,1 --samples "$PK_SAMPLES" --beyond-context --attention selfextend:group=4,window=2048 --out "$out/passkey-16k-selfextend" --concurrency 1 --quiet
+run "$CAPSTAN_BIN" eval passkey --lengths 16000 --depths 0.5 --samples "$PK_SAMPLES" --beyond-context --out "$out/passkey-16k" --concurrency 1 --quiet
+run "$CAPSTAN_BIN" eval passkey --lengths 16000 --depths 0.5 --samples "$PK_SAMPLES" --beyond-context --attention selfextend:group=4,window=2048 --out "$out/passkey-16k-selfextend" --concurrency 1 --quiet
+run "$CAPSTAN_BIN" eval position "$index" --questions "$out/questions-$POS20_N.jsonl" --reader llama -k 20 --positions 0,9,19 --out "$out/position-k20" --concurrency 1 --quiet
 for d in "$out"/*/; do echo "== $d"; cat "$d/results.md" 2>/dev/null || true; done
