@@ -17,7 +17,7 @@ use tokenizers::Tokenizer;
 
 use crate::config::{GenerationConfig, LlamaConfig};
 use crate::error::{Error, Result};
-use crate::gguf::{find_gguf, GgufFile, GgufWeights};
+use crate::gguf::{find_gguf, GgufFile, GgufWeights, SharedGgufWeights};
 use crate::llama::{Architecture, Llama, Weights};
 
 /// How the weights of a checkpoint are stored.
@@ -250,7 +250,7 @@ impl Checkpoint {
         let config = gguf.config()?;
         let vocab = gguf.vocab()?;
         let add_bos = vocab.add_bos.unwrap_or(vocab.model == "llama");
-        let tokenizer = gguf.tokenizer()?;
+        let tokenizer = gguf.tokenizer_of(&vocab)?;
         let token = |id: Option<u32>| -> String {
             id.and_then(|i| tokenizer.id_to_token(i))
                 .unwrap_or_default()
@@ -388,7 +388,7 @@ impl Checkpoint {
             .gguf
             .clone()
             .ok_or_else(|| Error::invalid("not a GGUF checkpoint"))?;
-        GgufWeights::new(gguf)
+        GgufWeights::new(gguf, &self.config)
     }
 
     /// Whether [`Checkpoint::load_model`] without a dtype keeps the weights quantized.
@@ -402,9 +402,10 @@ impl Checkpoint {
     pub fn load_model(&self, device: &Device, dtype: Option<DType>) -> Result<Llama> {
         match (dtype, &self.weights) {
             (None, WeightFormat::Gguf(_)) => {
+                // One reader of the file for the dequantized tensors and the quantized ones.
                 let weights = Arc::new(self.gguf_weights()?);
                 let vb = VarBuilder::from_backend(
-                    Box::new(self.gguf_weights()?),
+                    Box::new(SharedGgufWeights(weights.clone())),
                     DType::F32,
                     device.clone(),
                 );

@@ -20,7 +20,7 @@ use crate::config::{LlamaConfig, RopeScalingConfig, TokenIds};
 use crate::error::{Error, Result};
 
 pub use tokenizer::{build_tokenizer, keys, GgufVocab};
-pub(crate) use weights::GgufWeights;
+pub(crate) use weights::{GgufWeights, SharedGgufWeights};
 
 /// The architectures read from `general.architecture`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -396,7 +396,12 @@ impl GgufFile {
 
     /// The tokenizer the metadata describes.
     pub fn tokenizer(&self) -> Result<tokenizers::Tokenizer> {
-        build_tokenizer(&self.vocab()?).map_err(|e| Error::Tokenizer {
+        self.tokenizer_of(&self.vocab()?)
+    }
+
+    /// The tokenizer of `vocab` (this file's [`GgufFile::vocab`]), errors naming the file.
+    pub(crate) fn tokenizer_of(&self, vocab: &GgufVocab) -> Result<tokenizers::Tokenizer> {
+        build_tokenizer(vocab).map_err(|e| Error::Tokenizer {
             reason: format!("{}: {e}", self.path.display()),
         })
     }

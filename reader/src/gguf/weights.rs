@@ -17,6 +17,7 @@ use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 
 use super::{GgufArch, GgufFile};
+use crate::config::LlamaConfig;
 
 type CResult<T> = candle_core::Result<T>;
 
@@ -66,8 +67,8 @@ fn gguf_name(hf: &str) -> Option<String> {
 }
 
 impl GgufWeights {
-    pub(crate) fn new(gguf: Arc<GgufFile>) -> crate::Result<Self> {
-        let cfg = gguf.config()?;
+    /// `cfg`: the file's [`GgufFile::config`] (it names the heads of the permuted rows).
+    pub(crate) fn new(gguf: Arc<GgufFile>, cfg: &LlamaConfig) -> crate::Result<Self> {
         let file = super::open_reader(gguf.path())?;
         Ok(Self {
             heads: cfg.num_attention_heads,
@@ -144,6 +145,30 @@ impl GgufWeights {
         }
         let storage = QStorage::from_data(Cow::Owned(out), device, info.ggml_dtype)?;
         QTensor::new(storage, info.shape.clone())
+    }
+}
+
+/// One [`GgufWeights`] serving both the dequantizing `VarBuilder` and the quantized matrices.
+pub(crate) struct SharedGgufWeights(pub(crate) Arc<GgufWeights>);
+
+impl SimpleBackend for SharedGgufWeights {
+    fn get(
+        &self,
+        s: Shape,
+        name: &str,
+        init: candle_nn::Init,
+        dtype: DType,
+        dev: &Device,
+    ) -> CResult<Tensor> {
+        self.0.get(s, name, init, dtype, dev)
+    }
+
+    fn get_unchecked(&self, name: &str, dtype: DType, dev: &Device) -> CResult<Tensor> {
+        self.0.get_unchecked(name, dtype, dev)
+    }
+
+    fn contains_tensor(&self, name: &str) -> bool {
+        self.0.contains(name)
     }
 }
 
