@@ -9,12 +9,14 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 use capstan_reader::{
     AttentionPattern, Cache, ChatMessage, ChatTemplate, Checkpoint, GenerationParams, Generator,
     Request, KV_REPORT_CONTEXT,
 };
 use clap::{Args, Subcommand, ValueEnum};
+
+use super::pipeline_args::DtypeArg;
 use serde::Deserialize;
 
 /// Arguments of `capstan model`.
@@ -115,13 +117,6 @@ enum DeviceArg {
     Auto,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum DtypeArg {
-    F32,
-    Bf16,
-    F16,
-}
-
 #[derive(Debug, Deserialize)]
 struct Input {
     input_ids: Vec<Vec<u32>>,
@@ -170,11 +165,7 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
     };
     let dev = device(args.device)?;
     let ckpt = Checkpoint::open(&args.model)?;
-    let dtype = args.dtype.map(|d| match d {
-        DtypeArg::F32 => DType::F32,
-        DtypeArg::Bf16 => DType::BF16,
-        DtypeArg::F16 => DType::F16,
-    });
+    let dtype = args.dtype.map(DtypeArg::dtype);
     let mut model = ckpt.load_model(&dev, dtype)?;
     if let Some(p) = args.attention {
         model.set_attention(p)?;
