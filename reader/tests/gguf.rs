@@ -10,14 +10,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use capstan_reader::{
-    Cache, ChatMessage, ChatTemplate, Checkpoint, Error, GenerationParams, Generator, GgufFile,
-    Llama, Request,
-};
+use capstan_reader::{Cache, ChatMessage, ChatTemplate, Checkpoint, Error, GgufFile};
 use serde_json::Value;
 
 mod common;
-use common::{fixture, ids, json};
+use common::{fixture, greedy, ids, json, logits};
 
 fn floats(v: &Value) -> Vec<f32> {
     v.as_array()
@@ -49,27 +46,6 @@ fn smollm2() -> PathBuf {
     path
 }
 
-fn all_logits(model: &Llama, prompt: &[u32]) -> Vec<Vec<f32>> {
-    let mut cache = Cache::new(model);
-    let input = Tensor::new(prompt, model.device())
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let out = model.forward(&input, None, &mut cache).unwrap();
-    out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
-}
-
-fn greedy(model: &Llama, prompt: &[u32], n: usize) -> Vec<u32> {
-    let request = Request {
-        prompt: prompt.to_vec(),
-        encoder_chunks: Vec::new(),
-    };
-    Generator::new(model, None, 2)
-        .generate(&request, &GenerationParams::greedy(n))
-        .unwrap()
-        .tokens
-}
-
 fn argmax(row: &[f32]) -> u32 {
     capstan_reader::argmax(row)
 }
@@ -86,7 +62,7 @@ fn smollm2_dequantized_f32_matches_transformers() {
         "the RAG prompt has {} tokens",
         prompt.len()
     );
-    let got = all_logits(&model, &prompt);
+    let got = logits(&model, &prompt, &[], 2);
     assert_eq!(got.len(), prompt.len());
     let probe = ids(&expected["probe_ids"]);
     let mut worst = 0f32;
@@ -124,7 +100,10 @@ fn smollm2_dequantized_f32_matches_transformers() {
     );
     assert!(worst <= 1e-3, "logits differ by {worst}");
     let n = inputs["max_new_tokens"].as_u64().unwrap() as usize;
-    assert_eq!(greedy(&model, &prompt, n), ids(&expected["greedy_tokens"]));
+    assert_eq!(
+        greedy(&model, &prompt, &[], 2, n),
+        ids(&expected["greedy_tokens"])
+    );
 }
 
 /// The default path keeps the weights quantized (Q4_1 matrices, Q8_0 embedding): it agrees
@@ -137,7 +116,7 @@ fn smollm2_quantized_agrees_with_the_reference_on_top1() {
     let inputs = json(&fixture("smollm2/inputs.json"));
     let expected = json(&fixture("smollm2/logits.json"));
     let prompt = ids(&inputs["input_ids"][0]);
-    let got = all_logits(&model, &prompt);
+    let got = logits(&model, &prompt, &[], 2);
     let tops = expected["top_ids"].as_array().unwrap();
     let agree = got
         .iter()

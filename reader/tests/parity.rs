@@ -10,7 +10,7 @@ use capstan_reader::{Cache, Checkpoint, GenerationParams, Generator, Llama, Requ
 use serde_json::Value;
 
 mod common;
-use common::{fixture, ids, json};
+use common::{fixture, greedy, ids, json, logits};
 
 const TOL: f32 = 2e-4;
 
@@ -57,32 +57,6 @@ fn encoder_chunks(inputs: &Value) -> Vec<Vec<u32>> {
 }
 
 /// Logits of every position of batch-1 `prompt` (with optional encoder chunks).
-fn logits(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32) -> Vec<Vec<f32>> {
-    let mut cache = Cache::new(model);
-    if !chunks.is_empty() {
-        model
-            .set_encoder_context(&[chunks.to_vec()], pad, &mut cache)
-            .unwrap();
-    }
-    let input = Tensor::new(prompt, model.device())
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let out = model.forward(&input, None, &mut cache).unwrap();
-    out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
-}
-
-fn greedy(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32, n: usize) -> Vec<u32> {
-    let request = Request {
-        prompt: prompt.to_vec(),
-        encoder_chunks: chunks.to_vec(),
-    };
-    Generator::new(model, None, pad)
-        .generate(&request, &GenerationParams::greedy(n))
-        .unwrap()
-        .tokens
-}
-
 /// Checks logits and greedy tokens of a batch-1 fixture against one expected file.
 fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
     let dir = fixture(name);

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use candle_core::Tensor;
+use capstan_reader::{Cache, GenerationParams, Generator, Llama, Request};
 use serde_json::Value;
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -22,4 +24,32 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .iter()
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
+}
+
+/// Logits of every position of batch-1 `prompt` (with optional CEPE encoder chunks).
+pub fn logits(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32) -> Vec<Vec<f32>> {
+    let mut cache = Cache::new(model);
+    if !chunks.is_empty() {
+        model
+            .set_encoder_context(&[chunks.to_vec()], pad, &mut cache)
+            .unwrap();
+    }
+    let input = Tensor::new(prompt, model.device())
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let out = model.forward(&input, None, &mut cache).unwrap();
+    out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
+}
+
+/// Greedy tokens of batch-1 `prompt` (no stop).
+pub fn greedy(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32, n: usize) -> Vec<u32> {
+    let request = Request {
+        prompt: prompt.to_vec(),
+        encoder_chunks: chunks.to_vec(),
+    };
+    Generator::new(model, None, pad)
+        .generate(&request, &GenerationParams::greedy(n))
+        .unwrap()
+        .tokens
 }
