@@ -7,6 +7,7 @@ use capstan_kernels::{AttentionOptions, Pattern};
 
 use super::attend::{append_kv, attend};
 use super::cache::{CrossContext, CrossLayerState, LayerKv};
+use super::packed::Span;
 use super::rope::Rope;
 use super::weights::{Proj, Weights};
 use super::CResult;
@@ -134,6 +135,40 @@ impl SelfAttention {
             len: len - drop,
         });
         self.o_proj.forward(&out)
+    }
+}
+
+impl SelfAttention {
+    /// [`SelfAttention::forward`] on a packed step (full causal attention, reference path):
+    /// the projections run over all rows at once, attention per sequence over its own cache.
+    pub(super) fn forward_packed(
+        &self,
+        x: &Tensor,
+        rope: &(Tensor, Tensor),
+        spans: &[Span],
+        kvs: &mut [&mut Option<LayerKv>],
+    ) -> CResult<Tensor> {
+        let (b, s, _) = x.dims3()?;
+        let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
+            t.reshape((b, s, n, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let q = heads(self.q_proj.forward(x)?, self.n_heads)?;
+        let k = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
+        let v = heads(self.v_proj.forward(x)?, self.n_kv_heads)?;
+        let q = candle_nn::rotary_emb::rope(&q, &rope.0, &rope.1)?;
+        let k = candle_nn::rotary_emb::rope(&k, &rope.0, &rope.1)?;
+        let outs = spans
+            .iter()
+            .zip(kvs.iter_mut())
+            .map(|(sp, kv)| {
+                let part = |t: &Tensor| t.narrow(2, sp.start, sp.len)?.contiguous();
+                let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?)?;
+                attend(&part(&q)?, ck, cv, None, self.n_heads / self.n_kv_heads)
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        self.o_proj.forward(&Tensor::cat(&outs, 1)?)
     }
 }
 
@@ -296,6 +331,46 @@ impl Layer {
                 h = h.broadcast_mul(gate)?;
             }
             x = (x + h)?;
+        }
+        let h = self
+            .mlp
+            .forward(&self.post_attention_layernorm.forward(&x)?)?;
+        x + h
+    }
+}
+
+impl Layer {
+    /// [`Layer::forward`] on a packed step; `cross[i]` is sequence `i`'s encoder context for
+    /// this layer, if any (cross-attention runs per sequence: each has its own chunks).
+    pub(super) fn forward_packed(
+        &self,
+        x: &Tensor,
+        rope: &(Tensor, Tensor),
+        spans: &[Span],
+        kvs: &mut [&mut Option<LayerKv>],
+        cross: &[Option<(&CrossLayerState, &CrossContext)>],
+    ) -> CResult<Tensor> {
+        let h = self.input_layernorm.forward(x)?;
+        let mut x = (x + self.self_attn.forward_packed(&h, rope, spans, kvs)?)?;
+        if let Some(ca) = &self.cross_attn {
+            if cross.iter().any(Option::is_some) {
+                let parts = spans
+                    .iter()
+                    .zip(cross)
+                    .map(|(sp, c)| {
+                        let xi = x.narrow(1, sp.start, sp.len)?;
+                        let Some((state, ctx)) = c else {
+                            return Ok(xi);
+                        };
+                        let mut h = ca.forward(&xi, state, &ctx.mask)?;
+                        if let Some(gate) = &ctx.row_gate {
+                            h = h.broadcast_mul(gate)?;
+                        }
+                        xi + h
+                    })
+                    .collect::<CResult<Vec<_>>>()?;
+                x = Tensor::cat(&parts, 1)?;
+            }
         }
         let h = self
             .mlp

@@ -21,6 +21,7 @@ mod attend;
 mod cache;
 mod cepe;
 mod layers;
+mod packed;
 mod rope;
 mod weights;
 
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 
 pub use cache::{Cache, EncodedChunks};
 use layers::{LayerAttention, Stack};
+pub use packed::PackedInput;
 use weights::Proj;
 pub(crate) use weights::Weights;
 
