@@ -5,11 +5,7 @@
 
 mod cli;
 mod config;
-mod engine;
-mod eval;
-mod pipeline;
 mod server;
-mod text;
 
 use clap::Parser;
 

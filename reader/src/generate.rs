@@ -200,6 +200,115 @@ fn pick(
     Ok(cand[dist.sample(rng)].0 as u32)
 }
 
+/// What one sampled token produced.
+#[derive(Debug, Clone)]
+pub struct DecodedToken {
+    /// The token.
+    pub token: u32,
+    /// Newly decoded text (with a tokenizer), up to a stop string.
+    pub piece: Option<String>,
+}
+
+/// One sequence's decoding: its sampler, the tokens and text so far, and the stop checks.
+/// [`Generator`] drives one; a batching scheduler drives many, one step at a time.
+#[derive(Debug)]
+pub struct Decoding {
+    params: GenerationParams,
+    rng: StdRng,
+    seen: Vec<u32>,
+    tokens: Vec<u32>,
+    text: String,
+    stop: Option<StopReason>,
+}
+
+impl Decoding {
+    /// A sequence after `prompt` (the repetition penalty sees it), with its own parameters.
+    pub fn new(prompt: &[u32], params: GenerationParams) -> Self {
+        let stop = (params.max_new_tokens == 0).then_some(StopReason::Length);
+        Self {
+            rng: StdRng::seed_from_u64(params.seed),
+            params,
+            seen: prompt.to_vec(),
+            tokens: Vec::new(),
+            text: String::new(),
+            stop,
+        }
+    }
+
+    /// Whether a stop condition (or the token limit) was reached.
+    pub fn is_done(&self) -> bool {
+        self.stop.is_some()
+    }
+
+    /// New tokens so far.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Samples the next token from `logits` (modified in place) and applies the stop rules.
+    /// `tokenizer` is needed for stop strings and text.
+    pub fn push(
+        &mut self,
+        logits: &mut [f32],
+        tokenizer: Option<&Tokenizer>,
+    ) -> Result<DecodedToken> {
+        if !self.params.stop_strings.is_empty() && tokenizer.is_none() {
+            return Err(Error::NoTokenizer);
+        }
+        let next = pick(logits, &self.seen, &self.params, &mut self.rng)?;
+        self.tokens.push(next);
+        self.seen.push(next);
+        let mut piece = match tokenizer {
+            Some(tok) => {
+                let full = tok
+                    .decode(&self.tokens, true)
+                    .map_err(|e| Error::Tokenizer {
+                        reason: e.to_string(),
+                    })?;
+                let piece = full.get(self.text.len()..).unwrap_or("").to_string();
+                self.text = full;
+                Some(piece)
+            }
+            None => None,
+        };
+        if self.params.stop_token_ids.contains(&next) {
+            self.stop = Some(StopReason::StopToken(next));
+        } else if let Some((s, at)) = self
+            .params
+            .stop_strings
+            .iter()
+            .filter_map(|s| self.text.find(s.as_str()).map(|at| (s, at)))
+            .min_by_key(|(_, at)| *at)
+        {
+            self.stop = Some(StopReason::StopString(s.clone()));
+            // The piece streamed stops where the kept text ends.
+            let before = self.text.len() - piece.as_ref().map_or(0, String::len);
+            if let Some(p) = piece.as_mut() {
+                p.truncate(at.saturating_sub(before));
+            }
+            self.text.truncate(at);
+        } else if self.tokens.len() >= self.params.max_new_tokens {
+            self.stop = Some(StopReason::Length);
+        }
+        Ok(DecodedToken { token: next, piece })
+    }
+
+    /// Ends the sequence early (the client left or asked to stop).
+    pub fn cancel(&mut self) {
+        self.stop.get_or_insert(StopReason::Cancelled);
+    }
+
+    /// New tokens, the decoded text (when a tokenizer was given; cut before a stop string)
+    /// and why decoding ended.
+    pub fn finish(self) -> (Vec<u32>, String, StopReason) {
+        (
+            self.tokens,
+            self.text,
+            self.stop.unwrap_or(StopReason::Length),
+        )
+    }
+}
+
 impl<'a> Generator<'a> {
     /// A generator; `encoder_pad_id` pads CEPE encoder chunks (the reference uses eos = 2).
     pub fn new(model: &'a Llama, tokenizer: Option<&'a Tokenizer>, encoder_pad_id: u32) -> Self {
@@ -239,51 +348,21 @@ impl<'a> Generator<'a> {
                 &mut cache,
             )?;
         }
-        let mut rng = StdRng::seed_from_u64(params.seed);
-        let mut seen = request.prompt.clone();
-        let mut tokens = Vec::new();
-        let mut text = String::new();
+        let mut decoding = Decoding::new(&request.prompt, params.clone());
         let mut ttft = None;
-        let mut stop_reason = StopReason::Length;
         let mut input = Tensor::new(request.prompt.as_slice(), dev)?.unsqueeze(0)?;
-        while tokens.len() < params.max_new_tokens {
+        while !decoding.is_done() {
             let logits = self.model.forward_last(&input, None, &mut cache)?;
             let mut row = logits.squeeze(0)?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            let next = pick(&mut row, &seen, params, &mut rng)?;
+            let step = decoding.push(&mut row, self.tokenizer)?;
             ttft.get_or_insert_with(|| start.elapsed());
-            tokens.push(next);
-            seen.push(next);
-            let piece = match self.tokenizer {
-                Some(tok) => {
-                    let full = tok.decode(&tokens, true).map_err(|e| Error::Tokenizer {
-                        reason: e.to_string(),
-                    })?;
-                    let piece = full.get(text.len()..).unwrap_or("").to_string();
-                    text = full;
-                    Some(piece)
-                }
-                None => None,
-            };
-            if on_token(next, piece.as_deref()) == Flow::Stop {
-                stop_reason = StopReason::Cancelled;
+            if on_token(step.token, step.piece.as_deref()) == Flow::Stop {
+                decoding.cancel();
                 break;
             }
-            if params.stop_token_ids.contains(&next) {
-                stop_reason = StopReason::StopToken(next);
-                break;
-            }
-            if let Some((s, at)) = params
-                .stop_strings
-                .iter()
-                .filter_map(|s| text.find(s.as_str()).map(|at| (s, at)))
-                .min_by_key(|(_, at)| *at)
-            {
-                stop_reason = StopReason::StopString(s.clone());
-                text.truncate(at);
-                break;
-            }
-            input = Tensor::new(&[next], dev)?.unsqueeze(0)?;
+            input = Tensor::new(&[step.token], dev)?.unsqueeze(0)?;
         }
+        let (tokens, text, stop_reason) = decoding.finish();
         Ok(Generation {
             tokens,
             text: self.tokenizer.map(|_| text),

@@ -48,8 +48,8 @@ pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, 
 pub use error::{Error, Result};
 pub use extractive::{ExtractivePassage, ExtractiveReader, ScoredSentence};
 pub use generate::{
-    apply_repetition_penalty, argmax, Flow, Generation, GenerationParams, Generator, Request,
-    StopReason,
+    apply_repetition_penalty, argmax, DecodedToken, Decoding, Flow, Generation, GenerationParams,
+    Generator, Request, StopReason,
 };
 pub use gguf::{GgufArch, GgufFile, GgufVocab};
 pub use language_model::{LanguageModel, LoadOptions};

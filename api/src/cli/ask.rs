@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::pipeline_args::{build, PipelineArgs};
 use super::search::snippet;
-use crate::pipeline::ReaderKind;
+use capstan_engine::pipeline::ReaderKind;
 
 /// Arguments of `capstan ask`.
 #[derive(Debug, Args)]

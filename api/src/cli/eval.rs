@@ -1,5 +1,5 @@
 //! `capstan eval`: batch evaluation. Retrieval metrics live here; the QA,
-//! position and synthetic-probe evaluations in `crate::eval`.
+//! position and synthetic-probe evaluations in `capstan_engine::eval`.
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -16,12 +16,12 @@ use serde::Serialize;
 use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
-use crate::eval::{
+use capstan_engine::eval::{
     self,
     probes::{KvSettings, PasskeySettings, ProbeModel, ProbeReader},
     resume::RunSpec,
 };
-use crate::pipeline::{Pipeline, QaRequest, ReaderKind};
+use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
 
 /// Arguments of `capstan eval`.
 #[derive(Debug, Args)]

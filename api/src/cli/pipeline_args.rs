@@ -12,7 +12,7 @@ use clap::Args;
 
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
-use crate::pipeline::{Pipeline, QaRequest, ReaderKind};
+use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
 
 /// Flags of the QA pipeline (each overrides capstan.toml).
 #[derive(Debug, Clone, Args)]
@@ -174,7 +174,7 @@ pub fn build(
     let search = args.retrieval.options(mode, k);
     let pipeline = Arc::new(Pipeline::new(retriever, llama, cape, search));
     if !pipeline.available_readers().contains(&reader) {
-        return Err(crate::pipeline::NotLoaded(reader).into());
+        return Err(capstan_engine::pipeline::NotLoaded(reader).into());
     }
     let max_new_tokens = args
         .max_new_tokens

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::pipeline_args::{build, PipelineArgs};
-use crate::engine::{Engine, EngineSettings};
 use crate::server::{parse_addr, AppState, Limits, Metrics};
+use capstan_engine::workers::{Engine, EngineSettings};
 
 /// Arguments of `capstan serve`.
 #[derive(Debug, Args)]

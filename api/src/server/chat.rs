@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::qa::{apply_sampling, record};
 use super::{await_reply, check_question, parse_json, ApiError, AppState};
-use crate::pipeline::{Answer, ReaderKind};
+use capstan_engine::pipeline::{Answer, ReaderKind};
 
 #[derive(Debug, Deserialize)]
 struct Message {

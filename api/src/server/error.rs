@@ -5,8 +5,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::engine::Overloaded;
-use crate::pipeline::NotLoaded;
+use capstan_engine::pipeline::NotLoaded;
+use capstan_engine::workers::Overloaded;
 
 /// An error answered to a client.
 #[derive(Debug)]

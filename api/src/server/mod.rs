@@ -1,7 +1,7 @@
 //! The HTTP API (axum): QA, search, embeddings and OpenAI-compatible chat
 //! over one index, with limits, an optional API key, metrics and a web page.
 //! Handlers only validate and translate; model work goes through the
-//! [`Engine`](crate::engine::Engine)'s queues.
+//! [`Engine`](capstan_engine::workers::Engine)'s queues.
 
 mod chat;
 mod embeddings;
@@ -31,8 +31,8 @@ use serde::de::DeserializeOwned;
 pub use error::ApiError;
 pub use metrics::Metrics;
 
-use crate::engine::Engine;
-use crate::pipeline::QaRequest;
+use capstan_engine::pipeline::QaRequest;
+use capstan_engine::workers::Engine;
 
 /// Limits on what a request may ask.
 #[derive(Debug, Clone, Copy)]

@@ -17,7 +17,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
-use crate::pipeline::{Answer, QaRequest, ReaderKind};
+use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -56,7 +56,7 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
         .contains(&req.reader)
     {
         return Err(ApiError::invalid(
-            crate::pipeline::NotLoaded(req.reader).to_string(),
+            capstan_engine::pipeline::NotLoaded(req.reader).to_string(),
         ));
     }
     apply_sampling(&mut req, body.max_tokens, body.temperature, body.top_p)?;

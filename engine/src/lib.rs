@@ -1,0 +1,15 @@
+//! Capstan's question-answering core, used by the `capstan` binary and its HTTP server:
+//!
+//! - [`pipeline`]: retrieve, then read (extractive or generative), with timings and citations;
+//! - [`scheduler`]: continuous batching of generation (one packed forward per step over every
+//!   running sequence; sequences join and leave between steps; admission by KV budget);
+//! - [`workers`]: model work off the async runtime behind bounded queues (fail-fast admission);
+//! - [`eval`]: the batch evaluation protocols (QA, lost in the middle, synthetic probes) and
+//!   their metrics;
+//! - [`text`]: answer normalisation, exact match and F1.
+#![warn(missing_docs)]
+
+pub mod eval;
+pub mod pipeline;
+pub mod text;
+pub mod workers;
