@@ -9,7 +9,13 @@
 //! - [`text`]: answer normalisation, exact match and F1.
 #![warn(missing_docs)]
 
+mod error;
 pub mod eval;
+pub mod metrics;
 pub mod pipeline;
+pub mod scheduler;
 pub mod text;
 pub mod workers;
+
+pub use error::{guarded, Error, Result};
+pub use scheduler::{Scheduler, SchedulerSettings, SchedulerStats};

@@ -11,7 +11,7 @@ use common::fixture;
 const TOL: f32 = 1e-4;
 
 fn load(name: &str) -> Llama {
-    Checkpoint::open(&fixture(name))
+    Checkpoint::open(fixture(name))
         .unwrap()
         .load_model(&Device::Cpu, Some(DType::F32))
         .unwrap()

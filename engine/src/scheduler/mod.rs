@@ -1,0 +1,318 @@
+//! Continuous batching of generation.
+//!
+//! A [`Scheduler`] owns one generative model on its own thread. Every step runs one packed
+//! forward ([`capstan_reader::Llama::forward_packed`]) over every running sequence: one row per
+//! decoding sequence plus prompt chunks of sequences still prefilling, up to a token budget per
+//! step, so a long prompt is read over several steps while everyone else keeps decoding.
+//! Sequences join and leave between steps; each has its own sampling parameters, stops, token
+//! limit and event stream, and a sequence whose receiver is gone is dropped at the next step.
+//!
+//! **KV memory: slots with a token budget.** Each sequence's KV cache is its own buffer
+//! (contiguous per layer, appended in place), not pages in a shared pool: on the CPU reference
+//! path attention reads one contiguous buffer per sequence, and what paging buys on a GPU
+//! (no fragmentation between many short-lived sequences of unknown length) matters less when a
+//! sequence's bound is known at admission. That bound is reserved then: prompt tokens, encoder
+//! tokens (CAPE) and `max_new_tokens`, against `kv_tokens` in all; a sequence is admitted when
+//! its reservation fits and fewer than `max_batch` run, in arrival order (no overtaking).
+//! Past that it waits in a bounded queue; past the queue, [`Error::Overloaded`].
+
+mod stats;
+mod step;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use capstan_reader::{DecodedToken, Flow, Generation, GenerationParams, LanguageModel, Request};
+
+use crate::error::{Error, Result};
+pub use stats::SchedulerStats;
+
+/// Sizes of a scheduler.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchedulerSettings {
+    /// Sequences running at once (1 = no batching: one sequence at a time).
+    pub max_batch: usize,
+    /// KV cache budget in tokens, reserved per sequence at admission.
+    pub kv_tokens: usize,
+    /// Tokens per step: one per decoding sequence, the rest for prompt chunks.
+    pub step_tokens: usize,
+    /// Sequences that may wait for admission.
+    pub queue: usize,
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            max_batch: 64,
+            kv_tokens: 1 << 17,
+            step_tokens: 512,
+            queue: 256,
+        }
+    }
+}
+
+/// What a running sequence reports.
+#[derive(Debug)]
+pub enum Event {
+    /// A new token (and its text).
+    Token(DecodedToken),
+    /// The sequence ended.
+    Done(Generation),
+    /// The sequence failed (the step it was in failed, or its encoder context did).
+    Failed(Error),
+}
+
+/// A submitted sequence: its events, in order. Dropping it cancels the sequence.
+#[derive(Debug)]
+pub struct Sequence {
+    events: mpsc::Receiver<Event>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Sequence {
+    /// The next event; `None` once the scheduler is gone.
+    pub fn next_event(&self) -> Option<Event> {
+        self.events.recv().ok()
+    }
+
+    /// Asks the scheduler to drop the sequence at its next step.
+    pub fn cancel(&self) {
+        self.cancel.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Sequence {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// A sequence waiting for admission.
+struct Waiting {
+    request: Request,
+    params: GenerationParams,
+    reserve: usize,
+    events: mpsc::Sender<Event>,
+    cancel: Arc<AtomicBool>,
+    submitted: Instant,
+}
+
+/// What submitters and the scheduler thread share: admission happens here, under one lock,
+/// so that a burst is admitted, queued or refused by the same rule whenever the thread runs.
+struct Queue {
+    /// Admitted, not yet started by the thread.
+    admitted: Vec<Waiting>,
+    /// Waiting for a slot or KV budget, in arrival order.
+    waiting: VecDeque<Waiting>,
+    /// Sequences admitted and not yet ended.
+    slots: usize,
+    /// KV tokens reserved by them.
+    kv_used: usize,
+    shutdown: bool,
+}
+
+impl Queue {
+    fn fits(&self, settings: &SchedulerSettings, reserve: usize) -> bool {
+        self.slots < settings.max_batch && self.kv_used + reserve <= settings.kv_tokens
+    }
+
+    fn admit(&mut self, w: Waiting) {
+        self.slots += 1;
+        self.kv_used += w.reserve;
+        self.admitted.push(w);
+    }
+
+    /// Moves waiting sequences that now fit to `admitted`, in order (no overtaking).
+    fn promote(&mut self, settings: &SchedulerSettings) {
+        self.waiting.retain(|w| !w.cancel.load(Ordering::SeqCst));
+        while let Some(w) = self.waiting.front() {
+            if !self.fits(settings, w.reserve) {
+                break;
+            }
+            let w = self.waiting.pop_front().expect("front exists");
+            self.admit(w);
+        }
+    }
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    wake: Condvar,
+    settings: SchedulerSettings,
+    stats: Mutex<SchedulerStats>,
+    model: Arc<LanguageModel>,
+    /// Set when the thread ended (a panic outside a step).
+    stopped: AtomicBool,
+}
+
+/// Stops the thread when the last [`Scheduler`] clone is dropped.
+struct Shutdown(Arc<Shared>);
+
+impl Drop for Shutdown {
+    fn drop(&mut self) {
+        self.0.queue.lock().expect("scheduler queue lock").shutdown = true;
+        self.0.wake.notify_all();
+    }
+}
+
+/// A continuous-batching scheduler for one generative model; cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    _shutdown: Arc<Shutdown>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("settings", &self.shared.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    /// Starts the scheduler's thread, named `capstan-{name}`.
+    pub fn start(name: &str, model: Arc<LanguageModel>, settings: SchedulerSettings) -> Self {
+        let settings = SchedulerSettings {
+            max_batch: settings.max_batch.max(1),
+            kv_tokens: settings.kv_tokens.max(1),
+            step_tokens: settings.step_tokens.max(1),
+            queue: settings.queue,
+        };
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue {
+                admitted: Vec::new(),
+                waiting: VecDeque::new(),
+                slots: 0,
+                kv_used: 0,
+                shutdown: false,
+            }),
+            wake: Condvar::new(),
+            settings,
+            stats: Mutex::new(SchedulerStats::new(settings)),
+            model,
+            stopped: AtomicBool::new(false),
+        });
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(format!("capstan-{name}"))
+            .spawn(move || step::run(&thread_shared))
+            .expect("spawning the scheduler thread");
+        Self {
+            _shutdown: Arc::new(Shutdown(shared.clone())),
+            shared,
+        }
+    }
+
+    /// The model it runs.
+    pub fn model(&self) -> &LanguageModel {
+        &self.shared.model
+    }
+
+    /// Its sizes.
+    pub fn settings(&self) -> SchedulerSettings {
+        self.shared.settings
+    }
+
+    /// A snapshot of its counters and histograms.
+    pub fn stats(&self) -> SchedulerStats {
+        let mut stats = self
+            .shared
+            .stats
+            .lock()
+            .expect("scheduler stats lock")
+            .clone();
+        stats.waiting = self
+            .shared
+            .queue
+            .lock()
+            .expect("scheduler queue lock")
+            .waiting
+            .len();
+        stats
+    }
+
+    /// Queues a sequence. Fails fast when the queue is full, when the sequence could never fit
+    /// the KV budget, and on an empty prompt.
+    pub fn submit(&self, request: Request, params: GenerationParams) -> Result<Sequence> {
+        if request.prompt.is_empty() {
+            return Err(capstan_reader::Error::InvalidInput {
+                reason: "empty prompt".into(),
+            }
+            .into());
+        }
+        if self.shared.stopped.load(Ordering::SeqCst) {
+            return Err(Error::SchedulerStopped);
+        }
+        let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
+        let reserve = request.prompt.len() + encoder + params.max_new_tokens;
+        let budget = self.shared.settings.kv_tokens;
+        if reserve > budget {
+            return Err(Error::TooLarge {
+                need: reserve,
+                budget,
+            });
+        }
+        let (events, rx) = mpsc::channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        {
+            let settings = &self.shared.settings;
+            let mut q = self.shared.queue.lock().expect("scheduler queue lock");
+            q.promote(settings);
+            let w = Waiting {
+                request,
+                params,
+                reserve,
+                events,
+                cancel: cancel.clone(),
+                submitted: Instant::now(),
+            };
+            if q.waiting.is_empty() && q.fits(settings, reserve) {
+                q.admit(w);
+            } else if q.waiting.len() < settings.queue {
+                q.waiting.push_back(w);
+            } else {
+                drop(q);
+                self.shared
+                    .stats
+                    .lock()
+                    .expect("scheduler stats lock")
+                    .rejected += 1;
+                return Err(Error::Overloaded { queue: "generate" });
+            }
+        }
+        self.shared.wake.notify_all();
+        Ok(Sequence { events: rx, cancel })
+    }
+
+    /// Submits and waits: `on_token(id, text)` sees every token as it comes and may stop the
+    /// sequence ([`Flow::Stop`]: it ends as cancelled, with what it has).
+    pub fn generate_stream(
+        &self,
+        request: Request,
+        params: GenerationParams,
+        mut on_token: impl FnMut(u32, Option<&str>) -> Flow,
+    ) -> Result<Generation> {
+        let seq = self.submit(request, params)?;
+        loop {
+            match seq.next_event() {
+                Some(Event::Token(t)) => {
+                    if on_token(t.token, t.piece.as_deref()) == Flow::Stop {
+                        seq.cancel();
+                    }
+                }
+                Some(Event::Done(g)) => return Ok(g),
+                Some(Event::Failed(e)) => return Err(e),
+                None => return Err(Error::SchedulerStopped),
+            }
+        }
+    }
+
+    /// Submits and waits for the whole generation.
+    pub fn generate(&self, request: Request, params: GenerationParams) -> Result<Generation> {
+        self.generate_stream(request, params, |_, _| Flow::Continue)
+    }
+}

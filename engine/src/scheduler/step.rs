@@ -1,0 +1,257 @@
+//! The scheduler's thread: admit, step, report, until shut down.
+
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Instant;
+
+use capstan_reader::{Cache, Decoding, Generation, PackedInput};
+
+use super::{Event, Shared, Waiting};
+use crate::error::{panic_message, Error};
+
+/// A prompt is read in chunks of at least this many tokens a step, even when decoding rows
+/// fill the step's budget (so prefill always progresses).
+const MIN_PREFILL_CHUNK: usize = 32;
+
+/// A running sequence.
+struct Running {
+    cache: Cache,
+    decoding: Decoding,
+    /// Tokens not yet fed: the prompt's unread part, or the last sampled token.
+    pending: Vec<u32>,
+    prompt_tokens: usize,
+    reserve: usize,
+    events: mpsc::Sender<Event>,
+    cancel: Arc<std::sync::atomic::AtomicBool>,
+    submitted: Instant,
+    first_token: Option<Instant>,
+    last_token: Option<Instant>,
+}
+
+impl Running {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+
+    /// Ends the sequence: reports the generation (ignored if nobody listens).
+    fn finish(self, shared: &Shared) {
+        let elapsed = self.submitted.elapsed();
+        let ttft = self
+            .first_token
+            .map_or(elapsed, |t| t.duration_since(self.submitted));
+        let (tokens, text, stop_reason) = self.decoding.finish();
+        let generation = Generation {
+            tokens,
+            text: Some(text),
+            stop_reason,
+            prompt_tokens: self.prompt_tokens,
+            time_to_first_token: ttft,
+            elapsed,
+        };
+        shared
+            .stats
+            .lock()
+            .expect("scheduler stats lock")
+            .finished(&generation);
+        let _ = self.events.send(Event::Done(generation));
+    }
+}
+
+/// The thread's body.
+pub(super) fn run(shared: &Shared) {
+    let mut running: Vec<Running> = Vec::new();
+    loop {
+        let Some(admitted) = admit(shared, running.len()) else {
+            break;
+        };
+        for w in admitted {
+            match start(shared, w) {
+                Ok(r) if r.decoding.is_done() => {
+                    release(shared, r.reserve);
+                    r.finish(shared);
+                }
+                Ok(r) => running.push(r),
+                Err((reserve, events, e)) => {
+                    release(shared, reserve);
+                    let _ = events.send(Event::Failed(e));
+                }
+            }
+        }
+        // Sequences whose client left (or asked to stop) end before the step.
+        let (gone, kept): (Vec<_>, Vec<_>) = running.into_iter().partition(Running::cancelled);
+        running = kept;
+        for mut r in gone {
+            release(shared, r.reserve);
+            r.decoding.cancel();
+            r.finish(shared);
+        }
+        if running.is_empty() {
+            continue;
+        }
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(shared, &mut running)));
+        let failure = match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.to_string()),
+            Err(panic) => Some(format!("internal error: {}", panic_message(panic.as_ref()))),
+        };
+        if let Some(reason) = failure {
+            // The caches of every sequence in the step are now in an unknown state.
+            for r in running.drain(..) {
+                release(shared, r.reserve);
+                let _ = r.events.send(Event::Failed(Error::Panic(reason.clone())));
+            }
+        }
+        let (done, kept): (Vec<_>, Vec<_>) =
+            running.into_iter().partition(|r| r.decoding.is_done());
+        running = kept;
+        for r in done {
+            release(shared, r.reserve);
+            r.finish(shared);
+        }
+        let kv_used = shared.queue.lock().expect("scheduler queue lock").kv_used;
+        shared
+            .stats
+            .lock()
+            .expect("scheduler stats lock")
+            .occupancy(running.len(), kv_used);
+    }
+    shared.stopped.store(true, Ordering::SeqCst);
+}
+
+/// The sequences admitted since the last call; waits while nothing runs and nothing was
+/// admitted. `None`: shut down.
+fn admit(shared: &Shared, running: usize) -> Option<Vec<Waiting>> {
+    let mut q = shared.queue.lock().expect("scheduler queue lock");
+    loop {
+        q.promote(&shared.settings);
+        let admitted = std::mem::take(&mut q.admitted);
+        if running > 0 || !admitted.is_empty() {
+            return Some(admitted);
+        }
+        if q.shutdown {
+            return None;
+        }
+        q = shared.wake.wait(q).expect("scheduler queue lock");
+    }
+}
+
+/// Gives a sequence's slot and KV reservation back.
+fn release(shared: &Shared, reserve: usize) {
+    let mut q = shared.queue.lock().expect("scheduler queue lock");
+    q.slots -= 1;
+    q.kv_used -= reserve;
+}
+
+type StartError = (usize, mpsc::Sender<Event>, Error);
+
+/// A new running sequence (its encoder context computed for CAPE).
+fn start(shared: &Shared, w: Waiting) -> Result<Running, StartError> {
+    let model = shared.model.model();
+    let mut cache = Cache::new(model);
+    if !w.request.encoder_chunks.is_empty() {
+        let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            model.set_encoder_context(
+                std::slice::from_ref(&w.request.encoder_chunks),
+                shared.model.pad_id(),
+                &mut cache,
+            )
+        }));
+        let err = match set {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(Error::from(e)),
+            Err(p) => Some(Error::Panic(panic_message(p.as_ref()).to_string())),
+        };
+        if let Some(e) = err {
+            return Err((w.reserve, w.events, e));
+        }
+    }
+    shared
+        .stats
+        .lock()
+        .expect("scheduler stats lock")
+        .admitted(w.submitted.elapsed());
+    Ok(Running {
+        cache,
+        decoding: Decoding::new(&w.request.prompt, w.params),
+        prompt_tokens: w.request.prompt.len(),
+        pending: w.request.prompt,
+        reserve: w.reserve,
+        events: w.events,
+        cancel: w.cancel,
+        submitted: w.submitted,
+        first_token: None,
+        last_token: None,
+    })
+}
+
+/// One packed forward over the running sequences, then one token for each that finished its
+/// prompt (or was decoding).
+fn step(shared: &Shared, running: &mut [Running]) -> Result<(), Error> {
+    let budget = shared.settings.step_tokens;
+    let decoding = running.iter().filter(|r| r.pending.len() == 1).count();
+    let mut left = budget.saturating_sub(decoding).max(MIN_PREFILL_CHUNK);
+    // How many pending tokens each sequence feeds this step (0: waits for the next).
+    let feed: Vec<usize> = running
+        .iter()
+        .map(|r| {
+            if r.pending.len() == 1 {
+                1
+            } else {
+                let n = r.pending.len().min(left);
+                left -= n;
+                n
+            }
+        })
+        .collect();
+    let fed: Vec<usize> = (0..running.len()).filter(|&i| feed[i] > 0).collect();
+    let logits = {
+        let mut inputs: Vec<PackedInput> = running
+            .iter_mut()
+            .zip(&feed)
+            .filter(|(_, &n)| n > 0)
+            .map(|(r, &n)| PackedInput {
+                tokens: &r.pending[..n],
+                cache: &mut r.cache,
+            })
+            .collect();
+        shared.model.model().forward_packed(&mut inputs)?
+    };
+    let rows = logits
+        .to_vec2::<f32>()
+        .map_err(capstan_reader::Error::from)?;
+    let tokenizer = Some(shared.model.tokenizer());
+    let now = Instant::now();
+    let mut new_tokens = 0;
+    let mut gaps = Vec::new();
+    let mut firsts = Vec::new();
+    for (&i, mut row) in fed.iter().zip(rows) {
+        let r = &mut running[i];
+        r.pending.drain(..feed[i]);
+        if !r.pending.is_empty() {
+            continue; // more prompt to read: its logits are not a prediction yet
+        }
+        let t = r.decoding.push(&mut row, tokenizer)?;
+        new_tokens += 1;
+        match r.last_token {
+            Some(prev) => gaps.push(now.duration_since(prev)),
+            None => {
+                r.first_token = Some(now);
+                firsts.push(now.duration_since(r.submitted));
+            }
+        }
+        r.last_token = Some(now);
+        r.pending.push(t.token);
+        if r.events.send(Event::Token(t)).is_err() {
+            r.decoding.cancel();
+        }
+    }
+    shared.stats.lock().expect("scheduler stats lock").stepped(
+        fed.len(),
+        new_tokens,
+        &firsts,
+        &gaps,
+    );
+    Ok(())
+}

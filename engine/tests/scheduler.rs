@@ -1,0 +1,336 @@
+//! Continuous batching: sequences run together produce exactly the tokens each produces
+//! alone (greedy, f32), whatever their lengths, limits, stops and encoder chunks; a cancelled
+//! sequence leaves the others untouched; admission queues past the KV budget and refuses past
+//! the queue, losing and duplicating nothing.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use candle_core::{DType, Device};
+use capstan_engine::scheduler::Event;
+use capstan_engine::{Error, Scheduler, SchedulerSettings};
+use capstan_reader::{
+    GenerationParams, Generator, LanguageModel, LoadOptions, Request, StopReason,
+};
+
+fn reader_fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../reader/tests/fixtures")
+        .join(name)
+}
+
+/// A reader test checkpoint with a word-level tokenizer (`t0`, `t1`, ...) added, since the
+/// tiny checkpoints have none and a language model needs one to decode text.
+fn tiny(name: &str) -> (tempfile::TempDir, LanguageModel) {
+    let dir = tempfile::tempdir().unwrap();
+    let src = reader_fixture(name);
+    for f in ["config.json", "generation_config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    let vocab = cfg["vocab_size"].as_u64().unwrap();
+    let words: serde_json::Map<String, serde_json::Value> =
+        (0..vocab).map(|i| (format!("t{i}"), i.into())).collect();
+    let tokenizer = serde_json::json!({
+        "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+        "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+        "decoder": null,
+        "model": {"type": "WordLevel", "vocab": words, "unk_token": "t0"}
+    });
+    std::fs::write(dir.path().join("tokenizer.json"), tokenizer.to_string()).unwrap();
+    let lm = LanguageModel::load(dir.path(), &Device::Cpu, f32_options()).unwrap();
+    (dir, lm)
+}
+
+fn f32_options() -> LoadOptions {
+    LoadOptions {
+        dtype: Some(DType::F32),
+        no_chat_template: false,
+    }
+}
+
+fn prompt(seed: u32, len: usize, vocab: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (seed.wrapping_mul(2_654_435_761).wrapping_add(i * 40_503) >> 7) % vocab as u32)
+        .map(|t| t.max(4))
+        .collect()
+}
+
+fn alone(lm: &LanguageModel, request: &Request, params: &GenerationParams) -> Vec<u32> {
+    Generator::new(lm.model(), Some(lm.tokenizer()), lm.pad_id())
+        .generate(request, params)
+        .unwrap()
+        .tokens
+}
+
+/// Submits every request at once and checks each result against its generation alone; returns
+/// the scheduler's largest step batch.
+fn check_together(lm: LanguageModel, cases: Vec<(Request, GenerationParams)>) -> usize {
+    let want: Vec<Vec<u32>> = cases.iter().map(|(r, p)| alone(&lm, r, p)).collect();
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    let seqs: Vec<_> = cases
+        .iter()
+        .map(|(r, p)| scheduler.submit(r.clone(), p.clone()).unwrap())
+        .collect();
+    for (i, seq) in seqs.iter().enumerate() {
+        let mut streamed = Vec::new();
+        let done = loop {
+            match seq.next_event().expect("scheduler alive") {
+                Event::Token(t) => streamed.push(t.token),
+                Event::Done(g) => break g,
+                Event::Failed(e) => panic!("sequence {i} failed: {e}"),
+            }
+        };
+        assert_eq!(
+            done.tokens, want[i],
+            "sequence {i}: tokens together vs alone"
+        );
+        assert_eq!(streamed, done.tokens, "sequence {i}: streamed tokens");
+    }
+    scheduler.stats().largest_batch
+}
+
+fn decoder_cases(vocab: usize) -> Vec<(Request, GenerationParams)> {
+    [
+        (1, 9, 12),
+        (2, 3, 20),
+        (3, 40, 6),
+        (4, 1, 15),
+        (5, 17, 9),
+        (6, 70, 11),
+    ]
+    .into_iter()
+    .map(|(seed, len, n)| {
+        let request = Request {
+            prompt: prompt(seed, len, vocab),
+            encoder_chunks: Vec::new(),
+        };
+        (request, GenerationParams::greedy(n))
+    })
+    .collect()
+}
+
+#[test]
+fn llama3_rope_together_equals_alone() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let mut cases = decoder_cases(384);
+    // Stop at the 4th token the second sequence would generate.
+    let stop = alone(&lm, &cases[1].0, &cases[1].1)[3];
+    cases[1].1.stop_token_ids = vec![stop];
+    let largest = check_together(lm, cases);
+    assert!(
+        largest >= 4,
+        "sequences were not batched (largest step: {largest})"
+    );
+}
+
+#[test]
+fn qwen2_together_equals_alone() {
+    let (_dir, lm) = tiny("qwen2-tiny");
+    let largest = check_together(lm, decoder_cases(384));
+    assert!(
+        largest >= 4,
+        "sequences were not batched (largest step: {largest})"
+    );
+}
+
+#[test]
+fn cape_rows_with_different_chunk_counts_together_equal_alone() {
+    let (_dir, lm) = tiny("cepe-tiny");
+    let v = 512;
+    let case = |seed, len, chunks: Vec<(u32, usize)>, n| {
+        let request = Request {
+            prompt: prompt(seed, len, v),
+            encoder_chunks: chunks.into_iter().map(|(s, l)| prompt(s, l, v)).collect(),
+        };
+        (request, GenerationParams::greedy(n))
+    };
+    let cases = vec![
+        case(11, 6, vec![(21, 8), (22, 5), (23, 8)], 7),
+        case(12, 4, vec![(24, 3)], 10),
+        case(13, 9, vec![], 5),
+        case(14, 2, vec![(25, 7), (26, 7)], 8),
+    ];
+    let largest = check_together(lm, cases);
+    assert!(
+        largest >= 3,
+        "sequences were not batched (largest step: {largest})"
+    );
+}
+
+#[test]
+fn a_cancelled_sequence_leaves_the_others_unchanged() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let long = (
+        Request {
+            prompt: prompt(7, 12, 384),
+            encoder_chunks: Vec::new(),
+        },
+        GenerationParams::greedy(400),
+    );
+    let other = (
+        Request {
+            prompt: prompt(8, 5, 384),
+            encoder_chunks: Vec::new(),
+        },
+        GenerationParams::greedy(60),
+    );
+    let want = alone(&lm, &other.0, &other.1);
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    let a = scheduler.submit(long.0.clone(), long.1.clone()).unwrap();
+    let b = scheduler.submit(other.0.clone(), other.1.clone()).unwrap();
+    for _ in 0..3 {
+        assert!(matches!(a.next_event(), Some(Event::Token(_))));
+    }
+    drop(a); // the client leaves mid-stream
+    let got = scheduler
+        .generate(other.0.clone(), other.1.clone())
+        .unwrap();
+    assert_eq!(
+        got.tokens, want,
+        "a sequence submitted after the cancellation"
+    );
+    let done = loop {
+        match b.next_event().unwrap() {
+            Event::Done(g) => break g,
+            Event::Token(_) => {}
+            Event::Failed(e) => panic!("{e}"),
+        }
+    };
+    assert_eq!(done.tokens, want);
+    // The cancelled sequence ended long before its 400 tokens.
+    let stats = scheduler.stats();
+    assert!(stats.tokens < 300, "{} tokens generated", stats.tokens);
+    assert_eq!(stats.finished, 3);
+    // Stopping from the callback ends a sequence as cancelled, with what it has.
+    let mut seen = 0;
+    let g = scheduler
+        .generate_stream(long.0, long.1, |_, _| {
+            seen += 1;
+            if seen == 5 {
+                capstan_reader::Flow::Stop
+            } else {
+                capstan_reader::Flow::Continue
+            }
+        })
+        .unwrap();
+    assert_eq!(g.stop_reason, StopReason::Cancelled);
+    assert!(
+        g.tokens.len() >= 5 && g.tokens.len() < 50,
+        "{}",
+        g.tokens.len()
+    );
+}
+
+#[test]
+fn a_burst_past_the_kv_budget_waits_and_past_the_queue_is_refused() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let n_new = 300;
+    let requests: Vec<Request> = (0..6)
+        .map(|i| Request {
+            prompt: prompt(30 + i, 10, 384),
+            encoder_chunks: Vec::new(),
+        })
+        .collect();
+    let params = GenerationParams::greedy(n_new);
+    let want: Vec<Vec<u32>> = requests.iter().map(|r| alone(&lm, r, &params)).collect();
+    // Room for two sequences' KV; three may wait.
+    let settings = SchedulerSettings {
+        max_batch: 8,
+        kv_tokens: 2 * (10 + n_new),
+        step_tokens: 512,
+        queue: 3,
+    };
+    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
+    let too_large = scheduler.submit(requests[0].clone(), GenerationParams::greedy(3 * n_new));
+    assert!(
+        matches!(too_large, Err(Error::TooLarge { .. })),
+        "{too_large:?}"
+    );
+    let mut accepted = Vec::new();
+    let mut refused = 0;
+    for (i, r) in requests.iter().enumerate() {
+        match scheduler.submit(r.clone(), params.clone()) {
+            Ok(seq) => accepted.push((i, seq)),
+            Err(Error::Overloaded { .. }) => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Two run, three wait, the sixth is refused (the first two need 300 steps to finish).
+    assert_eq!(refused, 1, "refusals");
+    assert_eq!(accepted.len(), 5);
+    for (i, seq) in accepted {
+        let g = loop {
+            match seq.next_event().unwrap() {
+                Event::Done(g) => break g,
+                Event::Token(_) => {}
+                Event::Failed(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(g.tokens, want[i], "request {i}");
+    }
+    let stats = scheduler.stats();
+    assert!(
+        stats.largest_batch <= 2,
+        "KV budget exceeded: {}",
+        stats.largest_batch
+    );
+    assert_eq!(stats.finished, 5, "each accepted request answered once");
+    assert_eq!(stats.rejected, 1);
+    assert_eq!(stats.tokens, 5 * n_new as u64);
+}
+
+/// The SmolLM2 GGUF: `$CAPSTAN_LLM`, else `$CAPSTAN_HOME/models/...` (scripts/setup.sh puts it
+/// there).
+fn smollm2() -> PathBuf {
+    let path = std::env::var_os("CAPSTAN_LLM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("CAPSTAN_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/capstan")
+                });
+            home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn smollm2_chat_requests_together_equal_alone() {
+    let lm = LanguageModel::load(&smollm2(), &Device::Cpu, f32_options()).unwrap();
+    let questions = [
+        ("What is the capital of France?", 12, None),
+        ("Name three colours of the rainbow, separated by commas.", 24, Some(",")),
+        ("Hi", 8, None),
+        (
+            "Write one sentence about rivers, mountains, forests and the sea, and say why each matters to people who live near it.",
+            30,
+            Some("."),
+        ),
+        ("2+2=", 5, None),
+    ];
+    let cases: Vec<(Request, GenerationParams)> = questions
+        .iter()
+        .map(|(q, n, stop)| {
+            let mut params = lm.with_stops(GenerationParams::greedy(*n));
+            params.stop_strings = stop.iter().map(|s| s.to_string()).collect();
+            let request = Request {
+                prompt: lm.user_prompt(q).unwrap(),
+                encoder_chunks: Vec::new(),
+            };
+            (request, params)
+        })
+        .collect();
+    let largest = check_together(lm, cases);
+    assert!(
+        largest >= 3,
+        "sequences were not batched (largest step: {largest})"
+    );
+}
