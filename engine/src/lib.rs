@@ -9,7 +9,7 @@
 //! - [`text`]: answer normalisation, exact match and F1.
 #![warn(missing_docs)]
 
-mod error;
+pub mod error;
 pub mod eval;
 pub mod metrics;
 pub mod pipeline;

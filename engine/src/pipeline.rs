@@ -7,10 +7,13 @@ use std::time::Instant;
 
 use capstan_reader::{
     cepe_prompt, llama_prompt, ExtractivePassage, ExtractiveReader, Flow, GenerationParams,
-    LanguageModel, PromptOptions, Request,
+    PromptOptions, Request,
 };
 use capstan_retriever::{Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::scheduler::Scheduler;
 
 /// Which reader answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
@@ -37,7 +40,7 @@ impl ReaderKind {
 
 impl std::str::FromStr for ReaderKind {
     type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "extractive" => Ok(ReaderKind::Extractive),
             "llama" => Ok(ReaderKind::Llama),
@@ -129,12 +132,13 @@ pub struct Answer {
     pub timings: Timings,
 }
 
-/// Retriever plus readers.
+/// Retriever plus readers; each generative reader's model runs behind its own
+/// continuous-batching [`Scheduler`].
 pub struct Pipeline {
     retriever: Arc<Retriever>,
     extractive: ExtractiveReader,
-    llama: Option<LanguageModel>,
-    cape: Option<LanguageModel>,
+    llama: Option<Scheduler>,
+    cape: Option<Scheduler>,
     /// Search settings besides mode and k.
     pub search: SearchOptions,
 }
@@ -143,8 +147,8 @@ impl Pipeline {
     /// A pipeline over `retriever`, with the generative readers that were loaded.
     pub fn new(
         retriever: Arc<Retriever>,
-        llama: Option<LanguageModel>,
-        cape: Option<LanguageModel>,
+        llama: Option<Scheduler>,
+        cape: Option<Scheduler>,
         search: SearchOptions,
     ) -> Self {
         let extractive = ExtractiveReader::new(retriever.encoder().clone());
@@ -180,7 +184,7 @@ impl Pipeline {
         question: &str,
         k: usize,
         mode: Mode,
-    ) -> anyhow::Result<(Vec<Hit>, Option<Vec<f32>>)> {
+    ) -> Result<(Vec<Hit>, Option<Vec<f32>>)> {
         let vector = match mode {
             Mode::Bm25 => None,
             _ => Some(self.retriever.embed_query(question)?),
@@ -199,13 +203,9 @@ impl Pipeline {
     /// Answers a question. `on_text` receives each piece of generated text
     /// as it comes (an extractive answer arrives as one piece) and may stop
     /// generation early.
-    pub fn answer(
-        &self,
-        req: &QaRequest,
-        on_text: impl FnMut(&str) -> Flow,
-    ) -> anyhow::Result<Answer> {
+    pub fn answer(&self, req: &QaRequest, on_text: impl FnMut(&str) -> Flow) -> Result<Answer> {
         let start = Instant::now();
-        self.reader_model(req.reader)?;
+        self.scheduler(req.reader)?;
         let (hits, vector) = self.retrieve(&req.question, req.k, req.mode)?;
         self.read(req, hits, vector, start, on_text)
     }
@@ -219,16 +219,29 @@ impl Pipeline {
         hits: Vec<Hit>,
         vector: Option<Vec<f32>>,
         on_text: impl FnMut(&str) -> Flow,
-    ) -> anyhow::Result<Answer> {
+    ) -> Result<Answer> {
         self.read(req, hits, vector, Instant::now(), on_text)
     }
 
-    fn reader_model(&self, reader: ReaderKind) -> anyhow::Result<Option<&LanguageModel>> {
-        Ok(match reader {
-            ReaderKind::Extractive => None,
-            ReaderKind::Llama => Some(self.llama.as_ref().ok_or(NotLoaded(ReaderKind::Llama))?),
-            ReaderKind::Cape => Some(self.cape.as_ref().ok_or(NotLoaded(ReaderKind::Cape))?),
-        })
+    /// The scheduler of a generative reader (`None` for the extractive one).
+    pub fn scheduler(&self, reader: ReaderKind) -> Result<Option<&Scheduler>> {
+        let loaded = match reader {
+            ReaderKind::Extractive => return Ok(None),
+            ReaderKind::Llama => &self.llama,
+            ReaderKind::Cape => &self.cape,
+        };
+        loaded.as_ref().map(Some).ok_or(Error::NotLoaded(reader))
+    }
+
+    /// The generative readers' schedulers, by reader name.
+    pub fn schedulers(&self) -> Vec<(&'static str, &Scheduler)> {
+        [
+            (ReaderKind::Llama, &self.llama),
+            (ReaderKind::Cape, &self.cape),
+        ]
+        .into_iter()
+        .filter_map(|(k, s)| s.as_ref().map(|s| (k.name(), s)))
+        .collect()
     }
 
     /// The read step shared by [`Pipeline::answer`] and [`Pipeline::answer_with_passages`].
@@ -239,14 +252,14 @@ impl Pipeline {
         vector: Option<Vec<f32>>,
         start: Instant,
         mut on_text: impl FnMut(&str) -> Flow,
-    ) -> anyhow::Result<Answer> {
+    ) -> Result<Answer> {
         let mut timings = Timings {
             retrieve_ms: ms(start),
             ..Timings::default()
         };
-        let mut answer = match self.reader_model(req.reader)? {
+        let mut answer = match self.scheduler(req.reader)? {
             None => self.read_extractive(req, hits, vector, &mut timings, &mut on_text)?,
-            Some(model) => self.read_generative(req, model, hits, &mut timings, &mut on_text)?,
+            Some(s) => self.read_generative(req, s, hits, &mut timings, &mut on_text)?,
         };
         timings.total_ms = ms(start);
         answer.timings = timings;
@@ -260,7 +273,7 @@ impl Pipeline {
         vector: Option<Vec<f32>>,
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
-    ) -> anyhow::Result<Answer> {
+    ) -> Result<Answer> {
         let t = Instant::now();
         let question = match vector {
             Some(v) => v,
@@ -322,11 +335,12 @@ impl Pipeline {
     fn read_generative(
         &self,
         req: &QaRequest,
-        model: &LanguageModel,
+        scheduler: &Scheduler,
         hits: Vec<Hit>,
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
-    ) -> anyhow::Result<Answer> {
+    ) -> Result<Answer> {
+        let model = scheduler.model();
         let t = Instant::now();
         let passages: Vec<capstan_reader::Passage> = hits
             .iter()
@@ -381,12 +395,10 @@ impl Pipeline {
         model.check_length(usage_in.0, params.max_new_tokens)?;
         timings.assemble_ms = ms(t);
         let t = Instant::now();
-        let generation = model
-            .generator()
-            .generate_stream(&request, &params, |_, piece| match piece {
-                Some(p) if !p.is_empty() => on_text(p),
-                _ => Flow::Continue,
-            })?;
+        let generation = scheduler.generate_stream(request, params, |_, piece| match piece {
+            Some(p) if !p.is_empty() => on_text(p),
+            _ => Flow::Continue,
+        })?;
         timings.read_ms = ms(t);
         timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
         let answer = generation
@@ -411,11 +423,6 @@ impl Pipeline {
         })
     }
 }
-
-/// A generative reader was asked for but not configured.
-#[derive(Debug, thiserror::Error)]
-#[error("reader `{}` is not loaded: configure its checkpoint folder (--{}-model or capstan.toml)", .0.name(), .0.name())]
-pub struct NotLoaded(pub ReaderKind);
 
 /// Passages that contain the (normalised) generated answer; else, since a generated sentence
 /// rarely appears verbatim, the passages holding the most of its words (at least half of them,

@@ -1,11 +1,13 @@
 //! Model work off the async runtime: worker threads fed by bounded queues.
 //!
 //! A request is admitted only if its queue has room (`try_send`); a full
-//! queue fails fast as [`Overloaded`] (HTTP 503 with Retry-After) instead of
-//! hanging. Generative reading has its own queue and workers, so a long
-//! generation never delays searches and extractive answers. Replies travel
-//! back on oneshot channels; streamed text on an unbounded channel whose
-//! closing (the client left) stops generation.
+//! queue fails fast as [`Error::Overloaded`] (HTTP 503 with Retry-After)
+//! instead of hanging. Generative reading has its own queue and workers, so a
+//! long generation never delays searches and extractive answers; those workers
+//! retrieve and build the prompt, then wait on the reader's [`Scheduler`](crate::Scheduler),
+//! which batches every sequence in flight into one step. Replies travel back on
+//! oneshot channels; streamed text on an unbounded channel. A client that left
+//! (closed stream or dropped reply) stops its generation at the next step.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
@@ -15,20 +17,13 @@ use capstan_reader::Flow;
 use capstan_retriever::{Hit, SearchOptions};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::error::{guarded, Error, Result};
 use crate::pipeline::{Answer, Pipeline, QaRequest, ReaderKind};
 
-/// The queue for this kind of work is full.
-#[derive(Debug, Clone, Copy, thiserror::Error)]
-#[error("the server is at capacity ({queue} queue full); retry shortly")]
-pub struct Overloaded {
-    /// Which queue.
-    pub queue: &'static str,
-}
-
-type Reply<T> = oneshot::Sender<anyhow::Result<T>>;
+type Reply<T> = oneshot::Sender<Result<T>>;
 
 /// Where a reply arrives.
-pub type Pending<T> = oneshot::Receiver<anyhow::Result<T>>;
+pub type Pending<T> = oneshot::Receiver<Result<T>>;
 
 /// Embedding vectors and the number of tokens they took.
 pub type Embedded = (Vec<Vec<f32>>, usize);
@@ -84,13 +79,13 @@ impl Queue {
         Self { tx, depth, name }
     }
 
-    fn submit(&self, job: Job) -> Result<(), Overloaded> {
+    fn submit(&self, job: Job) -> Result<()> {
         self.depth.fetch_add(1, Ordering::SeqCst);
         match self.tx.try_send(job) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.depth.fetch_sub(1, Ordering::SeqCst);
-                Err(Overloaded { queue: self.name })
+                Err(Error::Overloaded { queue: self.name })
             }
         }
     }
@@ -120,6 +115,7 @@ fn worker(rx: &Mutex<Receiver<Job>>, depth: &AtomicUsize, pipeline: &Pipeline) {
                 let result = guarded(|| {
                     pipeline.answer(&request, |piece| match &text {
                         Some(tx) if tx.send(piece.to_string()).is_err() => Flow::Stop,
+                        _ if reply.is_closed() => Flow::Stop,
                         _ => Flow::Continue,
                     })
                 });
@@ -162,18 +158,6 @@ fn worker(rx: &Mutex<Receiver<Job>>, depth: &AtomicUsize, pipeline: &Pipeline) {
     }
 }
 
-/// Runs `f`, turning a panic into an error.
-fn guarded<T>(f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("unknown panic");
-        Err(anyhow::anyhow!("internal error: {what}"))
-    })
-}
-
 /// Sizes of the engine.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineSettings {
@@ -181,7 +165,8 @@ pub struct EngineSettings {
     pub workers: usize,
     /// Requests that may wait for those workers.
     pub queue: usize,
-    /// Concurrent generations (generative readers).
+    /// Generative requests in flight: each worker retrieves, builds the prompt and waits on
+    /// the scheduler, so this bounds the sequences a scheduler can batch.
     pub generations: usize,
     /// Requests that may wait for a generation slot.
     pub generation_queue: usize,
@@ -236,7 +221,7 @@ impl Engine {
         &self,
         request: QaRequest,
         text: Option<mpsc::UnboundedSender<String>>,
-    ) -> Result<oneshot::Receiver<anyhow::Result<Answer>>, Overloaded> {
+    ) -> Result<Pending<Answer>> {
         let (reply, rx) = oneshot::channel();
         let queue = if request.reader == ReaderKind::Extractive {
             &self.fast
@@ -252,11 +237,7 @@ impl Engine {
     }
 
     /// Retrieves passages.
-    pub fn search(
-        &self,
-        query: String,
-        options: SearchOptions,
-    ) -> Result<oneshot::Receiver<anyhow::Result<Vec<Hit>>>, Overloaded> {
+    pub fn search(&self, query: String, options: SearchOptions) -> Result<Pending<Vec<Hit>>> {
         let (reply, rx) = oneshot::channel();
         self.fast.submit(Job::Search {
             query,
@@ -267,7 +248,7 @@ impl Engine {
     }
 
     /// Embeds texts with the index's encoder; also returns the token count.
-    pub fn embed(&self, texts: Vec<String>) -> Result<Pending<Embedded>, Overloaded> {
+    pub fn embed(&self, texts: Vec<String>) -> Result<Pending<Embedded>> {
         let (reply, rx) = oneshot::channel();
         self.fast.submit(Job::Embed { texts, reply })?;
         Ok(rx)

@@ -13,7 +13,7 @@ use capstan_retriever::{load_beir, mrr_at, ndcg_at, recall_at, Mode, Retriever};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs};
+use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs, SchedulingArgs};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
 use capstan_engine::eval::{
@@ -50,7 +50,8 @@ struct RunArgs {
     /// Output folder: config.json, items.jsonl, results.json, results.md, PNG plots.
     #[arg(long)]
     out: PathBuf,
-    /// Questions (or probes) evaluated at once [default: the CPU count].
+    /// Questions (or probes) evaluated at once; with a generative reader, the sequences in
+    /// flight that its scheduler batches [default: the CPU count; 16 with a generative reader].
     #[arg(long)]
     concurrency: Option<usize>,
     /// Discard the items of an earlier run in --out instead of resuming it.
@@ -123,6 +124,8 @@ struct ProbeModelArgs {
     /// Generated tokens at most [default: 48 for kv-retrieval, 12 for passkey].
     #[arg(long)]
     max_new_tokens: Option<usize>,
+    #[command(flatten)]
+    scheduling: SchedulingArgs,
 }
 
 impl ProbeModelArgs {
@@ -151,6 +154,7 @@ impl ProbeModelArgs {
             opts,
             self.attention,
             self.beyond_context,
+            self.scheduling.settings(),
         )
     }
 }
@@ -267,12 +271,13 @@ fn spec<'a>(
     config: serde_json::Value,
     stage: &'a str,
     bars: &'a Bars,
+    generative: bool,
 ) -> RunSpec<'a> {
     RunSpec {
         out: &run.out,
         config,
         restart: run.restart,
-        concurrency: eval::concurrency(run.concurrency),
+        concurrency: eval::concurrency(run.concurrency, generative),
         stage,
         progress: bars,
     }
@@ -286,7 +291,13 @@ fn qa(args: QaEvalArgs) -> anyhow::Result<()> {
         &pipeline,
         &request,
         questions,
-        &spec(&args.run, config, "qa", &bars),
+        &spec(
+            &args.run,
+            config,
+            "qa",
+            &bars,
+            request.reader != ReaderKind::Extractive,
+        ),
     )
 }
 
@@ -310,7 +321,13 @@ fn position(args: PositionEvalArgs) -> anyhow::Result<()> {
         &request,
         questions,
         &positions,
-        &spec(&args.run, config, "position", &bars),
+        &spec(
+            &args.run,
+            config,
+            "position",
+            &bars,
+            request.reader != ReaderKind::Extractive,
+        ),
     )
 }
 
@@ -348,7 +365,11 @@ fn kv_retrieval(args: KvEvalArgs) -> anyhow::Result<()> {
     });
     let model = m.load(args.reader)?;
     let bars = Bars::new(args.run.quiet);
-    eval::probes::kv_retrieval(&model, &settings, &spec(&args.run, config, "kv", &bars))
+    eval::probes::kv_retrieval(
+        &model,
+        &settings,
+        &spec(&args.run, config, "kv", &bars, true),
+    )
 }
 
 fn passkey(args: PasskeyEvalArgs) -> anyhow::Result<()> {
@@ -378,7 +399,7 @@ fn passkey(args: PasskeyEvalArgs) -> anyhow::Result<()> {
     eval::probes::passkey(
         &model,
         &settings,
-        &spec(&args.run, config, "passkey", &bars),
+        &spec(&args.run, config, "passkey", &bars, true),
     )
 }
 

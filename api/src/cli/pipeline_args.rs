@@ -13,6 +13,7 @@ use clap::Args;
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
 use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
+use capstan_engine::{Scheduler, SchedulerSettings};
 
 /// Flags of the QA pipeline (each overrides capstan.toml).
 #[derive(Debug, Clone, Args)]
@@ -63,7 +64,38 @@ pub struct PipelineArgs {
     #[arg(long)]
     pub query_aware: bool,
     #[command(flatten)]
+    pub scheduling: SchedulingArgs,
+    #[command(flatten)]
     pub retrieval: RetrievalArgs,
+}
+
+/// Sizes of the generative readers' continuous-batching schedulers.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct SchedulingArgs {
+    /// Sequences decoded together in one step (1: one at a time, no batching) [default: 64].
+    #[arg(long, env = "CAPSTAN_MAX_BATCH")]
+    pub max_batch: Option<usize>,
+    /// KV-cache budget in tokens; each sequence reserves prompt + max new tokens at admission
+    /// [default: 131072].
+    #[arg(long, env = "CAPSTAN_KV_TOKENS")]
+    pub kv_tokens: Option<usize>,
+    /// Tokens per step: one per decoding sequence, the rest read prompts in chunks
+    /// [default: 512].
+    #[arg(long, env = "CAPSTAN_STEP_TOKENS")]
+    pub step_tokens: Option<usize>,
+}
+
+impl SchedulingArgs {
+    /// The scheduler settings these flags describe.
+    pub fn settings(&self) -> SchedulerSettings {
+        let d = SchedulerSettings::default();
+        SchedulerSettings {
+            max_batch: self.max_batch.unwrap_or(d.max_batch).max(1),
+            kv_tokens: self.kv_tokens.unwrap_or(d.kv_tokens),
+            step_tokens: self.step_tokens.unwrap_or(d.step_tokens),
+            queue: d.queue,
+        }
+    }
 }
 
 /// Defaults of a question, after merging.
@@ -151,10 +183,12 @@ pub fn build(
         dtype: args.dtype.map(DtypeArg::dtype),
         no_chat_template: args.no_chat_template,
     };
-    let load = |path: Option<PathBuf>| -> anyhow::Result<Option<LanguageModel>> {
+    let scheduling = args.scheduling.settings();
+    let load = |path: Option<PathBuf>, name: &str| -> anyhow::Result<Option<Scheduler>> {
         path.map(|p| {
-            LanguageModel::load(&p, &device, opts)
-                .with_context(|| format!("loading the model {}", p.display()))
+            let model = LanguageModel::load(&p, &device, opts)
+                .with_context(|| format!("loading the model {}", p.display()))?;
+            Ok(Scheduler::start(name, Arc::new(model), scheduling))
         })
         .transpose()
     };
@@ -168,13 +202,16 @@ pub fn build(
             let wanted = !args.no_default_model && (want_llama || reader == ReaderKind::Llama);
             wanted.then(default_llama_model).flatten()
         });
-    let llama = load(llama_path)?;
-    let cape = load(args.cape_model.clone().or(file.reader.cape_model.clone()))?;
+    let llama = load(llama_path, "llama")?;
+    let cape = load(
+        args.cape_model.clone().or(file.reader.cape_model.clone()),
+        "cape",
+    )?;
     let k = args.k.or(file.retrieval.k).unwrap_or(5);
     let search = args.retrieval.options(mode, k);
     let pipeline = Arc::new(Pipeline::new(retriever, llama, cape, search));
     if !pipeline.available_readers().contains(&reader) {
-        return Err(capstan_engine::pipeline::NotLoaded(reader).into());
+        return Err(capstan_engine::Error::NotLoaded(reader).into());
     }
     let max_new_tokens = args
         .max_new_tokens

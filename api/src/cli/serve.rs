@@ -27,7 +27,8 @@ pub struct ServeArgs {
     /// Requests that may wait for a worker before new ones get 503 [default: 256].
     #[arg(long, env = "CAPSTAN_QUEUE")]
     queue: Option<usize>,
-    /// Concurrent generations of the generative readers [default: 1].
+    /// Generative requests in flight (retrieving, or decoding in the scheduler's batch); more
+    /// wait in a queue of 4x this size, then get 503 [default: --max-batch].
     #[arg(long, env = "CAPSTAN_MAX_GENERATIONS")]
     max_generations: Option<usize>,
     /// Largest request body in bytes [default: 65536].
@@ -45,10 +46,19 @@ pub struct ServeArgs {
 
 /// Runs `capstan serve`.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    // 5xx causes and caught panics are logged to stderr, with their request ids.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
     let (pipeline, defaults, file) = build(&args.index, &args.pipeline, true)?;
     let s = &file.server;
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let generations = args.max_generations.or(s.max_generations).unwrap_or(1);
+    let generations = args
+        .max_generations
+        .or(s.max_generations)
+        .unwrap_or(args.pipeline.scheduling.settings().max_batch)
+        .max(1);
     let settings = EngineSettings {
         workers: args.workers.or(s.workers).unwrap_or(cpus),
         queue: args.queue.or(s.queue).unwrap_or(256),

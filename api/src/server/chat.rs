@@ -15,7 +15,7 @@ use axum::Json;
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::qa::{apply_sampling, record};
 use super::{await_reply, check_question, parse_json, ApiError, AppState};
@@ -178,7 +178,7 @@ struct Streaming {
     model: String,
     phase: Phase,
     text: mpsc::UnboundedReceiver<String>,
-    reply: Option<oneshot::Receiver<anyhow::Result<Answer>>>,
+    reply: Option<capstan_engine::workers::Pending<Answer>>,
 }
 
 fn chunks(
@@ -187,7 +187,7 @@ fn chunks(
     created: u64,
     model: String,
     text: mpsc::UnboundedReceiver<String>,
-    reply: oneshot::Receiver<anyhow::Result<Answer>>,
+    reply: capstan_engine::workers::Pending<Answer>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let init = Streaming {
         state,
@@ -242,7 +242,7 @@ fn chunks(
                             ev["citations"] = json!(answer.citations);
                             Event::default().data(ev.to_string())
                         }
-                        Err(e) => Event::default().data(e.body().to_string()),
+                        Err(e) => Event::default().data(e.logged_body().to_string()),
                     };
                     return Some((Ok(ev), st));
                 }

@@ -1,12 +1,14 @@
 //! API errors: every failure is `{"error": {"type", "message"}}` with a 4xx
-//! or 5xx status; this is the one place errors become HTTP.
+//! or 5xx status; this is the one place errors become HTTP. A 5xx never sends
+//! its cause (paths, internals) to the client: the cause travels to the
+//! `observe` middleware, which logs it with the request id that the response
+//! carries (`x-request-id` header and body).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use capstan_engine::pipeline::NotLoaded;
-use capstan_engine::workers::Overloaded;
+use capstan_engine::Error as EngineError;
 
 /// An error answered to a client.
 #[derive(Debug)]
@@ -14,7 +16,13 @@ pub struct ApiError {
     status: StatusCode,
     kind: &'static str,
     message: String,
+    /// The cause of a 5xx, for the log only.
+    detail: Option<String>,
 }
+
+/// The cause of a 5xx response, for the log (a response extension).
+#[derive(Debug, Clone)]
+pub struct InternalDetail(pub String);
 
 impl ApiError {
     /// 400: the request is malformed or a field is out of range.
@@ -33,34 +41,50 @@ impl ApiError {
             status,
             kind,
             message: message.into(),
+            detail: None,
         }
     }
 
-    /// Maps a pipeline failure: user mistakes are 4xx, the rest 500.
-    pub fn from_pipeline(err: anyhow::Error) -> Self {
-        if let Some(e) = err.downcast_ref::<NotLoaded>() {
-            return Self::invalid(e.to_string());
+    /// 500 whose cause `detail` is logged, not sent.
+    pub fn internal(detail: impl Into<String>) -> Self {
+        Self {
+            detail: Some(detail.into()),
+            ..Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "internal server error",
+            )
         }
-        if let Some(e) = err.downcast_ref::<capstan_retriever::Error>() {
-            if matches!(e, capstan_retriever::Error::Invalid { .. }) {
-                return Self::invalid(e.to_string());
-            }
-        }
-        let message = format!("{err:#}");
-        if message.contains("exceeds the model's") {
-            return Self::invalid(message);
-        }
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 }
 
-impl From<Overloaded> for ApiError {
-    fn from(e: Overloaded) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "overloaded", e.to_string())
+impl From<EngineError> for ApiError {
+    /// User mistakes are 400, a busy server 503 (with Retry-After), the rest 500.
+    fn from(err: EngineError) -> Self {
+        if err.is_overloaded() {
+            Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "overloaded",
+                err.to_string(),
+            )
+        } else if err.is_client_error() {
+            Self::invalid(err.to_string())
+        } else {
+            Self::internal(err.to_string())
+        }
     }
 }
 
 impl ApiError {
+    /// [`ApiError::body`] for an error sent inside a stream (the response's status is long
+    /// gone): a 5xx's cause is logged here, since the middleware will not see it.
+    pub fn logged_body(&self) -> serde_json::Value {
+        if let Some(detail) = &self.detail {
+            tracing::error!(status = self.status.as_u16(), "in a stream: {detail}");
+        }
+        self.body()
+    }
+
     /// The JSON body: `{"error": {"type", "message"}}`.
     pub fn body(&self) -> serde_json::Value {
         json!({"error": {"type": self.kind, "message": self.message}})
@@ -71,6 +95,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = self.body();
         let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(detail) = self.detail {
+            resp.extensions_mut().insert(InternalDetail(detail));
+        }
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));

@@ -40,7 +40,18 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
             header::CONTENT_TYPE,
             "text/plain; version=0.0.4; charset=utf-8",
         )],
-        state.metrics.render(&state.engine.queue_depths()),
+        {
+            let mut text = state.metrics.render(&state.engine.queue_depths());
+            let stats: Vec<_> = state
+                .engine
+                .pipeline()
+                .schedulers()
+                .into_iter()
+                .map(|(reader, s)| (reader, s.stats()))
+                .collect();
+            capstan_engine::scheduler::render_schedulers(&mut text, &stats);
+            text
+        },
     )
 }
 

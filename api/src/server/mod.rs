@@ -14,6 +14,7 @@ mod search;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -212,22 +213,61 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// Response header carrying the request id (also in 5xx bodies and the log).
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// A process-unique request id: the start time and a counter, in hex.
+fn request_id() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    static EPOCH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let epoch = *EPOCH.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
+    format!("{epoch:x}-{:x}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
+/// Times and counts every request, gives it an id, and turns every 5xx into a log line with
+/// that id and its cause; the client gets the id, not the cause.
 async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let id = request_id();
     let start = Instant::now();
     // A panicking handler still answers, in the API's error format.
-    let resp = match AssertUnwindSafe(next.run(req)).catch_unwind().await {
+    let mut resp = match AssertUnwindSafe(next.run(req)).catch_unwind().await {
         Ok(resp) => resp,
-        Err(_) => ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            "internal error",
-        )
+        Err(panic) => ApiError::internal(format!(
+            "handler panicked: {}",
+            capstan_engine::error::panic_message(panic.as_ref())
+        ))
         .into_response(),
     };
+    if resp.status().is_server_error() {
+        let detail = resp.extensions().get::<error::InternalDetail>().cloned();
+        tracing::error!(
+            request_id = %id,
+            route = %route,
+            status = resp.status().as_u16(),
+            "{}",
+            detail.as_ref().map_or("(no detail)", |d| d.0.as_str())
+        );
+        if detail.is_some() {
+            let status = resp.status();
+            resp = ApiError::new(
+                status,
+                "server_error",
+                format!("internal server error (request id {id}; the server log has the cause)"),
+            )
+            .into_response();
+        }
+    }
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
     state.metrics.request(
         &route,
         resp.status().as_u16(),
@@ -286,16 +326,10 @@ pub fn parse_addr(addr: &str) -> anyhow::Result<SocketAddr> {
 }
 
 /// Waits for a worker's reply, recording stage timings of QA answers.
-pub async fn await_reply<T>(
-    rx: tokio::sync::oneshot::Receiver<anyhow::Result<T>>,
-) -> Result<T, ApiError> {
+pub async fn await_reply<T>(rx: capstan_engine::workers::Pending<T>) -> Result<T, ApiError> {
     match rx.await {
         Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(ApiError::from_pipeline(e)),
-        Err(_) => Err(ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
-            "the worker stopped before answering",
-        )),
+        Ok(Err(e)) => Err(e.into()),
+        Err(_) => Err(ApiError::internal("the worker stopped before answering")),
     }
 }

@@ -14,7 +14,7 @@ use capstan_retriever::Mode;
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use serde_json::json;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
 use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind};
@@ -55,9 +55,7 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
         .available_readers()
         .contains(&req.reader)
     {
-        return Err(ApiError::invalid(
-            capstan_engine::pipeline::NotLoaded(req.reader).to_string(),
-        ));
+        return Err(capstan_engine::Error::NotLoaded(req.reader).into());
     }
     apply_sampling(&mut req, body.max_tokens, body.temperature, body.top_p)?;
     if let Some(k) = body.top_k {
@@ -136,13 +134,13 @@ pub async fn qa(
 struct Streaming {
     state: Arc<AppState>,
     text: Option<mpsc::UnboundedReceiver<String>>,
-    reply: Option<oneshot::Receiver<anyhow::Result<Answer>>>,
+    reply: Option<capstan_engine::workers::Pending<Answer>>,
 }
 
 fn qa_events(
     state: Arc<AppState>,
     text: mpsc::UnboundedReceiver<String>,
-    reply: oneshot::Receiver<anyhow::Result<Answer>>,
+    reply: capstan_engine::workers::Pending<Answer>,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let init = Streaming {
         state,
@@ -169,7 +167,9 @@ fn qa_events(
                     .event("answer")
                     .data(serde_json::to_string(&answer).expect("answer serialises"))
             }
-            Err(e) => Event::default().event("error").data(e.body().to_string()),
+            Err(e) => Event::default()
+                .event("error")
+                .data(e.logged_body().to_string()),
         };
         Some((Ok(ev), st))
     })

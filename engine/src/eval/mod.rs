@@ -83,11 +83,22 @@ pub fn file_hash(path: &Path) -> anyhow::Result<String> {
     Ok(format!("{h:016x}"))
 }
 
-/// Worker threads for `--concurrency` (default: the CPU count).
-pub fn concurrency(flag: Option<usize>) -> usize {
-    flag.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1)
+/// Items in flight for `--concurrency` (default: the CPU count, [`GENERATIVE_CONCURRENCY`]
+/// with a generative reader).
+pub fn concurrency(flag: Option<usize>, generative: bool) -> usize {
+    flag.unwrap_or_else(|| {
+        if generative {
+            GENERATIVE_CONCURRENCY
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    })
+    .max(1)
 }
+
+/// Default sequences in flight of a generative evaluation: enough for the scheduler to batch
+/// (a decode step's cost barely grows with the batch on a CPU), few enough for its KV budget.
+pub const GENERATIVE_CONCURRENCY: usize = 16;
 
 #[cfg(test)]
 mod tests {

@@ -9,10 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use candle_core::Device;
 use capstan_reader::{AttentionPattern, GenerationParams, LanguageModel, LoadOptions, Request};
+
+use crate::scheduler::{Scheduler, SchedulerSettings};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -227,7 +230,7 @@ pub enum ProbeReader {
 
 /// A loaded generative model and the kind of reader that reads the probe.
 pub struct ProbeModel {
-    model: LanguageModel,
+    scheduler: Scheduler,
     reader: ProbeReader,
     /// Run prompts past `max_position_embeddings` (the experiment of context extension).
     beyond_context: bool,
@@ -235,7 +238,9 @@ pub struct ProbeModel {
 
 impl ProbeModel {
     /// Loads the checkpoint at `path` (a folder or a .gguf file, with a tokenizer) onto
-    /// `device`, with `attention` overriding its self-attention pattern.
+    /// `device`, with `attention` overriding its self-attention pattern. Probes generate
+    /// through a continuous-batching scheduler of `scheduling`'s size (`--concurrency` probes
+    /// in flight share its steps).
     pub fn load(
         path: &Path,
         device: &Device,
@@ -243,6 +248,7 @@ impl ProbeModel {
         opts: LoadOptions,
         attention: Option<AttentionPattern>,
         beyond_context: bool,
+        scheduling: SchedulerSettings,
     ) -> anyhow::Result<Self> {
         let mut model = LanguageModel::load(path, device, opts)
             .with_context(|| format!("loading the model {}", path.display()))?;
@@ -250,15 +256,19 @@ impl ProbeModel {
             model.model_mut().set_attention(p)?;
         }
         Ok(Self {
-            model,
+            scheduler: Scheduler::start("probe", Arc::new(model), scheduling),
             reader,
             beyond_context,
         })
     }
 
+    fn model(&self) -> &LanguageModel {
+        self.scheduler.model()
+    }
+
     /// Token ids of `text` (no special tokens).
     pub fn encode(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        Ok(self.model.encode(text)?)
+        Ok(self.model().encode(text)?)
     }
 
     /// Prompt length in tokens of `text` as the decoder reads it (template or BOS included).
@@ -268,14 +278,14 @@ impl ProbeModel {
 
     /// The model's context window.
     pub fn max_positions(&self) -> usize {
-        self.model.max_positions()
+        self.model().max_positions()
     }
 
     /// The decoder prompt of `text`: one user turn through the chat template of an instruct
     /// model, else BOS and the text.
     fn decoder_request(&self, text: &str) -> anyhow::Result<Request> {
         Ok(Request {
-            prompt: self.model.user_prompt(text)?,
+            prompt: self.model().user_prompt(text)?,
             encoder_chunks: Vec::new(),
         })
     }
@@ -316,15 +326,15 @@ impl ProbeModel {
     ) -> anyhow::Result<(String, usize)> {
         let n = request.prompt.len();
         if !self.beyond_context {
-            self.model.check_length(n, max_new_tokens)?;
+            self.model().check_length(n, max_new_tokens)?;
         }
         let mut params = self
-            .model
+            .model()
             .with_stops(GenerationParams::greedy(max_new_tokens));
-        if !self.model.uses_chat_template() {
+        if !self.model().uses_chat_template() {
             params.stop_strings = vec!["\n".into()];
         }
-        let out = self.model.generator().generate(request, &params)?;
+        let out = self.scheduler.generate(request.clone(), params)?;
         let context = n + request.encoder_chunks.iter().map(Vec::len).sum::<usize>();
         Ok((out.text.unwrap_or_default().trim().to_string(), context))
     }

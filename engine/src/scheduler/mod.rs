@@ -28,7 +28,7 @@ use std::time::Instant;
 use capstan_reader::{DecodedToken, Flow, Generation, GenerationParams, LanguageModel, Request};
 
 use crate::error::{Error, Result};
-pub use stats::SchedulerStats;
+pub use stats::{render_schedulers, SchedulerStats};
 
 /// Sizes of a scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
