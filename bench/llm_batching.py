@@ -106,11 +106,11 @@ def level(port, questions, clients, requests, max_tokens, k):
     }
 
 
-def serve(binary, index, port, max_batch, model):
+def serve(binary, index, port, max_batch, model, step_tokens):
     cmd = [
         binary, "serve", "--index", index, "--addr", f"127.0.0.1:{port}",
         "--reader", "llama", "--max-new-tokens", "64", "--max-batch", str(max_batch),
-        "--max-generations", "64", "--queue", "1024",
+        "--max-generations", "64", "--queue", "1024", "--step-tokens", str(step_tokens),
     ]
     if model:
         cmd += ["--llama-model", model]
@@ -140,15 +140,16 @@ def main():
     ap.add_argument("--requests", type=int, default=64, help="requests per level (at least one per client)")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--k", type=int, default=5, help="passages per question")
+    ap.add_argument("--step-tokens", type=int, default=512, help="the servers' --step-tokens")
     ap.add_argument("--port", type=int, default=18090)
     ap.add_argument("--out")
     a = ap.parse_args()
     binary = os.environ.get("CAPSTAN_BIN", "capstan")
     questions = [json.loads(l)["question"] for l in open(a.questions) if l.strip()]
     clients = [int(c) for c in a.clients.split(",")]
-    report = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "k": a.k, "levels": {}}
+    report = {"machine": os.uname().nodename, "cpus": os.cpu_count(), "k": a.k, "step_tokens": a.step_tokens, "levels": {}}
     for name, max_batch in [("batched", 64), ("one_at_a_time", 1)]:
-        proc = serve(binary, a.index, a.port, max_batch, a.model)
+        proc = serve(binary, a.index, a.port, max_batch, a.model, a.step_tokens)
         try:
             ask(a.port, questions[0], 4)  # warm-up
             rows = []

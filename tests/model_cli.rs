@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ok, s};
+use common::{ok, s, smollm2};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -174,20 +174,6 @@ fn bad_model_input_is_a_clear_error() {
         s(&input),
     ]);
     assert!(err.contains("/no/such/model"), "{err}");
-}
-
-/// The SmolLM2 GGUF that scripts/setup.sh installs.
-fn smollm2() -> PathBuf {
-    let home = std::env::var_os("CAPSTAN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/capstan"));
-    let path = home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.is_file(),
-        "{} is missing: run scripts/setup.sh",
-        path.display()
-    );
-    path
 }
 
 /// Runs `capstan model COMMAND` on `input` (written to a file) and returns its output JSON.

@@ -110,6 +110,27 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
     },
+    /// Generation throughput of the continuous-batching scheduler against one sequence at a
+    /// time (`max_batch` 1), on the same model, prompts and token counts in one run: at each
+    /// concurrency, that many client threads submit short chat prompts and decode exactly
+    /// `new_tokens` greedy tokens each (no stop), isolating what batching does to decoding.
+    Batching {
+        /// Checkpoint (a .gguf file or a Hugging Face folder with a tokenizer).
+        #[arg(long)]
+        model: PathBuf,
+        /// Concurrent clients per level.
+        #[arg(long, value_delimiter = ',', default_value = "1,4,16,64")]
+        concurrency: Vec<usize>,
+        /// Sequences per level (at least one per client).
+        #[arg(long, default_value_t = 16)]
+        sequences: usize,
+        /// New tokens per sequence.
+        #[arg(long, default_value_t = 64)]
+        new_tokens: usize,
+        /// Load the weights in f32 (a GGUF file dequantized) instead of their natural form.
+        #[arg(long)]
+        f32: bool,
+    },
 }
 
 #[derive(Serialize, Deserialize)]
@@ -125,6 +146,8 @@ struct QueryLine {
     text: String,
     passage_id: String,
 }
+
+mod batching;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -164,6 +187,13 @@ fn main() -> anyhow::Result<()> {
             k,
         } => latency(&index, &queries, mode, k)?,
         Command::Llama { model } => return llama(&model),
+        Command::Batching {
+            model,
+            concurrency,
+            sequences,
+            new_tokens,
+            f32,
+        } => batching::run(&model, &concurrency, sequences, new_tokens, f32)?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())

@@ -64,9 +64,9 @@ fn alone(lm: &LanguageModel, request: &Request, params: &GenerationParams) -> Ve
         .tokens
 }
 
-/// Submits every request at once and checks each result against its generation alone; returns
-/// the scheduler's largest step batch.
-fn check_together(lm: LanguageModel, cases: Vec<(Request, GenerationParams)>) -> usize {
+/// Submits every request at once and checks each result against its generation alone, and
+/// that some step ran at least `min_batch` sequences together.
+fn check_together(lm: LanguageModel, cases: Vec<(Request, GenerationParams)>, min_batch: usize) {
     let want: Vec<Vec<u32>> = cases.iter().map(|(r, p)| alone(&lm, r, p)).collect();
     let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
     let seqs: Vec<_> = cases
@@ -88,7 +88,22 @@ fn check_together(lm: LanguageModel, cases: Vec<(Request, GenerationParams)>) ->
         );
         assert_eq!(streamed, done.tokens, "sequence {i}: streamed tokens");
     }
-    scheduler.stats().largest_batch
+    let largest = scheduler.stats().largest_batch;
+    assert!(
+        largest >= min_batch,
+        "sequences were not batched (largest step: {largest})"
+    );
+}
+
+/// Waits for a sequence's end, ignoring its tokens.
+fn finish(seq: &capstan_engine::scheduler::Sequence) -> capstan_reader::Generation {
+    loop {
+        match seq.next_event().expect("scheduler alive") {
+            Event::Done(g) => return g,
+            Event::Token(_) => {}
+            Event::Failed(e) => panic!("{e}"),
+        }
+    }
 }
 
 fn decoder_cases(vocab: usize) -> Vec<(Request, GenerationParams)> {
@@ -118,21 +133,13 @@ fn llama3_rope_together_equals_alone() {
     // Stop at the 4th token the second sequence would generate.
     let stop = alone(&lm, &cases[1].0, &cases[1].1)[3];
     cases[1].1.stop_token_ids = vec![stop];
-    let largest = check_together(lm, cases);
-    assert!(
-        largest >= 4,
-        "sequences were not batched (largest step: {largest})"
-    );
+    check_together(lm, cases, 4);
 }
 
 #[test]
 fn qwen2_together_equals_alone() {
     let (_dir, lm) = tiny("qwen2-tiny");
-    let largest = check_together(lm, decoder_cases(384));
-    assert!(
-        largest >= 4,
-        "sequences were not batched (largest step: {largest})"
-    );
+    check_together(lm, decoder_cases(384), 4);
 }
 
 #[test]
@@ -152,11 +159,7 @@ fn cape_rows_with_different_chunk_counts_together_equal_alone() {
         case(13, 9, vec![], 5),
         case(14, 2, vec![(25, 7), (26, 7)], 8),
     ];
-    let largest = check_together(lm, cases);
-    assert!(
-        largest >= 3,
-        "sequences were not batched (largest step: {largest})"
-    );
+    check_together(lm, cases, 3);
 }
 
 #[test]
@@ -191,14 +194,7 @@ fn a_cancelled_sequence_leaves_the_others_unchanged() {
         got.tokens, want,
         "a sequence submitted after the cancellation"
     );
-    let done = loop {
-        match b.next_event().unwrap() {
-            Event::Done(g) => break g,
-            Event::Token(_) => {}
-            Event::Failed(e) => panic!("{e}"),
-        }
-    };
-    assert_eq!(done.tokens, want);
+    assert_eq!(finish(&b).tokens, want);
     // The cancelled sequence ended long before its 400 tokens.
     let stats = scheduler.stats();
     assert!(stats.tokens < 300, "{} tokens generated", stats.tokens);
@@ -261,14 +257,7 @@ fn a_burst_past_the_kv_budget_waits_and_past_the_queue_is_refused() {
     assert_eq!(refused, 1, "refusals");
     assert_eq!(accepted.len(), 5);
     for (i, seq) in accepted {
-        let g = loop {
-            match seq.next_event().unwrap() {
-                Event::Done(g) => break g,
-                Event::Token(_) => {}
-                Event::Failed(e) => panic!("{e}"),
-            }
-        };
-        assert_eq!(g.tokens, want[i], "request {i}");
+        assert_eq!(finish(&seq).tokens, want[i], "request {i}");
     }
     let stats = scheduler.stats();
     assert!(
@@ -328,9 +317,5 @@ fn smollm2_chat_requests_together_equal_alone() {
             (request, params)
         })
         .collect();
-    let largest = check_together(lm, cases);
-    assert!(
-        largest >= 3,
-        "sequences were not batched (largest step: {largest})"
-    );
+    check_together(lm, cases, 3);
 }

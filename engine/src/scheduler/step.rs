@@ -58,6 +58,16 @@ impl Running {
     }
 }
 
+/// How a sequence left the running set.
+enum Ending {
+    Finished(Box<Running>),
+    Failed {
+        reserve: usize,
+        events: mpsc::Sender<Event>,
+        error: Error,
+    },
+}
+
 /// The thread's body.
 pub(super) fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
@@ -65,59 +75,79 @@ pub(super) fn run(shared: &Shared) {
         let Some(admitted) = admit(shared, running.len()) else {
             break;
         };
+        let mut ended = Vec::new();
         for w in admitted {
             match start(shared, w) {
-                Ok(r) if r.decoding.is_done() => {
-                    release(shared, r.reserve);
-                    r.finish(shared);
-                }
+                Ok(r) if r.decoding.is_done() => ended.push(Ending::Finished(Box::new(r))),
                 Ok(r) => running.push(r),
-                Err((reserve, events, e)) => {
-                    release(shared, reserve);
-                    let _ = events.send(Event::Failed(e));
-                }
+                Err((reserve, events, error)) => ended.push(Ending::Failed {
+                    reserve,
+                    events,
+                    error,
+                }),
             }
         }
         // Sequences whose client left (or asked to stop) end before the step.
         let (gone, kept): (Vec<_>, Vec<_>) = running.into_iter().partition(Running::cancelled);
         running = kept;
         for mut r in gone {
-            release(shared, r.reserve);
             r.decoding.cancel();
-            r.finish(shared);
+            ended.push(Ending::Finished(Box::new(r)));
         }
-        if running.is_empty() {
-            continue;
-        }
-        let outcome =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| step(shared, &mut running)));
-        let failure = match outcome {
-            Ok(Ok(())) => None,
-            Ok(Err(e)) => Some(e.to_string()),
-            Err(panic) => Some(format!("internal error: {}", panic_message(panic.as_ref()))),
-        };
-        if let Some(reason) = failure {
-            // The caches of every sequence in the step are now in an unknown state.
-            for r in running.drain(..) {
-                release(shared, r.reserve);
-                let _ = r.events.send(Event::Failed(Error::Panic(reason.clone())));
+        if !running.is_empty() {
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                step(shared, &mut running)
+            }));
+            let failure = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e.to_string()),
+                Err(panic) => Some(format!("internal error: {}", panic_message(panic.as_ref()))),
+            };
+            if let Some(reason) = failure {
+                // The caches of every sequence in the step are now in an unknown state.
+                ended.extend(running.drain(..).map(|r| Ending::Failed {
+                    reserve: r.reserve,
+                    events: r.events,
+                    error: Error::Panic(reason.clone()),
+                }));
             }
+            let (done, kept): (Vec<_>, Vec<_>) =
+                running.into_iter().partition(|r| r.decoding.is_done());
+            running = kept;
+            ended.extend(done.into_iter().map(|r| Ending::Finished(Box::new(r))));
         }
-        let (done, kept): (Vec<_>, Vec<_>) =
-            running.into_iter().partition(|r| r.decoding.is_done());
-        running = kept;
-        for r in done {
-            release(shared, r.reserve);
-            r.finish(shared);
-        }
-        let kv_used = shared.queue.lock().expect("scheduler queue lock").kv_used;
-        shared
-            .stats
-            .lock()
-            .expect("scheduler stats lock")
-            .occupancy(running.len(), kv_used);
+        deliver(shared, running.len(), ended);
     }
     shared.stopped.store(true, Ordering::SeqCst);
+}
+
+/// Gives the ended sequences' reservations back and updates the gauges, then reports to their
+/// clients: whoever sees a sequence end sees the scheduler without it.
+fn deliver(shared: &Shared, running: usize, ended: Vec<Ending>) {
+    let kv_used = {
+        let mut q = shared.queue.lock().expect("scheduler queue lock");
+        for e in &ended {
+            q.slots -= 1;
+            q.kv_used -= match e {
+                Ending::Finished(r) => r.reserve,
+                Ending::Failed { reserve, .. } => *reserve,
+            };
+        }
+        q.kv_used
+    };
+    shared
+        .stats
+        .lock()
+        .expect("scheduler stats lock")
+        .occupancy(running, kv_used);
+    for e in ended {
+        match e {
+            Ending::Finished(r) => r.finish(shared),
+            Ending::Failed { events, error, .. } => {
+                let _ = events.send(Event::Failed(error));
+            }
+        }
+    }
 }
 
 /// The sequences admitted since the last call; waits while nothing runs and nothing was
@@ -135,13 +165,6 @@ fn admit(shared: &Shared, running: usize) -> Option<Vec<Waiting>> {
         }
         q = shared.wake.wait(q).expect("scheduler queue lock");
     }
-}
-
-/// Gives a sequence's slot and KV reservation back.
-fn release(shared: &Shared, reserve: usize) {
-    let mut q = shared.queue.lock().expect("scheduler queue lock");
-    q.slots -= 1;
-    q.kv_used -= reserve;
 }
 
 type StartError = (usize, mpsc::Sender<Event>, Error);

@@ -45,6 +45,22 @@ impl SelfAttention {
         })
     }
 
+    /// Queries, keys and values of `x` `(b, s, hidden)` as `(b, heads, s, head_dim)`, before
+    /// RoPE.
+    fn project_heads(&self, x: &Tensor) -> CResult<(Tensor, Tensor, Tensor)> {
+        let (b, s, _) = x.dims3()?;
+        let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
+            t.reshape((b, s, n, self.head_dim))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        Ok((
+            heads(self.q_proj.forward(x)?, self.n_heads)?,
+            heads(self.k_proj.forward(x)?, self.n_kv_heads)?,
+            heads(self.v_proj.forward(x)?, self.n_kv_heads)?,
+        ))
+    }
+
     /// `kv` holds this layer's cached keys/values (post-RoPE) and is extended in place.
     /// `pattern`: the decoder's per-layer attention (`None`: the reference path, as for the
     /// encoder).
@@ -57,14 +73,7 @@ impl SelfAttention {
         pattern: Option<&LayerAttention>,
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
-        let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
-            t.reshape((b, s, n, self.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q_raw = heads(self.q_proj.forward(x)?, self.n_heads)?;
-        let k_raw = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
-        let v = heads(self.v_proj.forward(x)?, self.n_kv_heads)?;
+        let (q_raw, k_raw, v) = self.project_heads(x)?;
         let q = candle_nn::rotary_emb::rope(&q_raw, &rope.0, &rope.1)?;
         let k = candle_nn::rotary_emb::rope(&k_raw, &rope.0, &rope.1)?;
         let Some(la) = pattern.filter(|la| la.use_kernels) else {
@@ -148,15 +157,7 @@ impl SelfAttention {
         spans: &[Span],
         kvs: &mut [&mut Option<LayerKv>],
     ) -> CResult<Tensor> {
-        let (b, s, _) = x.dims3()?;
-        let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
-            t.reshape((b, s, n, self.head_dim))?
-                .transpose(1, 2)?
-                .contiguous()
-        };
-        let q = heads(self.q_proj.forward(x)?, self.n_heads)?;
-        let k = heads(self.k_proj.forward(x)?, self.n_kv_heads)?;
-        let v = heads(self.v_proj.forward(x)?, self.n_kv_heads)?;
+        let (q, k, v) = self.project_heads(x)?;
         let q = candle_nn::rotary_emb::rope(&q, &rope.0, &rope.1)?;
         let k = candle_nn::rotary_emb::rope(&k, &rope.0, &rope.1)?;
         let outs = spans
