@@ -115,6 +115,24 @@ fn index_search_and_evaluate_a_generated_corpus() {
 }
 
 #[test]
+fn a_closed_stdout_ends_search_quietly() {
+    let f = fixture(30);
+    let (question, _) = first_question(&f.data);
+    let mut child = common::capstan()
+        .args(["search", s(&f.index), &question, "-k", "50", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before the command writes (as `| head -0` would).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!err.contains("Broken pipe"), "{err}");
+}
+
+#[test]
 fn rerun_is_idempotent_and_append_delete_compact_work() {
     let f = fixture(60);
     let corpus = f.data.join("corpus.jsonl");

@@ -667,6 +667,12 @@ fn every_route_answers() {
         "{health}"
     );
     assert_eq!(health["readers"], json!(["extractive"]));
+    // /health is public: it names the encoder, never a path.
+    assert_eq!(health["index"]["encoder"], "all-MiniLM-L6-v2", "{health}");
+    assert!(
+        !health.to_string().contains('/'),
+        "a path in /health: {health}"
+    );
 
     // /v1/qa, JSON
     let a = srv
@@ -956,6 +962,27 @@ fn every_route_answers() {
         "capstan_rejected_requests_total 0",
     ] {
         assert!(text.contains(needle), "no {needle}:\n{text}");
+    }
+}
+
+#[test]
+fn an_empty_or_blank_api_key_is_refused_at_start() {
+    let f = fixture();
+    for (args, env) in [
+        (vec!["--api-key", ""], vec![]),
+        (vec!["--api-key", "  "], vec![]),
+        (vec![], vec![("CAPSTAN_API_KEY", "")]),
+    ] {
+        let out = capstan()
+            .args(["serve", "--index", s(&f.index), "--addr", "127.0.0.1:0"])
+            .args(["--no-default-model"])
+            .args(&args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} {env:?}: served");
+        assert!(err.contains("API key is empty or blank"), "{err}");
     }
 }
 

@@ -21,6 +21,13 @@ pub struct Cli {
     command: Command,
 }
 
+impl Cli {
+    /// Whether the command is `serve` (a long-running server, not a pipeline stage).
+    pub fn is_server(&self) -> bool {
+        matches!(self.command, Command::Serve(_))
+    }
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Index a corpus (BM25 + dense + passage store); delete from or compact an index.

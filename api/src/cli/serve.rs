@@ -85,11 +85,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .or(s.addr.clone())
             .unwrap_or_else(|| "127.0.0.1:8080".into()),
     )?;
-    let api_key = args
-        .api_key
-        .clone()
-        .or(s.api_key.clone())
-        .filter(|k| !k.is_empty());
+    let api_key = args.api_key.clone().or(s.api_key.clone());
+    if api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        // Fail closed: an empty key would otherwise mean "no key", serving every route to
+        // anyone, and a blank one a key nobody can send.
+        anyhow::bail!(
+            "the API key is empty or blank (--api-key, CAPSTAN_API_KEY or [server] api_key in \
+             capstan.toml): give a real key, or leave it unset to serve without one"
+        );
+    }
     let state = Arc::new(AppState {
         engine: Engine::start(pipeline, settings),
         metrics: Metrics::default(),

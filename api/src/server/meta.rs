@@ -26,7 +26,8 @@ pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
         "index": {
             "documents": manifest.counts.documents,
             "passages": manifest.counts.passages,
-            "encoder": manifest.encoder.path,
+            // The encoder's name, not its folder: /health is public and shows no paths.
+            "encoder": embedding_model_id(&state),
         },
         "readers": pipeline.available_readers(),
         "uptime_seconds": state.started.elapsed().map_or(0, |d| d.as_secs()),
