@@ -987,6 +987,48 @@ fn an_empty_or_blank_api_key_is_refused_at_start() {
 }
 
 #[test]
+fn a_search_does_not_wait_behind_a_burst_of_embeddings() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &[]);
+    let qs = questions(&f.data);
+    let text = qs.join(" ");
+    let port = srv.port;
+    let started = Instant::now();
+    let burst: Vec<_> = (0..6)
+        .map(|i| {
+            let body = json!({"input": vec![format!("{i} {text}"); 48]});
+            std::thread::spawn(move || {
+                let r = try_request(
+                    port,
+                    "POST",
+                    "/v1/embeddings",
+                    &[("Content-Type", "application/json")],
+                    Some(body.to_string().as_bytes()),
+                )
+                .unwrap();
+                (r.status, started.elapsed())
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let t = Instant::now();
+    let hits = srv
+        .post("/v1/search", &json!({"query": qs[0], "k": 5}))
+        .ok_json();
+    let search = t.elapsed();
+    assert!(!hits["hits"].as_array().unwrap().is_empty(), "{hits}");
+    let done: Vec<_> = burst.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(done.iter().all(|(status, _)| *status == 200), "{done:?}");
+    let burst_time = done.iter().map(|(_, d)| *d).max().unwrap();
+    eprintln!("search {search:?} during an embedding burst of {burst_time:?}");
+    // Behind the burst, the search would have waited for most of it.
+    assert!(
+        search * 3 < burst_time,
+        "search took {search:?} during an embedding burst of {burst_time:?}"
+    );
+}
+
+#[test]
 fn api_key_guards_every_route_but_health() {
     let f = fixture();
     let srv = Server::start(&f.index, &["--api-key", "s3cret-key"]);

@@ -161,10 +161,15 @@ fn worker(rx: &Mutex<Receiver<Job>>, depth: &AtomicUsize, pipeline: &Pipeline) {
 /// Sizes of the engine.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineSettings {
-    /// Workers for retrieval, embeddings and extractive answers.
+    /// Workers for retrieval and extractive answers.
     pub workers: usize,
     /// Requests that may wait for those workers.
     pub queue: usize,
+    /// Workers for `/v1/embeddings`: a queue of their own, so that a burst of large
+    /// embedding requests never stands in front of a search or an extractive answer.
+    pub embed_workers: usize,
+    /// Embedding requests that may wait.
+    pub embed_queue: usize,
     /// Generative requests in flight: each worker retrieves, builds the prompt and waits on
     /// the scheduler, so this bounds the sequences a scheduler can batch.
     pub generations: usize,
@@ -176,6 +181,7 @@ pub struct EngineSettings {
 #[derive(Clone)]
 pub struct Engine {
     fast: Arc<Queue>,
+    embed: Arc<Queue>,
     generate: Arc<Queue>,
     pipeline: Arc<Pipeline>,
 }
@@ -188,6 +194,12 @@ impl Engine {
                 "fast",
                 settings.workers,
                 settings.queue,
+                pipeline.clone(),
+            )),
+            embed: Arc::new(Queue::start(
+                "embed",
+                settings.embed_workers,
+                settings.embed_queue,
                 pipeline.clone(),
             )),
             generate: Arc::new(Queue::start(
@@ -206,9 +218,10 @@ impl Engine {
     }
 
     /// Requests waiting in each queue.
-    pub fn queue_depths(&self) -> [(&'static str, usize); 2] {
+    pub fn queue_depths(&self) -> [(&'static str, usize); 3] {
         [
             (self.fast.name, self.fast.depth.load(Ordering::SeqCst)),
+            (self.embed.name, self.embed.depth.load(Ordering::SeqCst)),
             (
                 self.generate.name,
                 self.generate.depth.load(Ordering::SeqCst),
@@ -250,7 +263,7 @@ impl Engine {
     /// Embeds texts with the index's encoder; also returns the token count.
     pub fn embed(&self, texts: Vec<String>) -> Result<Pending<Embedded>> {
         let (reply, rx) = oneshot::channel();
-        self.fast.submit(Job::Embed { texts, reply })?;
+        self.embed.submit(Job::Embed { texts, reply })?;
         Ok(rx)
     }
 }

@@ -21,7 +21,8 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on every route but /health.
     #[arg(long, env = "CAPSTAN_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Workers for retrieval, embeddings and extractive answers [default: CPU count].
+    /// Workers for retrieval and extractive answers [default: CPU count]; embeddings have
+    /// half as many (at least one) in a queue of their own.
     #[arg(long, env = "CAPSTAN_WORKERS")]
     workers: Option<usize>,
     /// Requests that may wait for a worker before new ones get 503 [default: 256].
@@ -59,9 +60,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .or(s.max_generations)
         .unwrap_or(args.pipeline.scheduling.settings().max_batch)
         .max(1);
+    let workers = args.workers.or(s.workers).unwrap_or(cpus).max(1);
+    let queue = args.queue.or(s.queue).unwrap_or(256);
     let settings = EngineSettings {
-        workers: args.workers.or(s.workers).unwrap_or(cpus),
-        queue: args.queue.or(s.queue).unwrap_or(256),
+        workers,
+        queue,
+        // Embeddings get half the workers (at least one) and a queue of their own.
+        embed_workers: (workers / 2).max(1),
+        embed_queue: queue,
         generations,
         generation_queue: 4 * generations,
     };
