@@ -217,7 +217,8 @@ impl Scheduler {
         self.shared.settings
     }
 
-    /// A snapshot of its counters and histograms.
+    /// A snapshot of its counters and histograms; the gauges (running, waiting, KV used) are
+    /// read from the admission state itself.
     pub fn stats(&self) -> SchedulerStats {
         let mut stats = self
             .shared
@@ -225,13 +226,10 @@ impl Scheduler {
             .lock()
             .expect("scheduler stats lock")
             .clone();
-        stats.waiting = self
-            .shared
-            .queue
-            .lock()
-            .expect("scheduler queue lock")
-            .waiting
-            .len();
+        let q = self.shared.queue.lock().expect("scheduler queue lock");
+        stats.running = q.slots - q.admitted.len();
+        stats.waiting = q.waiting.len();
+        stats.kv_used = q.kv_used;
         stats
     }
 

@@ -3,8 +3,6 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use capstan_reader::Generation;
-
 use super::SchedulerSettings;
 use crate::metrics::{header, Histogram};
 
@@ -15,7 +13,7 @@ const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 2
 #[derive(Debug, Clone)]
 pub struct SchedulerStats {
     settings: SchedulerSettings,
-    /// Sequences running after the last step.
+    /// Sequences in the running batch (started, not yet ended).
     pub running: usize,
     /// Sequences waiting for admission.
     pub waiting: usize,
@@ -76,15 +74,6 @@ impl SchedulerStats {
             .for_each(|d| self.first_token.observe(d.as_secs_f64()));
         gaps.iter()
             .for_each(|d| self.inter_token.observe(d.as_secs_f64()));
-    }
-
-    pub(super) fn occupancy(&mut self, running: usize, kv_used: usize) {
-        self.running = running;
-        self.kv_used = kv_used;
-    }
-
-    pub(super) fn finished(&mut self, _generation: &Generation) {
-        self.finished += 1;
     }
 
     fn gauges(&self) -> [(&'static str, &'static str, usize); 5] {

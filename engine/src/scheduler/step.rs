@@ -49,11 +49,7 @@ impl Running {
             time_to_first_token: ttft,
             elapsed,
         };
-        shared
-            .stats
-            .lock()
-            .expect("scheduler stats lock")
-            .finished(&generation);
+        shared.stats.lock().expect("scheduler stats lock").finished += 1;
         let _ = self.events.send(Event::Done(generation));
     }
 }
@@ -116,15 +112,15 @@ pub(super) fn run(shared: &Shared) {
             running = kept;
             ended.extend(done.into_iter().map(|r| Ending::Finished(Box::new(r))));
         }
-        deliver(shared, running.len(), ended);
+        deliver(shared, ended);
     }
     shared.stopped.store(true, Ordering::SeqCst);
 }
 
-/// Gives the ended sequences' reservations back and updates the gauges, then reports to their
-/// clients: whoever sees a sequence end sees the scheduler without it.
-fn deliver(shared: &Shared, running: usize, ended: Vec<Ending>) {
-    let kv_used = {
+/// Gives the ended sequences' slots and reservations back, then reports to their clients:
+/// whoever sees a sequence end sees the scheduler without it.
+fn deliver(shared: &Shared, ended: Vec<Ending>) {
+    {
         let mut q = shared.queue.lock().expect("scheduler queue lock");
         for e in &ended {
             q.slots -= 1;
@@ -133,13 +129,7 @@ fn deliver(shared: &Shared, running: usize, ended: Vec<Ending>) {
                 Ending::Failed { reserve, .. } => *reserve,
             };
         }
-        q.kv_used
-    };
-    shared
-        .stats
-        .lock()
-        .expect("scheduler stats lock")
-        .occupancy(running, kv_used);
+    }
     for e in ended {
         match e {
             Ending::Finished(r) => r.finish(shared),
