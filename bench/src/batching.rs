@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
+use capstan_engine::eval::Latency;
 use capstan_engine::{Scheduler, SchedulerSettings};
 use capstan_reader::{Flow, GenerationParams, LanguageModel, LoadOptions, Request};
 use serde_json::{json, Value};
@@ -15,15 +16,6 @@ struct Sample {
     ttft: Duration,
     gaps: Vec<Duration>,
     tokens: usize,
-}
-
-fn percentile(values: &mut [f64], q: f64) -> f64 {
-    if values.is_empty() {
-        return f64::NAN;
-    }
-    values.sort_by(f64::total_cmp);
-    let rank = ((q / 100.0) * values.len() as f64).ceil() as usize;
-    values[rank.clamp(1, values.len()) - 1]
 }
 
 fn level(scheduler: &Scheduler, prompts: &[Vec<u32>], clients: usize, new_tokens: usize) -> Value {
@@ -67,21 +59,22 @@ fn level(scheduler: &Scheduler, prompts: &[Vec<u32>], clients: usize, new_tokens
     let wall = start.elapsed().as_secs_f64();
     let samples = samples.into_inner().unwrap();
     let tokens: usize = samples.iter().map(|s| s.tokens).sum();
-    let mut ttft: Vec<f64> = samples.iter().map(|s| s.ttft.as_secs_f64() * 1e3).collect();
-    let mut gaps: Vec<f64> = samples
+    let ttft: Vec<f64> = samples.iter().map(|s| s.ttft.as_secs_f64() * 1e3).collect();
+    let gaps: Vec<f64> = samples
         .iter()
         .flat_map(|s| s.gaps.iter().map(|g| g.as_secs_f64() * 1e3))
         .collect();
+    let (ttft, itl) = (Latency::of(&ttft), Latency::of(&gaps));
     json!({
         "clients": clients,
         "sequences": samples.len(),
         "tokens": tokens,
         "wall_s": wall,
         "tokens_per_s": tokens as f64 / wall,
-        "ttft_p50_ms": percentile(&mut ttft, 50.0),
-        "ttft_p99_ms": percentile(&mut ttft, 99.0),
-        "itl_p50_ms": percentile(&mut gaps, 50.0),
-        "itl_p99_ms": percentile(&mut gaps, 99.0),
+        "ttft_p50_ms": ttft.p50,
+        "ttft_p99_ms": ttft.p99,
+        "itl_p50_ms": itl.p50,
+        "itl_p99_ms": itl.p99,
     })
 }
 

@@ -44,6 +44,8 @@ enum ModelCommand {
     ChatTemplate(TextArgs),
 }
 
+/// The checkpoint, input and output files of `forward`, `generate`, `tokenize` and
+/// `chat-template`.
 #[derive(Debug, Args)]
 struct TextArgs {
     /// Checkpoint: a Hugging Face folder or a .gguf file (or a folder holding one).
@@ -72,15 +74,8 @@ struct InfoArgs {
 
 #[derive(Debug, Args)]
 struct CommonArgs {
-    /// Checkpoint: a Hugging Face folder or a .gguf file (or a folder holding one).
-    #[arg(long)]
-    model: PathBuf,
-    /// Input JSON file.
-    #[arg(long)]
-    input: PathBuf,
-    /// Output JSON file (default: stdout).
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    files: TextArgs,
     /// Device to run on.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
@@ -152,10 +147,7 @@ struct Loaded {
 }
 
 fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
-    let text = std::fs::read_to_string(&args.input)
-        .with_context(|| format!("cannot read {}", args.input.display()))?;
-    let input: Input = serde_json::from_str(&text)
-        .with_context(|| format!("malformed input {}", args.input.display()))?;
+    let input: Input = read_input(&args.files.input)?;
     let prompt = match input.input_ids.as_slice() {
         [row] => row.clone(),
         rows => bail!(
@@ -164,7 +156,7 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
         ),
     };
     let dev = device(args.device)?;
-    let ckpt = Checkpoint::open(&args.model)?;
+    let ckpt = Checkpoint::open(&args.files.model)?;
     let dtype = args.dtype.map(DtypeArg::dtype);
     let mut model = ckpt.load_model(&dev, dtype)?;
     if let Some(p) = args.attention {
@@ -218,7 +210,7 @@ fn forward(args: &CommonArgs) -> anyhow::Result<()> {
     struct Out {
         logits: Vec<Vec<f32>>,
     }
-    write(&args.out, &Out { logits })
+    write(&args.files.out, &Out { logits })
 }
 
 fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
@@ -246,7 +238,7 @@ fn generate(args: &GenerateArgs) -> anyhow::Result<()> {
     if let Some(text) = out.text {
         value["text"] = text.into();
     }
-    write(&args.common.out, &value)
+    write(&args.common.files.out, &value)
 }
 
 fn info(args: &InfoArgs) -> anyhow::Result<()> {

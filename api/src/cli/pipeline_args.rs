@@ -90,7 +90,7 @@ impl SchedulingArgs {
     pub fn settings(&self) -> SchedulerSettings {
         let d = SchedulerSettings::default();
         SchedulerSettings {
-            max_batch: self.max_batch.unwrap_or(d.max_batch).max(1),
+            max_batch: self.max_batch.unwrap_or(d.max_batch),
             kv_tokens: self.kv_tokens.unwrap_or(d.kv_tokens),
             step_tokens: self.step_tokens.unwrap_or(d.step_tokens),
             queue: d.queue,
