@@ -55,6 +55,12 @@ fn first_question(data: &Path) -> (String, String) {
     (q["text"].as_str().unwrap().to_string(), doc)
 }
 
+/// The generation `CURRENT` names (its first word; the second is the
+/// manifest's checksum).
+fn live_generation(current: &str) -> &str {
+    current.split_whitespace().next().unwrap()
+}
+
 #[test]
 fn index_search_and_evaluate_a_generated_corpus() {
     let f = fixture(150);
@@ -201,7 +207,8 @@ fn rerun_is_idempotent_and_append_delete_compact_work() {
     let manifest = |dir: &Path| -> serde_json::Value {
         let gen = std::fs::read_to_string(dir.join("CURRENT")).unwrap();
         serde_json::from_str(
-            &std::fs::read_to_string(dir.join(gen.trim()).join("manifest.json")).unwrap(),
+            &std::fs::read_to_string(dir.join(live_generation(&gen)).join("manifest.json"))
+                .unwrap(),
         )
         .unwrap()
     };
@@ -371,12 +378,21 @@ fn bad_input_is_reported_and_leaves_the_index_untouched() {
     assert!(err.contains("was built with encoder"), "{err}");
 
     // An index of another format version.
-    let gen = std::fs::read_to_string(f.index.join("CURRENT")).unwrap();
-    let manifest_path = f.index.join(gen.trim()).join("manifest.json");
+    let current = std::fs::read_to_string(f.index.join("CURRENT")).unwrap();
+    let gen = live_generation(&current);
+    let manifest_path = f.index.join(gen).join("manifest.json");
     let mut manifest: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&manifest_path).unwrap()).unwrap();
     manifest["format_version"] = serde_json::json!(99);
     std::fs::write(&manifest_path, manifest.to_string()).unwrap();
+    // CURRENT records the manifest's checksum: the edit is damage...
+    let err = fails(&["search", s(&f.index), "river"]);
+    assert!(
+        err.contains("manifest.json") && err.contains("checksum"),
+        "{err}"
+    );
+    // ...and without it (as an older Capstan wrote it) the version is checked.
+    std::fs::write(f.index.join("CURRENT"), format!("{gen}\n")).unwrap();
     let err = fails(&["search", s(&f.index), "river"]);
     assert!(err.contains("format version 99"), "{err}");
     let err = fails(&["search", s(dir), "river"]);

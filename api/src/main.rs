@@ -24,7 +24,7 @@ fn main() -> std::process::ExitCode {
     match cli::run(args) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", cli::error_chain(&err));
             std::process::ExitCode::FAILURE
         }
     }

@@ -4,7 +4,7 @@
 //! b = 0.75 and Capstan lets users choose them.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use tantivy::index::SegmentId;
@@ -20,6 +20,7 @@ use tantivy::{
 };
 
 use crate::error::{Error, Result};
+use crate::readonly_dir::ReadOnlyDirectory;
 use crate::store::PassageOrd;
 use crate::topk::TopK;
 
@@ -94,9 +95,9 @@ fn open_or_create(dir: &Path, create: bool) -> Result<(Index, Fields)> {
     let (schema, fields) = schema();
     let index = if create {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        Index::create_in_dir(dir, schema)?
+        Index::create_in_dir(dir, schema).map_err(|e| Error::tantivy(dir, e))?
     } else {
-        Index::open_in_dir(dir)?
+        Index::open_in_dir(dir).map_err(|e| Error::tantivy(dir, e))?
     };
     index.tokenizers().register(ANALYZER, analyzer());
     Ok((index, fields))
@@ -104,6 +105,7 @@ fn open_or_create(dir: &Path, create: bool) -> Result<(Index, Fields)> {
 
 /// Adds and deletes passages of the BM25 index.
 pub struct Bm25Writer {
+    dir: PathBuf,
     writer: IndexWriter,
     fields: Fields,
 }
@@ -112,18 +114,24 @@ impl Bm25Writer {
     /// Creates an empty index in `dir`.
     pub fn create(dir: &Path) -> Result<Self> {
         let (index, fields) = open_or_create(dir, true)?;
-        Self::with_index(index, fields)
+        Self::with_index(dir, index, fields)
     }
 
     /// Opens an existing index for changes.
     pub fn open(dir: &Path) -> Result<Self> {
         let (index, fields) = open_or_create(dir, false)?;
-        Self::with_index(index, fields)
+        Self::with_index(dir, index, fields)
     }
 
-    fn with_index(index: Index, fields: Fields) -> Result<Self> {
-        let writer = index.writer_with_num_threads(1, 200_000_000)?;
-        Ok(Self { writer, fields })
+    fn with_index(dir: &Path, index: Index, fields: Fields) -> Result<Self> {
+        let writer = index
+            .writer_with_num_threads(1, 200_000_000)
+            .map_err(|e| Error::tantivy(dir, e))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            writer,
+            fields,
+        })
     }
 
     /// Indexes one passage: title and text form one BM25 field.
@@ -133,7 +141,9 @@ impl Bm25Writer {
         doc.add_text(self.fields.body, text);
         doc.add_text(self.fields.doc_id, doc_id);
         doc.add_u64(self.fields.ord, ord);
-        self.writer.add_document(doc)?;
+        self.writer
+            .add_document(doc)
+            .map_err(|e| Error::tantivy(&self.dir, e))?;
         Ok(())
     }
 
@@ -146,13 +156,31 @@ impl Bm25Writer {
     /// Commits and merges into one segment (fastest to search), then waits
     /// for merging threads to finish.
     pub fn finish(mut self) -> Result<()> {
-        self.writer.commit()?;
-        let segments = self.writer.index().searchable_segment_ids()?;
-        if segments.len() > 1 {
-            self.writer.merge(&segments).wait()?;
-        }
-        self.writer.wait_merging_threads()?;
-        Ok(())
+        let dir = self.dir.clone();
+        let merged = (|| -> tantivy::Result<()> {
+            self.writer.commit()?;
+            let segments = self.writer.index().searchable_segment_ids()?;
+            if segments.len() > 1 {
+                self.writer.merge(&segments).wait()?;
+            }
+            self.writer.wait_merging_threads()
+        })();
+        merged.map_err(|e| Error::tantivy(&dir, e))
+    }
+}
+
+/// Runs tantivy code over index files: its errors, and the panics its
+/// decoders raise on bytes that are not what they wrote, name the folder.
+fn guarded<T>(dir: &Path, run: impl FnOnce() -> tantivy::Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)) {
+        Ok(result) => result.map_err(|e| Error::tantivy(dir, e)),
+        Err(panic) => Err(Error::Damaged {
+            path: dir.to_path_buf(),
+            message: format!(
+                "tantivy could not read it ({})",
+                crate::panic_message(panic.as_ref())
+            ),
+        }),
     }
 }
 
@@ -164,6 +192,7 @@ struct SegmentScoring {
 
 /// A BM25 index opened for search.
 pub struct Bm25Index {
+    dir: PathBuf,
     reader: IndexReader,
     analyzer: TextAnalyzer,
     fields: Fields,
@@ -175,15 +204,28 @@ pub struct Bm25Index {
 }
 
 impl Bm25Index {
-    /// Opens the index in `dir`, scoring with `params`.
+    /// Opens the index in `dir` for reading only (no lock file, nothing
+    /// written), scoring with `params`.
     pub fn open(dir: &Path, params: Bm25Params) -> Result<Self> {
         params.validate()?;
-        let (index, fields) = open_or_create(dir, false)?;
-        let reader: IndexReader = index
-            .reader_builder()
-            .reload_policy(ReloadPolicy::Manual)
-            .try_into()?;
+        let (schema, fields) = schema();
+        let opened = guarded(dir, || -> tantivy::Result<(IndexReader, Index)> {
+            let index = Index::open(ReadOnlyDirectory::open(dir)?)?;
+            if index.schema() != schema {
+                return Err(tantivy::TantivyError::SchemaError(
+                    "not the schema Capstan writes".into(),
+                ));
+            }
+            index.tokenizers().register(ANALYZER, analyzer());
+            let reader = index
+                .reader_builder()
+                .reload_policy(ReloadPolicy::Manual)
+                .try_into()?;
+            Ok((reader, index))
+        });
+        let (reader, _index) = opened?;
         let mut this = Self {
+            dir: dir.to_path_buf(),
             reader,
             analyzer: analyzer(),
             fields,
@@ -191,16 +233,21 @@ impl Bm25Index {
             term_bounds: HashMap::new(),
         };
         for segment in this.reader.searcher().segment_readers() {
-            let bounds = this.term_bounds_of(segment)?;
+            let bounds = guarded(dir, || this.term_bounds_of(segment))?;
             this.term_bounds.insert(segment.segment_id(), bounds);
         }
         Ok(this)
     }
 
+    /// The index folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// One pass over every posting of the segment (about as long as a few
     /// exhaustive queries) buys MaxScore bounds that are exact per term
     /// instead of the loose `idf * (k1 + 1)`.
-    fn term_bounds_of(&self, segment: &tantivy::SegmentReader) -> Result<Vec<f32>> {
+    fn term_bounds_of(&self, segment: &tantivy::SegmentReader) -> tantivy::Result<Vec<f32>> {
         let SegmentScoring {
             inverted,
             norms,
@@ -262,7 +309,7 @@ impl Bm25Index {
         if terms.is_empty() || k == 0 {
             return Ok(Vec::new());
         }
-        self.search_maxscore(&terms, k)
+        guarded(&self.dir, || self.search_maxscore(&terms, k))
     }
 
     /// Lucene's idf with Lucene's statistics: tantivy's document frequencies
@@ -270,7 +317,7 @@ impl Bm25Index {
     /// (`max_doc`). With N = live passages, a term in most passages of an
     /// index with tombstones got a negative idf, which broke MaxScore's
     /// bounds (a live passage could be pruned).
-    fn idf(&self, searcher: &tantivy::Searcher, terms: &[Term]) -> Result<Vec<f32>> {
+    fn idf(&self, searcher: &tantivy::Searcher, terms: &[Term]) -> tantivy::Result<Vec<f32>> {
         let n = searcher
             .segment_readers()
             .iter()
@@ -287,13 +334,13 @@ impl Bm25Index {
 
     /// What scoring a segment needs: its postings, its field norms and
     /// `k1 * (1 - b + b * len / avg_len)` for each of tantivy's 256 norm codes.
-    fn segment_scoring(&self, segment: &tantivy::SegmentReader) -> Result<SegmentScoring> {
+    fn segment_scoring(&self, segment: &tantivy::SegmentReader) -> tantivy::Result<SegmentScoring> {
         let Bm25Params { k1, b } = self.params;
         let inverted = segment.inverted_index(self.fields.body)?;
         let norms = segment
             .fieldnorms_readers()
             .get_field(self.fields.body)?
-            .ok_or_else(|| Error::index(Path::new("bm25"), "field norms missing"))?;
+            .ok_or_else(|| tantivy::TantivyError::InternalError("field norms missing".into()))?;
         let avg_len = inverted.total_num_tokens() as f32 / segment.max_doc().max(1) as f32;
         let norm_table = (0..=255u8)
             .map(|id| {
@@ -308,7 +355,7 @@ impl Bm25Index {
         })
     }
 
-    fn search_maxscore(&self, terms: &[Term], k: usize) -> Result<Vec<(PassageOrd, f32)>> {
+    fn search_maxscore(&self, terms: &[Term], k: usize) -> tantivy::Result<Vec<(PassageOrd, f32)>> {
         struct Cursor {
             postings: tantivy::postings::SegmentPostings,
             /// `idf * (k1 + 1)`.
@@ -415,7 +462,11 @@ impl Bm25Index {
     /// The reference the pruned search is tested against: every posting of
     /// every term, term at a time.
     #[cfg(test)]
-    fn search_exhaustive(&self, terms: &[Term], k: usize) -> Result<Vec<(PassageOrd, f32)>> {
+    fn search_exhaustive(
+        &self,
+        terms: &[Term],
+        k: usize,
+    ) -> tantivy::Result<Vec<(PassageOrd, f32)>> {
         let searcher = self.reader.searcher();
         let idf = self.idf(&searcher, terms)?;
         let k1 = self.params.k1;

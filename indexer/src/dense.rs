@@ -193,10 +193,17 @@ pub fn read_vectors(dir: &Path, file: &str, dim: usize) -> Result<Vec<f32>> {
             format!("size {} is not a multiple of {dim} f32s", bytes.len()),
         ));
     }
-    Ok(bytes
+    let values: Vec<f32> = bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+        .collect();
+    if let Some(i) = values.iter().position(|x| !x.is_finite()) {
+        return Err(Error::Damaged {
+            path,
+            message: format!("row {} holds a non-finite value ({})", i / dim, values[i]),
+        });
+    }
+    Ok(values)
 }
 
 /// Builds a new graph over `vectors` (rows of `dim`), ids = row numbers.
@@ -252,10 +259,23 @@ fn graph_loader(dir: &Path) -> Result<HnswIo> {
 /// Reads the graph of `dir/hnsw/` through `io`; hnsw_rs ties the graph's
 /// lifetime to its loader.
 fn read_graph<'io>(io: &'io HnswIo, dir: &Path) -> Result<Hnsw<'io, f32, UnitCosine>> {
-    io.load_hnsw_with_dist(UnitCosine).map_err(|e| Error::Hnsw {
-        path: dir.join(GRAPH_DIR),
-        message: e.to_string(),
-    })
+    let gdir = dir.join(GRAPH_DIR);
+    // hnsw_rs unwraps what it reads: damaged files panic inside it.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        io.load_hnsw_with_dist(UnitCosine)
+    })) {
+        Ok(graph) => graph.map_err(|e| Error::Hnsw {
+            path: gdir,
+            message: e.to_string(),
+        }),
+        Err(panic) => Err(Error::Damaged {
+            path: gdir,
+            message: format!(
+                "hnsw_rs could not read the graph ({})",
+                crate::panic_message(panic.as_ref())
+            ),
+        }),
+    }
 }
 
 /// Loads the graph of `dir/hnsw/` to change it. The loader is leaked on
@@ -273,6 +293,13 @@ pub fn load_graph(dir: &Path) -> Result<Graph> {
 fn freeze_graph(dir: &Path, rows: usize) -> Result<FrozenGraph> {
     let io = graph_loader(dir)?;
     let graph = read_graph(&io, dir)?;
+    let points = graph.get_nb_point();
+    if points != rows {
+        return Err(Error::Damaged {
+            path: dir.join(GRAPH_DIR),
+            message: format!("the graph holds {points} points, the vectors {rows} rows"),
+        });
+    }
     Ok(FrozenGraph::freeze(&graph, rows))
 }
 

@@ -59,25 +59,42 @@ pub enum Error {
         message: String,
     },
     /// The index was made with another encoder than the one given.
-    #[error("index {path} was built with encoder {built_with} (config sha256 {built_hash}), not {given} (config sha256 {given_hash}): use the same encoder or rebuild the index")]
+    #[error("index {path} was built with {built}, but the encoder given is {given}: use the encoder it was built with or rebuild the index")]
     EncoderMismatch {
         /// The index folder.
         path: PathBuf,
-        /// Encoder path recorded in the manifest.
-        built_with: String,
-        /// Hash recorded in the manifest.
-        built_hash: String,
-        /// Encoder path given now.
+        /// The encoder recorded in the manifest (folder, dimension, config hash).
+        built: String,
+        /// The encoder given now, described the same way.
         given: String,
-        /// Hash of the encoder given now.
-        given_hash: String,
+    },
+    /// A file of the index does not hold what the manifest recorded
+    /// (missing, truncated, extended or changed bytes), or a loader refused it.
+    #[error(
+        "index file {path} is damaged: {message}; restore the index from a copy or rebuild it"
+    )]
+    Damaged {
+        /// The damaged file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
     },
     /// The BM25 index (tantivy) failed.
-    #[error("BM25 index: {0}")]
-    Tantivy(#[from] tantivy::TantivyError),
+    #[error("BM25 index {path}: {source}")]
+    Tantivy {
+        /// The BM25 folder.
+        path: PathBuf,
+        /// The underlying error.
+        source: tantivy::TantivyError,
+    },
     /// The passage store (sled) failed.
-    #[error("passage store: {0}")]
-    Store(#[from] sled::Error),
+    #[error("passage store {path}: {source}")]
+    Store {
+        /// The store folder.
+        path: PathBuf,
+        /// The underlying error.
+        source: sled::Error,
+    },
     /// The HNSW graph could not be written or read.
     #[error("HNSW graph {path}: {message}")]
     Hnsw {
@@ -133,6 +150,23 @@ impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn tantivy(
+        path: &std::path::Path,
+        source: impl Into<tantivy::TantivyError>,
+    ) -> Self {
+        Error::Tantivy {
+            path: path.to_path_buf(),
+            source: source.into(),
+        }
+    }
+
+    pub(crate) fn store(path: &std::path::Path, source: sled::Error) -> Self {
+        Error::Store {
+            path: path.to_path_buf(),
             source,
         }
     }

@@ -53,8 +53,24 @@ pub fn copy_tree(from: &Path, to: &Path) -> Result<()> {
         if entry.file_type().map_err(|e| Error::io(&src, e))?.is_dir() {
             copy_tree(&src, &dst)?;
         } else {
-            std::fs::copy(&src, &dst).map_err(|e| Error::io(&src, e))?;
+            copy_file(&src, &dst)?;
         }
     }
     Ok(())
+}
+
+/// Copies one file; an error names the side that failed (on a full disk,
+/// the file being written, not the one being read).
+fn copy_file(src: &Path, dst: &Path) -> Result<()> {
+    let mut from = File::open(src).map_err(|e| Error::io(src, e))?;
+    let mut to = File::create(dst).map_err(|e| Error::io(dst, e))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        use std::io::Read;
+        let n = from.read(&mut buf).map_err(|e| Error::io(src, e))?;
+        if n == 0 {
+            return Ok(());
+        }
+        to.write_all(&buf[..n]).map_err(|e| Error::io(dst, e))?;
+    }
 }

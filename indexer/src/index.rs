@@ -16,6 +16,7 @@ use crate::document::{Corpus, Document};
 use crate::encoder::{Encoder, EncoderInfo};
 use crate::error::{Error, Result};
 use crate::fsutil;
+use crate::integrity::{self, Damage, Depth};
 use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
 use crate::sentence::sentence_spans;
 use crate::store::{PassageOrd, PassageStore, SentenceRef};
@@ -100,8 +101,8 @@ pub fn build(
     let chunker = Chunker::new(encoder.tokenizer(), settings.chunk)?;
     let folder = IndexFolder::prepare(dir)?;
     let _lock = folder.lock()?;
-    if let Some(current) = folder.current()? {
-        if let Ok(m) = Manifest::read(&current) {
+    if let Some(live) = folder.current()? {
+        if let Ok(m) = live.manifest() {
             let same = m.encoder.config_sha256 == encoder.info().config_sha256
                 && m.chunking == settings.chunk
                 && m.bm25 == settings.bm25
@@ -139,7 +140,7 @@ pub fn build(
     drop(store);
     let graph = build_graph(&vectors, encoder.dimension(), settings.hnsw, progress)?;
     dense::save_graph(&graph, &gen)?;
-    let manifest = Manifest {
+    let mut manifest = Manifest {
         format_version: FORMAT_VERSION,
         encoder: encoder.info().clone(),
         chunking: settings.chunk,
@@ -154,9 +155,9 @@ pub fn build(
             stored_sentences: added.sentences,
         },
         corpus_sha256: vec![corpus.sha256.clone()],
+        files: Default::default(),
     };
-    manifest.write(&gen)?;
-    folder.publish(&gen)?;
+    folder.publish(gen, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -176,8 +177,9 @@ pub fn append(
 ) -> Result<ChangeSummary> {
     let folder = IndexFolder::open(dir)?;
     let _lock = folder.lock()?;
-    let current = folder.require_current()?;
-    let mut manifest = Manifest::read(&current)?;
+    let live = folder.require_current()?;
+    let mut manifest = live.verified_manifest()?;
+    let current = live.gen;
     check_encoder(dir, &manifest, encoder.info())?;
     let chunker = Chunker::new(encoder.tokenizer(), manifest.chunking)?;
     let gen = folder.new_generation()?;
@@ -226,8 +228,7 @@ pub fn append(
     manifest.counts.passages += added;
     manifest.counts.stored_passages += added;
     manifest.corpus_sha256.push(corpus.sha256.clone());
-    manifest.write(&gen)?;
-    folder.publish(&gen)?;
+    folder.publish(gen, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -242,8 +243,9 @@ pub fn append(
 pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
     let folder = IndexFolder::open(dir)?;
     let _lock = folder.lock()?;
-    let current = folder.require_current()?;
-    let mut manifest = Manifest::read(&current)?;
+    let live = folder.require_current()?;
+    let mut manifest = live.verified_manifest()?;
+    let current = live.gen;
     // Work on a copy: the live store may be open in a server (sled locks it).
     let gen = folder.new_generation()?;
     fsutil::copy_tree(&current, &gen)?;
@@ -254,8 +256,6 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
         .map(String::as_str)
         .collect();
     if !unknown.is_empty() {
-        drop(store);
-        let _ = std::fs::remove_dir_all(&gen);
         return Err(Error::index(
             dir,
             format!("no such document id: {}", unknown.join(", ")),
@@ -274,8 +274,7 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
     bm25.finish()?;
     store.flush()?;
     drop(store);
-    manifest.write(&gen)?;
-    folder.publish(&gen)?;
+    folder.publish(gen, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -291,8 +290,9 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
 pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     let folder = IndexFolder::open(dir)?;
     let _lock = folder.lock()?;
-    let current = folder.require_current()?;
-    let mut manifest = Manifest::read(&current)?;
+    let live = folder.require_current()?;
+    let mut manifest = live.verified_manifest()?;
+    let current = live.gen;
     let dim = manifest.encoder.dimension;
     let old_vectors = dense::read_vectors(&current, dense::PASSAGE_VECTORS, dim)?;
     let old_sentences = dense::read_vectors(&current, dense::SENTENCE_VECTORS, dim)?;
@@ -354,8 +354,7 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     manifest.counts.passages = ord;
     manifest.counts.stored_passages = ord;
     manifest.counts.deleted_passages = 0;
-    manifest.write(&gen)?;
-    folder.publish(&gen)?;
+    folder.publish(gen, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -473,6 +472,18 @@ fn embed_into(
     let mut flat = Vec::with_capacity(texts.len() * encoder.dimension());
     for batch in texts.chunks(EMBED_STEP) {
         let mut vectors = encoder.embed(batch)?;
+        if let Some(i) = vectors
+            .iter()
+            .position(|v| v.iter().any(|x| !x.is_finite()))
+        {
+            return Err(Error::Encoder {
+                path: encoder.info().path.clone().into(),
+                message: format!(
+                    "produced a non-finite vector for the text {:?}",
+                    batch[i].chars().take(80).collect::<String>()
+                ),
+            });
+        }
         vectors.iter_mut().for_each(|v| dense::normalize(v));
         dense::append_vectors(gen, file, &vectors)?;
         vectors.iter().for_each(|v| flat.extend_from_slice(v));
@@ -500,12 +511,21 @@ fn check_encoder(dir: &Path, manifest: &Manifest, given: &EncoderInfo) -> Result
         || manifest.encoder.dimension != given.dimension
         || manifest.encoder.pooling != given.pooling
     {
+        // Describe both sides by what differs: two folders of the same name
+        // (a re-downloaded model) differ only in their hash or dimension.
+        let built = &manifest.encoder;
+        let describe = |e: &EncoderInfo| {
+            let mut text = format!("encoder {}", e.path);
+            if built.path == given.path || built.dimension != given.dimension {
+                text += &format!(" ({} dimensions, {:?} pooling", e.dimension, e.pooling);
+                text += &format!(", config.json sha256 {})", &e.config_sha256);
+            }
+            text
+        };
         return Err(Error::EncoderMismatch {
             path: dir.to_path_buf(),
-            built_with: manifest.encoder.path.clone(),
-            built_hash: manifest.encoder.config_sha256.clone(),
-            given: given.path.clone(),
-            given_hash: given.config_sha256.clone(),
+            built: describe(built),
+            given: describe(given),
         });
     }
     Ok(())
@@ -568,25 +588,51 @@ impl IndexFolder {
         })
     }
 
-    fn current(&self) -> Result<Option<PathBuf>> {
+    /// The live generation named by `CURRENT` (`gen-NNNNNNNN XXH3`, the
+    /// checksum being that of its manifest), if there is one.
+    fn current(&self) -> Result<Option<Live>> {
         let path = self.root.join(CURRENT);
-        match std::fs::read_to_string(&path) {
-            Ok(name) => {
-                let name = name.trim();
-                if !name.starts_with("gen-") || name.contains('/') {
-                    return Err(Error::index(
-                        &self.root,
-                        format!("CURRENT names `{name}`, not a generation"),
-                    ));
-                }
-                Ok(Some(self.root.join(name)))
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                return Err(Error::Damaged {
+                    path,
+                    message: "not text".into(),
+                })
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(path, e)),
+            Err(e) => return Err(Error::io(path, e)),
+        };
+        let mut words = text.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let manifest_sum = words.next().map(str::to_string);
+        let well_formed = name
+            .strip_prefix("gen-")
+            .is_some_and(|n| n.len() == 8 && n.bytes().all(|b| b.is_ascii_digit()))
+            && manifest_sum
+                .as_deref()
+                .is_none_or(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+            && words.next().is_none();
+        if !well_formed {
+            return Err(Error::Damaged {
+                path,
+                message: format!(
+                    "reads `{}`, not `gen-NNNNNNNN CHECKSUM`",
+                    text.trim().escape_debug()
+                ),
+            });
         }
+        let gen = self.root.join(name);
+        if !gen.is_dir() {
+            return Err(Error::Damaged {
+                path,
+                message: format!("names {name}, which is missing"),
+            });
+        }
+        Ok(Some(Live { gen, manifest_sum }))
     }
 
-    fn require_current(&self) -> Result<PathBuf> {
+    fn require_current(&self) -> Result<Live> {
         self.current()?
             .ok_or_else(|| Error::index(&self.root, "not a Capstan index (no CURRENT file)"))
     }
@@ -644,28 +690,112 @@ impl IndexFolder {
     }
 
     /// A fresh, empty generation folder (leftovers of crashed runs included
-    /// in the numbering, and removed at the next publish).
-    fn new_generation(&self) -> Result<PathBuf> {
+    /// in the numbering, and removed at the next publish). It is removed
+    /// again unless published, so a failed change (a full disk, a bad
+    /// document) leaves nothing behind.
+    fn new_generation(&self) -> Result<Generation> {
         let next = self.generations()?.last().map_or(1, |(n, _)| n + 1);
         let path = self.root.join(format!("gen-{next:08}"));
         std::fs::create_dir_all(&path).map_err(|e| Error::io(&path, e))?;
-        Ok(path)
+        Ok(Generation {
+            path,
+            published: false,
+        })
     }
 
-    /// Makes `gen` the live generation and removes every other one.
-    fn publish(&self, gen: &Path) -> Result<()> {
-        fsutil::sync_tree(gen)?;
+    /// Lists the files of `gen` in `manifest`, writes it, and makes `gen` the
+    /// live generation (one atomic rename of `CURRENT`); removes every other
+    /// generation.
+    fn publish(&self, mut gen: Generation, manifest: &mut Manifest) -> Result<()> {
+        manifest.files = integrity::file_table(&gen)?;
+        let manifest_sum = manifest.write(&gen)?;
+        fsutil::sync_tree(&gen)?;
         let name = gen
             .file_name()
             .expect("generation has a name")
-            .to_string_lossy();
-        fsutil::write_durably(&self.root.join(CURRENT), format!("{name}\n").as_bytes())?;
+            .to_string_lossy()
+            .into_owned();
+        fsutil::write_durably(
+            &self.root.join(CURRENT),
+            format!("{name} {manifest_sum}\n").as_bytes(),
+        )?;
+        gen.published = true;
         for (_, old) in self.generations()? {
-            if old != gen {
+            if old != gen.path {
                 let _ = std::fs::remove_dir_all(&old);
             }
         }
         Ok(())
+    }
+}
+
+/// The live generation, as `CURRENT` names it.
+struct Live {
+    gen: PathBuf,
+    /// Checksum of its `manifest.json`.
+    manifest_sum: Option<String>,
+}
+
+impl Live {
+    /// Its manifest, checked against the checksum in `CURRENT`.
+    fn manifest(&self) -> Result<Manifest> {
+        Manifest::read_checked(&self.gen, self.manifest_sum.as_deref())
+    }
+
+    /// Its manifest, once every file matches its checksum: a change never
+    /// builds on damaged files.
+    fn verified_manifest(&self) -> Result<Manifest> {
+        let manifest = self.manifest()?;
+        integrity::first_error(integrity::check(
+            &self.gen,
+            &manifest.files,
+            Depth::Checksums,
+        ))?;
+        Ok(manifest)
+    }
+}
+
+/// A generation being written; removed on drop unless published.
+struct Generation {
+    path: PathBuf,
+    published: bool,
+}
+
+impl std::ops::Deref for Generation {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Generation {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// What [`Index::verify`] found.
+#[derive(Debug)]
+pub struct Verification {
+    /// The live generation checked.
+    pub generation: PathBuf,
+    /// Files listed in its manifest.
+    pub files: usize,
+    /// Their total size.
+    pub bytes: u64,
+    /// Files that are missing or whose size or checksum differ.
+    pub damage: Vec<Damage>,
+    /// With intact files: why the generation still failed to open, if it did.
+    pub open_error: Option<String>,
+}
+
+impl Verification {
+    /// Whether the index is intact.
+    pub fn is_intact(&self) -> bool {
+        self.damage.is_empty() && self.open_error.is_none()
     }
 }
 
@@ -681,20 +811,75 @@ pub struct Index {
 }
 
 impl Index {
-    /// Opens the live generation of the index in `dir`.
+    /// Opens the live generation of the index in `dir` for search, reading
+    /// only: every file is checked against the size and checksum its
+    /// manifest records before a loader sees it, and every count against
+    /// the manifest's, so damage is an error naming the file, never a crash
+    /// or a different answer. Nothing in `dir` is written.
     pub fn open(dir: &Path) -> Result<Self> {
-        let folder = IndexFolder::open(dir)?;
-        let current = folder.require_current()?;
-        let manifest = Manifest::read(&current)?;
-        let bm25 = Bm25Index::open(&current.join(BM25_DIR), manifest.bm25)?;
-        let dense = DenseIndex::open(&current, manifest.encoder.dimension)?;
-        let store = PassageStore::open_for_reading(&current.join(STORE_DIR))?;
+        let live = IndexFolder::open(dir)?.require_current()?;
+        let manifest = live.verified_manifest()?;
+        Self::open_checked(dir, &live.gen, manifest)
+    }
+
+    /// Opens a generation whose files passed their checksums.
+    fn open_checked(dir: &Path, gen: &Path, manifest: Manifest) -> Result<Self> {
+        let dim = manifest.encoder.dimension;
+        let counts = manifest.counts;
+        let damaged = |file: &str, message: String| Error::Damaged {
+            path: gen.join(file),
+            message,
+        };
+        let bm25 = Bm25Index::open(&gen.join(BM25_DIR), manifest.bm25)?;
+        if bm25.num_passages() != counts.passages {
+            return Err(damaged(
+                BM25_DIR,
+                format!(
+                    "holds {} live passages, the manifest says {}",
+                    bm25.num_passages(),
+                    counts.passages
+                ),
+            ));
+        }
+        let dense = DenseIndex::open(gen, dim)?;
+        if dense.len() as u64 != counts.stored_passages {
+            return Err(damaged(
+                dense::PASSAGE_VECTORS,
+                format!(
+                    "holds {} rows, the manifest says {}",
+                    dense.len(),
+                    counts.stored_passages
+                ),
+            ));
+        }
+        let sentence_vectors = dense::read_vectors(gen, dense::SENTENCE_VECTORS, dim)?;
+        let sentence_rows = (sentence_vectors.len() / dim) as u64;
+        if sentence_rows != counts.stored_sentences {
+            return Err(damaged(
+                dense::SENTENCE_VECTORS,
+                format!(
+                    "holds {sentence_rows} rows, the manifest says {}",
+                    counts.stored_sentences
+                ),
+            ));
+        }
+        let store = PassageStore::open_for_reading(&gen.join(STORE_DIR))?;
+        let (stored, tombstones, documents) = store.counts();
+        let want = (
+            counts.stored_passages,
+            counts.deleted_passages,
+            counts.documents,
+        );
+        if (stored, tombstones, documents) != want {
+            return Err(damaged(
+                STORE_DIR,
+                format!(
+                    "holds {stored} passages, {tombstones} deleted, {documents} documents; the manifest says {}, {}, {}",
+                    want.0, want.1, want.2
+                ),
+            ));
+        }
         let deleted = store.deleted_ords()?.into_iter().collect();
-        let sentence_vectors = dense::read_vectors(
-            &current,
-            dense::SENTENCE_VECTORS,
-            manifest.encoder.dimension,
-        )?;
         Ok(Self {
             dir: dir.to_path_buf(),
             sentence_vectors,
@@ -703,6 +888,29 @@ impl Index {
             dense,
             store,
             deleted,
+        })
+    }
+
+    /// Checks the live generation of `dir` in full: every file against its
+    /// size and checksum (all damaged files listed, not only the first),
+    /// then opens it as a search would and compares every count.
+    pub fn verify(dir: &Path) -> Result<Verification> {
+        let live = IndexFolder::open(dir)?.require_current()?;
+        let manifest = live.manifest()?;
+        let damage = integrity::check(&live.gen, &manifest.files, Depth::Checksums);
+        let files = manifest.files.len();
+        let bytes = manifest.files.values().map(|f| f.bytes).sum();
+        let opened = if damage.is_empty() {
+            Self::open_checked(dir, &live.gen, manifest).err()
+        } else {
+            None
+        };
+        Ok(Verification {
+            generation: live.gen,
+            files,
+            bytes,
+            damage,
+            open_error: opened.map(|e| e.to_string()),
         })
     }
 

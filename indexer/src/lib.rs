@@ -25,7 +25,9 @@ mod error;
 mod frozen;
 mod fsutil;
 mod index;
+mod integrity;
 mod manifest;
+mod readonly_dir;
 mod sentence;
 mod store;
 mod topk;
@@ -41,8 +43,18 @@ pub use error::{Error, LineProblem, Result};
 pub use frozen::FrozenGraph;
 pub use index::{
     append, build, compact, delete, sentence_embedding_text, ChangeSummary, Index, IndexSettings,
-    NoProgress, Progress,
+    NoProgress, Progress, Verification,
 };
+pub use integrity::{Damage, FileSum, FileTable};
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
 pub use sentence::sentence_spans;
 pub use store::{PassageOrd, SentenceRef};
+
+/// The message of a caught panic (a `&str` or `String` payload).
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
+}

@@ -29,6 +29,8 @@ pub struct SentenceRef {
 
 /// The sled-backed passage store.
 pub struct PassageStore {
+    /// The store folder errors name (the published one, not a private copy).
+    dir: PathBuf,
     db: sled::Db,
     passages: sled::Tree,
     sentences: sled::Tree,
@@ -39,7 +41,7 @@ pub struct PassageStore {
     _snapshot: Option<Snapshot>,
 }
 
-/// A private copy of a store that another process holds open; removed on drop.
+/// A private copy of a published store; removed on drop.
 struct Snapshot(PathBuf);
 
 impl Drop for Snapshot {
@@ -48,46 +50,66 @@ impl Drop for Snapshot {
     }
 }
 
+/// Prefix of the private copies in the temporary folder.
+const COPY_PREFIX: &str = "capstan-store-";
+
 impl PassageStore {
-    /// Opens (or creates) the store in `dir`.
+    /// Opens (or creates) the store in `dir` to change it.
     pub fn open(dir: &Path) -> Result<Self> {
-        Self::from_db(sled::Config::new().path(dir).open()?, None)
+        let db = guarded(dir, || sled::Config::new().path(dir).open())?;
+        Self::from_db(dir, db, None)
     }
 
-    /// Opens the store in `dir` to read it. sled lets one process open a
-    /// store at a time, so when another one holds it (a running `capstan
-    /// serve`, say) this reads a private copy instead: published
-    /// generations are never written again, so the copy is exact.
+    /// Opens the published store in `dir` to read it, without writing a byte
+    /// of it: sled has no read-only mode (opening recovers, grows `db` and
+    /// writes snapshots) and lets one process hold a store at a time, so a
+    /// reader opens a private copy in the temporary folder (`TMPDIR`),
+    /// removed when the store is dropped. The original may be on a
+    /// read-only mount or held by a running server.
     pub fn open_for_reading(dir: &Path) -> Result<Self> {
-        match sled::Config::new().path(dir).open() {
-            Ok(db) => Self::from_db(db, None),
-            Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") => {
-                static COPIES: AtomicUsize = AtomicUsize::new(0);
-                let copy = std::env::temp_dir().join(format!(
-                    "capstan-store-{}-{}",
-                    std::process::id(),
-                    COPIES.fetch_add(1, Ordering::Relaxed)
-                ));
-                let snapshot = Snapshot(copy.clone());
-                let _ = std::fs::remove_dir_all(&copy);
-                fsutil::copy_tree(dir, &copy)?;
-                let db = sled::Config::new().path(&copy).open()?;
-                Self::from_db(db, Some(snapshot))
-            }
-            Err(e) => Err(e.into()),
+        if !dir.is_dir() {
+            return Err(Error::Damaged {
+                path: dir.to_path_buf(),
+                message: "the passage store folder is missing".into(),
+            });
         }
+        remove_stale_copies();
+        static COPIES: AtomicUsize = AtomicUsize::new(0);
+        let copy = std::env::temp_dir().join(format!(
+            "{COPY_PREFIX}{}-{}",
+            std::process::id(),
+            COPIES.fetch_add(1, Ordering::Relaxed)
+        ));
+        let snapshot = Snapshot(copy.clone());
+        let _ = std::fs::remove_dir_all(&copy);
+        fsutil::copy_tree(dir, &copy)?;
+        let db = guarded(dir, || sled::Config::new().path(&copy).open())?;
+        Self::from_db(dir, db, Some(snapshot))
     }
 
-    fn from_db(db: sled::Db, snapshot: Option<Snapshot>) -> Result<Self> {
+    fn from_db(dir: &Path, db: sled::Db, snapshot: Option<Snapshot>) -> Result<Self> {
+        let tree = |name: &str| guarded(dir, || db.open_tree(name));
         Ok(Self {
-            passages: db.open_tree("passages")?,
-            sentences: db.open_tree("sentences")?,
-            ids: db.open_tree("passage_ids")?,
-            documents: db.open_tree("documents")?,
-            deleted: db.open_tree("deleted")?,
+            passages: tree("passages")?,
+            sentences: tree("sentences")?,
+            ids: tree("passage_ids")?,
+            documents: tree("documents")?,
+            deleted: tree("deleted")?,
+            dir: dir.to_path_buf(),
             db,
             _snapshot: snapshot,
         })
+    }
+
+    fn sled<T>(&self, result: sled::Result<T>) -> Result<T> {
+        result.map_err(|e| Error::store(&self.dir, e))
+    }
+
+    fn corrupt(&self, what: String, e: serde_json::Error) -> Error {
+        Error::Damaged {
+            path: self.dir.clone(),
+            message: format!("{what} is corrupt: {e}"),
+        }
     }
 
     /// Stores the passages of one document under consecutive ordinals from `first`.
@@ -105,33 +127,29 @@ impl PassageStore {
             batch.insert(&ord.to_be_bytes(), record);
             id_batch.insert(p.id.as_bytes(), &ord.to_be_bytes());
         }
-        self.passages.apply_batch(batch)?;
-        self.ids.apply_batch(id_batch)?;
+        self.sled(self.passages.apply_batch(batch))?;
+        self.sled(self.ids.apply_batch(id_batch))?;
         let ords: Vec<PassageOrd> = (first..first + passages.len() as u64).collect();
-        self.documents.insert(
+        self.sled(self.documents.insert(
             doc_id.as_bytes(),
             serde_json::to_vec(&ords).expect("ords serialise"),
-        )?;
+        ))?;
         Ok(())
     }
 
     /// Records the sentences of the passage at `ord`.
     pub fn put_sentences(&self, ord: PassageOrd, sentences: &[SentenceRef]) -> Result<()> {
         let bytes = serde_json::to_vec(sentences).expect("sentence refs serialise");
-        self.sentences.insert(ord.to_be_bytes(), bytes)?;
+        self.sled(self.sentences.insert(ord.to_be_bytes(), bytes))?;
         Ok(())
     }
 
     /// The sentences of the passage at `ord` (empty when none were recorded).
     pub fn sentences(&self, ord: PassageOrd) -> Result<Vec<SentenceRef>> {
-        match self.sentences.get(ord.to_be_bytes())? {
+        match self.sled(self.sentences.get(ord.to_be_bytes()))? {
             None => Ok(Vec::new()),
-            Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                Error::index(
-                    Path::new("store"),
-                    format!("sentences of passage {ord} are corrupt: {e}"),
-                )
-            }),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| self.corrupt(format!("the sentence list of passage {ord}"), e)),
         }
     }
 
@@ -140,39 +158,34 @@ impl PassageStore {
         if self.is_deleted(ord)? {
             return Ok(None);
         }
-        self.get_any(ord)
-    }
-
-    fn get_any(&self, ord: PassageOrd) -> Result<Option<Passage>> {
-        match self.passages.get(ord.to_be_bytes())? {
+        match self.sled(self.passages.get(ord.to_be_bytes()))? {
             None => Ok(None),
-            Some(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-                Error::index(Path::new("store"), format!("passage {ord} is corrupt: {e}"))
-            }),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| self.corrupt(format!("passage {ord}"), e)),
         }
     }
 
     /// The ordinal of a passage id.
     pub fn ord_of(&self, passage_id: &str) -> Result<Option<PassageOrd>> {
-        Ok(self.ids.get(passage_id.as_bytes())?.map(|v| decode_ord(&v)))
+        Ok(self
+            .sled(self.ids.get(passage_id.as_bytes()))?
+            .map(|v| decode_ord(&v)))
     }
 
     /// The live passage ordinals of a document.
     pub fn document_ords(&self, doc_id: &str) -> Result<Option<Vec<PassageOrd>>> {
-        match self.documents.get(doc_id.as_bytes())? {
+        match self.sled(self.documents.get(doc_id.as_bytes()))? {
             None => Ok(None),
             Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
-                Error::index(
-                    Path::new("store"),
-                    format!("document {doc_id} is corrupt: {e}"),
-                )
+                self.corrupt(format!("the passage list of document {doc_id}"), e)
             })?)),
         }
     }
 
     /// Whether a document id is live in the store.
     pub fn contains_document(&self, doc_id: &str) -> Result<bool> {
-        Ok(self.documents.contains_key(doc_id.as_bytes())?)
+        self.sled(self.documents.contains_key(doc_id.as_bytes()))
     }
 
     /// Deletes a document: its passages become tombstones (the HNSW graph
@@ -186,14 +199,14 @@ impl PassageStore {
         for ord in &ords {
             batch.insert(&ord.to_be_bytes(), &[]);
         }
-        self.deleted.apply_batch(batch)?;
-        self.documents.remove(doc_id.as_bytes())?;
+        self.sled(self.deleted.apply_batch(batch))?;
+        self.sled(self.documents.remove(doc_id.as_bytes()))?;
         Ok(Some(ords.len()))
     }
 
     /// Whether `ord` is a tombstone.
     pub fn is_deleted(&self, ord: PassageOrd) -> Result<bool> {
-        Ok(self.deleted.contains_key(ord.to_be_bytes())?)
+        self.sled(self.deleted.contains_key(ord.to_be_bytes()))
     }
 
     /// All tombstoned ordinals.
@@ -201,23 +214,35 @@ impl PassageStore {
         self.deleted
             .iter()
             .keys()
-            .map(|k| Ok(decode_ord(&k?)))
+            .map(|k| Ok(decode_ord(&self.sled(k)?)))
             .collect()
+    }
+
+    /// Record counts: (passages stored, tombstones, live documents). Each is
+    /// a scan of its tree (sled keeps no counts).
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.passages.len() as u64,
+            self.deleted.len() as u64,
+            self.documents.len() as u64,
+        )
     }
 
     /// Every live passage, in ordinal order.
     pub fn live_passages(&self) -> impl Iterator<Item = Result<(PassageOrd, Passage)>> + '_ {
         self.passages.iter().filter_map(move |item| {
-            let (k, v) = match item {
+            let (k, v) = match self.sled(item) {
                 Ok(kv) => kv,
-                Err(e) => return Some(Err(e.into())),
+                Err(e) => return Some(Err(e)),
             };
             let ord = decode_ord(&k);
             match self.is_deleted(ord) {
                 Ok(true) => None,
-                Ok(false) => Some(serde_json::from_slice(&v).map(|p| (ord, p)).map_err(|e| {
-                    Error::index(Path::new("store"), format!("passage {ord} is corrupt: {e}"))
-                })),
+                Ok(false) => Some(
+                    serde_json::from_slice(&v)
+                        .map(|p| (ord, p))
+                        .map_err(|e| self.corrupt(format!("passage {ord}"), e)),
+                ),
                 Err(e) => Some(Err(e)),
             }
         })
@@ -225,8 +250,44 @@ impl PassageStore {
 
     /// Writes everything to disk.
     pub fn flush(&self) -> Result<()> {
-        self.db.flush()?;
+        self.sled(self.db.flush())?;
         Ok(())
+    }
+}
+
+/// Runs a sled call that may panic on damaged files (its recovery indexes
+/// into what it read) and names the store folder in either failure.
+fn guarded<T>(dir: &Path, open: impl FnOnce() -> sled::Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(open)) {
+        Ok(result) => result.map_err(|e| Error::store(dir, e)),
+        Err(panic) => Err(Error::Damaged {
+            path: dir.to_path_buf(),
+            message: format!(
+                "sled could not read it ({})",
+                crate::panic_message(panic.as_ref())
+            ),
+        }),
+    }
+}
+
+/// Removes private copies left by readers that were killed (their pid no
+/// longer runs).
+fn remove_stale_copies() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(COPY_PREFIX)
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
@@ -271,27 +332,31 @@ mod tests {
     }
 
     #[test]
-    fn a_store_held_by_another_opener_is_read_from_a_private_copy() {
+    fn a_reader_opens_a_private_copy_and_never_writes_the_original() {
         let dir = tempfile::tempdir().unwrap();
-        let holder = PassageStore::open(dir.path()).unwrap();
-        holder.put_document("a", 0, &[passage("a", 0)]).unwrap();
-        holder.flush().unwrap();
-        // sled's file lock is per open file, so a second open here fails
-        // exactly as it does in a second process.
-        assert!(PassageStore::open(dir.path()).is_err());
+        let writer = PassageStore::open(dir.path()).unwrap();
+        writer.put_document("a", 0, &[passage("a", 0)]).unwrap();
+        writer.flush().unwrap();
+        drop(writer);
+        let before = crate::integrity::file_table(dir.path()).unwrap();
         let reader = PassageStore::open_for_reading(dir.path()).unwrap();
         let copy = reader._snapshot.as_ref().expect("a copy").0.clone();
         assert!(copy.is_dir());
         assert_eq!(reader.get(0).unwrap().unwrap().id, "a#0");
+        assert_eq!(reader.counts(), (1, 0, 1));
         drop(reader);
         assert!(!copy.exists(), "the copy is removed with the store");
-        // The holder is untouched and still writable.
-        holder.put_document("b", 1, &[passage("b", 0)]).unwrap();
-        assert_eq!(holder.get(1).unwrap().unwrap().id, "b#0");
-        drop(holder);
-        // Nobody holds it now: it opens in place.
+        assert_eq!(
+            crate::integrity::file_table(dir.path()).unwrap(),
+            before,
+            "a reader wrote to the store"
+        );
+        // sled's file lock is per open file, so a second open here fails
+        // exactly as it does in a second process; a reader does not care.
+        let holder = PassageStore::open(dir.path()).unwrap();
+        assert!(PassageStore::open(dir.path()).is_err());
         let reader = PassageStore::open_for_reading(dir.path()).unwrap();
-        assert!(reader._snapshot.is_none());
-        assert_eq!(reader.get(1).unwrap().unwrap().id, "b#0");
+        assert_eq!(reader.get(0).unwrap().unwrap().id, "a#0");
+        drop(holder);
     }
 }

@@ -74,6 +74,12 @@ enum IndexAction {
         #[arg(long, required = true, value_delimiter = ',')]
         ids: Vec<String>,
     },
+    /// Check every file of an index against the size and checksum in its
+    /// manifest, then open it and compare every count (exit 1 if damaged).
+    Verify {
+        /// The index folder.
+        dir: PathBuf,
+    },
     /// Rebuild an index without its deleted passages (no re-encoding).
     Compact {
         /// The index folder.
@@ -99,6 +105,7 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Some(IndexAction::Verify { dir }) => verify(&dir),
         Some(IndexAction::Compact { dir, quiet }) => {
             let s = capstan_indexer::compact(&dir, &Bars::new(quiet))?;
             println!(
@@ -110,6 +117,36 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             Ok(())
         }
         None => build(args.build),
+    }
+}
+
+fn verify(dir: &std::path::Path) -> anyhow::Result<()> {
+    let report = capstan_indexer::Index::verify(dir)?;
+    for damage in &report.damage {
+        println!("damaged {}: {}", damage.path.display(), damage.problem);
+    }
+    if let Some(error) = &report.open_error {
+        println!("fails to open: {error}");
+    }
+    let summary = format!(
+        "{}: {} files, {} bytes checked",
+        report.generation.display(),
+        report.files,
+        report.bytes
+    );
+    if report.is_intact() {
+        println!("{summary}: intact");
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "{summary}: {} damaged file(s){}; restore the index from a copy or rebuild it",
+            report.damage.len(),
+            if report.open_error.is_some() {
+                ", fails to open"
+            } else {
+                ""
+            }
+        )
     }
 }
 

@@ -58,3 +58,18 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Model(args) => model::run(args),
     }
 }
+
+/// An error and its causes on one line, each cause printed once: typed errors
+/// often repeat their source in their own message (`"{path}: {source}"`), so
+/// a cause whose text the line already holds is left out.
+pub fn error_chain(err: &anyhow::Error) -> String {
+    let mut line = err.to_string();
+    for cause in err.chain().skip(1) {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}

@@ -1,0 +1,201 @@
+//! The file table of a generation: every file's size and XXH3-64 checksum,
+//! recorded in the manifest at publish and checked before any loader
+//! (tantivy, hnsw_rs, sled) is given a byte.
+//!
+//! Why checksums and not only sizes: a flipped byte in a vector file or a
+//! posting list is served as a different answer, silently; in hnsw_rs's graph
+//! it can end the process (`process::exit`) before any error reaches us. XXH3
+//! hashes at memory speed, so [`Index::open`](crate::Index::open) checks every
+//! file it is about to load for the price of reading it once.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Size and checksum of one file of a generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileSum {
+    /// Length in bytes.
+    pub bytes: u64,
+    /// XXH3-64 of the contents, 16 hex digits.
+    pub xxh3: String,
+}
+
+/// Files of a generation by path relative to it (`/`-separated).
+pub type FileTable = BTreeMap<String, FileSum>;
+
+/// The manifest itself (its checksum lives in `CURRENT`), temporary files and
+/// tantivy's lock files (created by writers, never read) are not listed.
+fn listed(relative: &str) -> bool {
+    let name = relative.rsplit('/').next().unwrap_or(relative);
+    relative != "manifest.json"
+        && !name.ends_with(".tmp")
+        && !(name.starts_with(".tantivy-") && name.ends_with(".lock"))
+}
+
+/// Sizes and checksums of every file below `gen`.
+pub fn file_table(gen: &Path) -> Result<FileTable> {
+    let mut table = FileTable::new();
+    walk(gen, gen, &mut table)?;
+    Ok(table)
+}
+
+fn walk(root: &Path, dir: &Path, table: &mut FileTable) -> Result<()> {
+    for entry in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let entry = entry.map_err(|e| Error::io(dir, e))?;
+        let path = entry.path();
+        if entry.file_type().map_err(|e| Error::io(&path, e))?.is_dir() {
+            walk(root, &path, table)?;
+            continue;
+        }
+        let relative = relative_name(root, &path);
+        if listed(&relative) {
+            let sum = checksum(&path)?;
+            table.insert(relative, sum);
+        }
+    }
+    Ok(())
+}
+
+fn relative_name(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .unwrap_or(path)
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// Size and XXH3-64 of one file, read in 1 MiB blocks.
+pub fn checksum(path: &Path) -> Result<FileSum> {
+    let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut bytes = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        bytes += n as u64;
+    }
+    Ok(FileSum {
+        bytes,
+        xxh3: format!("{:016x}", hasher.digest()),
+    })
+}
+
+/// XXH3-64 of a byte string, 16 hex digits.
+pub fn checksum_bytes(bytes: &[u8]) -> String {
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// How thoroughly [`check`] looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Depth {
+    /// Presence and sizes only (a `stat` per file).
+    Sizes,
+    /// Sizes, then every byte against its checksum.
+    Checksums,
+}
+
+/// One file that does not match the table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// The damaged file.
+    pub path: PathBuf,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+/// Every listed file of `gen` that is missing, has another size or (at
+/// [`Depth::Checksums`]) other contents. Empty when the generation is intact.
+pub fn check(gen: &Path, table: &FileTable, depth: Depth) -> Vec<Damage> {
+    let mut damage = Vec::new();
+    for (name, want) in table {
+        let path = gen.join(name);
+        let problem = match std::fs::metadata(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Some("is missing".to_string()),
+            Err(e) => Some(format!("cannot be read: {e}")),
+            Ok(meta) if meta.len() != want.bytes => Some(format!(
+                "is {} bytes long, the manifest says {}",
+                meta.len(),
+                want.bytes
+            )),
+            Ok(_) if depth == Depth::Sizes => None,
+            Ok(_) => match checksum(&path) {
+                Err(e) => Some(format!("cannot be read: {e}")),
+                Ok(got) if got.xxh3 != want.xxh3 => Some(format!(
+                    "has checksum {}, the manifest says {} (its bytes changed)",
+                    got.xxh3, want.xxh3
+                )),
+                Ok(_) => None,
+            },
+        };
+        if let Some(problem) = problem {
+            damage.push(Damage { path, problem });
+        }
+    }
+    damage
+}
+
+/// The first damage as an error, with how many more files are damaged.
+pub fn first_error(damage: Vec<Damage>) -> Result<()> {
+    let more = damage.len().saturating_sub(1);
+    match damage.into_iter().next() {
+        None => Ok(()),
+        Some(Damage { path, problem }) => {
+            Err(Error::Damaged {
+                path,
+                message: if more > 0 {
+                    format!("{problem} ({more} more damaged file(s); `capstan index verify` lists them)")
+                } else {
+                    problem
+                },
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_catches_missing_resized_and_changed_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let gen = dir.path();
+        std::fs::create_dir_all(gen.join("bm25")).unwrap();
+        std::fs::write(gen.join("vectors.f32"), [1u8; 64]).unwrap();
+        std::fs::write(gen.join("bm25/meta.json"), b"{}").unwrap();
+        std::fs::write(gen.join("bm25/.tantivy-writer.lock"), b"").unwrap();
+        std::fs::write(gen.join("manifest.json"), b"{}").unwrap();
+        let table = file_table(gen).unwrap();
+        let names: Vec<&str> = table.keys().map(String::as_str).collect();
+        assert_eq!(names, ["bm25/meta.json", "vectors.f32"]);
+        assert!(check(gen, &table, Depth::Checksums).is_empty());
+
+        let mut flipped = [1u8; 64];
+        flipped[10] ^= 0x20;
+        std::fs::write(gen.join("vectors.f32"), flipped).unwrap();
+        assert!(check(gen, &table, Depth::Sizes).is_empty(), "same size");
+        let damage = check(gen, &table, Depth::Checksums);
+        assert_eq!(damage.len(), 1);
+        assert!(damage[0].path.ends_with("vectors.f32"));
+        assert!(damage[0].problem.contains("checksum"));
+
+        std::fs::write(gen.join("vectors.f32"), [1u8; 60]).unwrap();
+        std::fs::remove_file(gen.join("bm25/meta.json")).unwrap();
+        let damage = check(gen, &table, Depth::Sizes);
+        assert_eq!(damage.len(), 2);
+        assert!(damage[0].problem.contains("is missing"));
+        assert!(damage[1].problem.contains("60 bytes long"));
+        let err = first_error(damage).unwrap_err().to_string();
+        assert!(err.contains("meta.json") && err.contains("1 more"), "{err}");
+    }
+}
