@@ -989,7 +989,8 @@ fn an_empty_or_blank_api_key_is_refused_at_start() {
 #[test]
 fn a_search_does_not_wait_behind_a_burst_of_embeddings() {
     let f = fixture();
-    let srv = Server::start(&f.index, &[]);
+    // The queue deadline is not what this test is about.
+    let srv = Server::start(&f.index, &["--queue-timeout", "600"]);
     let qs = questions(&f.data);
     let text = qs.join(" ");
     let port = srv.port;
@@ -1225,6 +1226,9 @@ fn a_generative_burst_is_batched_queued_or_refused_and_never_lost() {
             "2",
             "--max-new-tokens",
             "4",
+            // Queued generations wait as long as they need here (the deadline has its own test).
+            "--queue-timeout",
+            "600",
         ],
     );
     let qs = questions(&f.data);
@@ -1450,4 +1454,120 @@ fn sigterm_gives_up_on_a_stalled_request_after_the_grace_period() {
         "{}",
         srv.log_text()
     );
+}
+
+/// Reads from `stream` until the server closes it (or `limit` passes); the
+/// bytes read and when the close came.
+fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Vec<u8>, Option<Duration>) {
+    let start = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < limit {
+        match stream.read(&mut buf) {
+            Ok(0) => return (got, Some(start.elapsed())),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return (got, Some(start.elapsed())),
+        }
+    }
+    (got, None)
+}
+
+#[test]
+fn slow_and_silent_clients_are_cut_off_by_the_timeouts() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &["--header-timeout", "2", "--body-timeout", "2"]);
+    let limit = Duration::from_secs(10);
+    // A body announced as 100 bytes of which one arrives: 408 in the API's error
+    // shape, then the connection closes.
+    let mut half_body = connect(srv.port).unwrap();
+    half_body
+        .write_all(b"POST /v1/search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+        .unwrap();
+    // Half a request head, and a connection that never sends a byte.
+    let mut half_head = connect(srv.port).unwrap();
+    half_head
+        .write_all(b"POST /v1/search HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut silent = connect(srv.port).unwrap();
+    // Many idle connections at once are all closed as well.
+    let mut idle: Vec<TcpStream> = (0..50).map(|_| connect(srv.port).unwrap()).collect();
+
+    let (bytes, closed) = read_until_closed(&mut half_body, limit);
+    let closed = closed.expect("a half-sent body keeps its connection open");
+    let resp = parse_response(&bytes).unwrap();
+    assert_eq!(resp.status, 408, "{}", resp.text());
+    assert_eq!(
+        resp.json()["error"]["type"],
+        "request_timeout",
+        "{}",
+        resp.text()
+    );
+    assert!(closed < Duration::from_secs(6), "closed after {closed:?}");
+    for (what, stream) in [("half a head", &mut half_head), ("silent", &mut silent)] {
+        let (_, closed) = read_until_closed(stream, limit);
+        let closed = closed.unwrap_or_else(|| panic!("{what}: still open after {limit:?}"));
+        assert!(
+            closed < Duration::from_secs(6),
+            "{what}: closed after {closed:?}"
+        );
+    }
+    let start = Instant::now();
+    for stream in &mut idle {
+        let left = limit
+            .saturating_sub(start.elapsed())
+            .max(Duration::from_millis(10));
+        assert!(
+            read_until_closed(stream, left).1.is_some(),
+            "an idle connection is still open after {:?}",
+            start.elapsed()
+        );
+    }
+    // A keep-alive connection is answered, then closed once idle.
+    let mut kept = connect(srv.port).unwrap();
+    kept.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let (bytes, closed) = read_until_closed(&mut kept, limit);
+    assert_eq!(parse_response(&bytes).unwrap().status, 200);
+    let closed = closed.expect("an idle keep-alive connection stays open");
+    assert!(closed >= Duration::from_secs(1), "closed after {closed:?}");
+    // The server serves on.
+    assert_eq!(srv.get("/health").status, 200);
+}
+
+#[test]
+fn work_queued_past_its_deadline_is_answered_503_without_running() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &["--workers", "1", "--queue-timeout", "0.2"]);
+    let text = questions(&f.data).join(" ");
+    // One embedding worker: each of these takes far longer than the deadline, so
+    // the ones queued behind the first wait past it.
+    let requests = (0..4)
+        .map(|i| {
+            (
+                "/v1/embeddings",
+                json!({"input": vec![format!("{i} {text}"); 64]}),
+            )
+        })
+        .collect();
+    let done = burst(srv.port, requests);
+    let statuses: Vec<u16> = done.iter().map(|(_, r)| r.status).collect();
+    assert!(statuses.contains(&200), "{statuses:?}");
+    let expired: Vec<&Resp> = done
+        .iter()
+        .map(|(_, r)| r)
+        .filter(|r| r.status == 503)
+        .collect();
+    assert!(!expired.is_empty(), "none expired: {statuses:?}");
+    for r in expired {
+        assert!(r.header("retry-after").is_some());
+        assert!(r.text().contains("past its deadline"), "{}", r.text());
+    }
 }

@@ -76,6 +76,15 @@ pub struct ServerConfig {
     pub max_question_chars: Option<usize>,
     /// Largest k.
     pub max_k: Option<usize>,
+    /// Seconds a connection may take to send a request's headers, counted
+    /// from when it is ready for one (so it also closes idle keep-alive
+    /// connections).
+    pub header_timeout: Option<f64>,
+    /// Seconds a request may take to send its body.
+    pub body_timeout: Option<f64>,
+    /// Seconds a request may wait in a queue before it is answered 503
+    /// without running.
+    pub queue_timeout: Option<f64>,
 }
 
 impl FileConfig {

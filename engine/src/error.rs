@@ -13,10 +13,14 @@ pub enum Error {
         queue: &'static str,
     },
     /// A request's deadline passed before it ran (HTTP 503).
-    #[error("the request waited longer than its deadline in the {queue} queue")]
+    #[error("the request waited {waited_ms} ms in the {queue} queue, past its deadline of {deadline_ms} ms; retry shortly")]
     Expired {
         /// Which queue.
         queue: &'static str,
+        /// How long it waited.
+        waited_ms: u64,
+        /// The deadline (`--queue-timeout`).
+        deadline_ms: u64,
     },
     /// A generative reader was asked for but not configured.
     #[error("reader `{}` is not loaded: configure its checkpoint (--{}-model or capstan.toml)", .0.name(), .0.name())]

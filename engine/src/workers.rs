@@ -12,6 +12,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use capstan_reader::Flow;
 use capstan_retriever::{Hit, SearchOptions};
@@ -54,17 +55,43 @@ impl Job {
             Job::Embed { reply, .. } => reply.is_closed(),
         }
     }
+
+    /// Answers [`Error::Expired`] without running.
+    fn expire(self, queue: &'static str, waited: Duration, deadline: Duration) {
+        let error = || Error::Expired {
+            queue,
+            waited_ms: waited.as_millis() as u64,
+            deadline_ms: deadline.as_millis() as u64,
+        };
+        match self {
+            Job::Qa { reply, .. } => drop(reply.send(Err(error()))),
+            Job::Search { reply, .. } => drop(reply.send(Err(error()))),
+            Job::Embed { reply, .. } => drop(reply.send(Err(error()))),
+        }
+    }
+}
+
+/// A job and when it entered its queue.
+struct Queued {
+    job: Job,
+    since: Instant,
 }
 
 struct Queue {
-    tx: SyncSender<Job>,
+    tx: SyncSender<Queued>,
     depth: Arc<AtomicUsize>,
     name: &'static str,
 }
 
 impl Queue {
-    fn start(name: &'static str, workers: usize, capacity: usize, pipeline: Arc<Pipeline>) -> Self {
-        let (tx, rx) = sync_channel::<Job>(capacity);
+    fn start(
+        name: &'static str,
+        workers: usize,
+        capacity: usize,
+        deadline: Duration,
+        pipeline: Arc<Pipeline>,
+    ) -> Self {
+        let (tx, rx) = sync_channel::<Queued>(capacity);
         let rx = Arc::new(Mutex::new(rx));
         let depth = Arc::new(AtomicUsize::new(0));
         for i in 0..workers.max(1) {
@@ -73,7 +100,7 @@ impl Queue {
             let pipeline = pipeline.clone();
             std::thread::Builder::new()
                 .name(format!("capstan-{name}-{i}"))
-                .spawn(move || worker(&rx, &depth, &pipeline))
+                .spawn(move || worker(name, &rx, &depth, deadline, &pipeline))
                 .expect("spawning a worker thread");
         }
         Self { tx, depth, name }
@@ -81,7 +108,11 @@ impl Queue {
 
     fn submit(&self, job: Job) -> Result<()> {
         self.depth.fetch_add(1, Ordering::SeqCst);
-        match self.tx.try_send(job) {
+        let queued = Queued {
+            job,
+            since: Instant::now(),
+        };
+        match self.tx.try_send(queued) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.depth.fetch_sub(1, Ordering::SeqCst);
@@ -91,17 +122,31 @@ impl Queue {
     }
 }
 
-fn worker(rx: &Mutex<Receiver<Job>>, depth: &AtomicUsize, pipeline: &Pipeline) {
+fn worker(
+    queue: &'static str,
+    rx: &Mutex<Receiver<Queued>>,
+    depth: &AtomicUsize,
+    deadline: Duration,
+    pipeline: &Pipeline,
+) {
     loop {
-        let job = {
+        let Queued { job, since } = {
             let guard = rx.lock().expect("queue lock");
             match guard.recv() {
-                Ok(job) => job,
+                Ok(queued) => queued,
                 Err(_) => return,
             }
         };
         depth.fetch_sub(1, Ordering::SeqCst);
         if job.abandoned() {
+            continue;
+        }
+        // Work whose client has most likely given up (or will before it is
+        // done) is not started: under overload the queue drains at the speed
+        // of a reply instead of a computation.
+        let waited = since.elapsed();
+        if waited > deadline {
+            job.expire(queue, waited, deadline);
             continue;
         }
         // A panic fails its own request (500) instead of killing the worker:
@@ -175,6 +220,9 @@ pub struct EngineSettings {
     pub generations: usize,
     /// Requests that may wait for a generation slot.
     pub generation_queue: usize,
+    /// Longest wait in a queue: a request still queued after it is answered
+    /// [`Error::Expired`] without running.
+    pub queue_deadline: Duration,
 }
 
 /// Handle to the worker pools; cheap to clone.
@@ -194,18 +242,21 @@ impl Engine {
                 "fast",
                 settings.workers,
                 settings.queue,
+                settings.queue_deadline,
                 pipeline.clone(),
             )),
             embed: Arc::new(Queue::start(
                 "embed",
                 settings.embed_workers,
                 settings.embed_queue,
+                settings.queue_deadline,
                 pipeline.clone(),
             )),
             generate: Arc::new(Queue::start(
                 "generate",
                 settings.generations,
                 settings.generation_queue,
+                settings.queue_deadline,
                 pipeline.clone(),
             )),
             pipeline,

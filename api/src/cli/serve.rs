@@ -6,7 +6,7 @@ use std::sync::Arc;
 use clap::Args;
 
 use super::pipeline_args::{build, PipelineArgs};
-use crate::server::{parse_addr, AppState, Limits, Metrics};
+use crate::server::{parse_addr, AppState, Limits, Metrics, Timeouts};
 use capstan_engine::workers::{Engine, EngineSettings};
 
 /// Arguments of `capstan serve`.
@@ -41,6 +41,18 @@ pub struct ServeArgs {
     /// Largest k a request may ask [default: 100].
     #[arg(long, env = "CAPSTAN_MAX_K")]
     max_k: Option<usize>,
+    /// Seconds a connection may take to send a request's headers, counted from when it is
+    /// ready for the next request, so idle keep-alive connections close too [default: 30].
+    #[arg(long, env = "CAPSTAN_HEADER_TIMEOUT", value_parser = seconds)]
+    header_timeout: Option<f64>,
+    /// Seconds a request may take to send its body; slower ones get 408 and the
+    /// connection is closed [default: 30].
+    #[arg(long, env = "CAPSTAN_BODY_TIMEOUT", value_parser = seconds)]
+    body_timeout: Option<f64>,
+    /// Seconds a request may wait in a queue; one still waiting then is answered 503
+    /// without running [default: 30].
+    #[arg(long, env = "CAPSTAN_QUEUE_TIMEOUT", value_parser = seconds)]
+    queue_timeout: Option<f64>,
     #[command(flatten)]
     pipeline: PipelineArgs,
 }
@@ -70,6 +82,20 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         embed_queue: queue,
         generations,
         generation_queue: 4 * generations,
+        queue_deadline: duration(
+            "queue_timeout",
+            args.queue_timeout.or(s.queue_timeout).unwrap_or(30.0),
+        )?,
+    };
+    let timeouts = Timeouts {
+        header: duration(
+            "header_timeout",
+            args.header_timeout.or(s.header_timeout).unwrap_or(30.0),
+        )?,
+        body: duration(
+            "body_timeout",
+            args.body_timeout.or(s.body_timeout).unwrap_or(30.0),
+        )?,
     };
     let limits = Limits {
         max_body_bytes: args.max_body_bytes.or(s.max_body_bytes).unwrap_or(65536),
@@ -107,10 +133,26 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         api_key,
         defaults: defaults.request,
         started: std::time::SystemTime::now(),
+        timeouts,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    runtime.block_on(crate::server::serve(addr, state))
+    runtime.block_on(crate::server::serve(addr, state, timeouts))
+}
+
+/// A positive, finite number of seconds (the flag parser).
+fn seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && s > 0.0 => Ok(s),
+        _ => Err(format!("`{text}` is not a positive number of seconds")),
+    }
+}
+
+/// The same check for values from capstan.toml.
+fn duration(name: &str, secs: f64) -> anyhow::Result<std::time::Duration> {
+    seconds(&secs.to_string())
+        .map(std::time::Duration::from_secs_f64)
+        .map_err(|e| anyhow::anyhow!("[server] {name}: {e}"))
 }

@@ -62,6 +62,8 @@ pub struct AppState {
     pub defaults: QaRequest,
     /// Server start, for uptime and `created` fields.
     pub started: std::time::SystemTime,
+    /// How long clients may take to send requests.
+    pub timeouts: Timeouts,
 }
 
 /// The router with every route and middleware.
@@ -79,6 +81,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat::completions))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(state.clone(), read_body))
         .layer(middleware::from_fn_with_state(state.clone(), authorize))
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(axum::extract::DefaultBodyLimit::max(
@@ -99,27 +102,66 @@ fn shutdown_grace() -> std::time::Duration {
     std::time::Duration::from_secs_f64(secs)
 }
 
+/// How long a client may take to send a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// To send a request's headers, counted from when the connection is
+    /// ready for the next request: hyper starts this clock when it waits for
+    /// a request head, so it also closes idle keep-alive connections.
+    pub header: std::time::Duration,
+    /// To send a request's body (answered 408, and the connection closed).
+    pub body: std::time::Duration,
+}
+
 /// Serves until SIGINT or SIGTERM, then finishes the requests in flight
-/// (for at most the grace period).
-pub async fn serve(addr: SocketAddr, state: Arc<AppState>) -> anyhow::Result<()> {
+/// (for at most the grace period). Connections are served by hyper directly
+/// (axum::serve has no timeouts): a client that sends nothing, or a request
+/// slowly, is cut off instead of holding its connection forever.
+pub async fn serve(
+    addr: SocketAddr,
+    state: Arc<AppState>,
+    timeouts: Timeouts,
+) -> anyhow::Result<()> {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
     let listener = tokio::net::TcpListener::bind(addr).await?;
     eprintln!("capstan: listening on http://{}", listener.local_addr()?);
     let grace = shutdown_grace();
-    let (stopping, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = axum::serve(listener, router(state)).with_graceful_shutdown(async move {
-        shutdown_signal().await;
-        let _ = stopping.send(());
-    });
-    let deadline = async move {
-        if stopped.await.is_ok() {
-            tokio::time::sleep(grace).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
-    };
+    let app = router(state);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(timeouts.header)
+        .keep_alive(true);
+    let signal = shutdown_signal();
+    tokio::pin!(signal);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off, keep serving.
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(app.clone());
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            // Errors here are clients' (reset, timed out, malformed): nothing to report.
+            let _ = connection.await;
+        });
+    }
+    drop(listener);
     tokio::select! {
-        served = std::future::IntoFuture::into_future(server) => served?,
-        () = deadline => {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(grace) => {
             eprintln!("capstan: requests still in flight after {grace:?}; stopping anyway");
         }
     }
@@ -274,6 +316,58 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
         start.elapsed().as_secs_f64(),
     );
     resp
+}
+
+/// Reads the whole request body (after the API key was checked) within the
+/// body timeout: a client that announces a body and sends it slowly, or not
+/// at all, is answered 408 and its connection closed instead of holding a
+/// connection and a task for as long as it likes.
+async fn read_body(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let limit = state.limits.max_body_bytes;
+    let timeout = state.timeouts.body;
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, bytes.into())).await,
+        Ok(Err(e)) => {
+            let too_large = std::error::Error::source(&e)
+                .is_some_and(|s| s.to_string().contains("length limit"))
+                || e.to_string().contains("length limit");
+            let mut resp = if too_large {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "request_too_large",
+                    format!("the request body is larger than {limit} bytes"),
+                )
+            } else {
+                ApiError::invalid(format!("the request body could not be read: {e}"))
+            }
+            .into_response();
+            close_connection(&mut resp);
+            resp
+        }
+        Err(_) => {
+            let mut resp = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                format!(
+                    "the request body did not arrive within {} s",
+                    timeout.as_secs_f64()
+                ),
+            )
+            .into_response();
+            close_connection(&mut resp);
+            resp
+        }
+    }
+}
+
+/// Asks hyper to close the connection after this response (its request body
+/// was not read to the end, so the connection cannot carry another request).
+fn close_connection(resp: &mut Response) {
+    resp.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
 }
 
 /// Parses a JSON body, turning every failure into a 4xx that says what is wrong.
