@@ -1,6 +1,8 @@
 //! Chunking documents into passages of at most N tokens of the dense
 //! encoder's tokenizer, never splitting a word, with an overlap.
 
+use std::collections::VecDeque;
+
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use tokenizers::Tokenizer;
@@ -106,107 +108,174 @@ impl Chunker {
             .collect()
     }
 
-    /// Chunks one document.
+    /// Chunks one document. Words are read and tokenized a window at a
+    /// time and dropped once passed, so memory does not grow with the
+    /// document (tokenizing a 50 MB document at once took 6 GB), and every
+    /// offset is computed once, in one pass.
     pub fn chunk(&self, doc: &Document) -> Vec<Passage> {
-        let words = word_spans(&doc.text);
-        let tokens = self.tokens_per_word(&doc.text, &words);
+        let mut words = WordTokens::new(&self.tokenizer, &doc.text);
+        // The words from the current passage's first onwards.
+        let mut ahead: VecDeque<Word> = VecDeque::new();
         let mut passages = Vec::new();
-        let mut start = 0;
-        let mut char_cursor = CharCursor::default();
-        while start < words.len() {
-            let mut end = start;
+        loop {
+            let mut end = 0;
             let mut used = 0;
-            while end < words.len()
-                && (end == start || used + tokens[end] <= self.params.chunk_tokens)
-            {
-                used += tokens[end];
+            loop {
+                if end == ahead.len() {
+                    match words.next() {
+                        Some(w) => ahead.push_back(w),
+                        None => break,
+                    }
+                }
+                let tokens = ahead[end].tokens;
+                if end > 0 && used + tokens > self.params.chunk_tokens {
+                    break;
+                }
+                used += tokens;
                 end += 1;
             }
-            let (byte_start, byte_end) = (words[start].0, words[end - 1].1);
+            if end == 0 {
+                break;
+            }
+            let (first, last) = (ahead[0], ahead[end - 1]);
             passages.push(Passage {
                 id: format!("{}#{}", doc.id, passages.len()),
                 doc_id: doc.id.clone(),
                 title: doc.title.clone(),
-                text: doc.text[byte_start..byte_end].to_string(),
+                text: doc.text[first.byte_start..last.byte_end].to_string(),
                 index: passages.len() as u32,
-                char_start: char_cursor.char_offset(&doc.text, byte_start),
-                char_end: char_cursor.char_offset(&doc.text, byte_end),
+                char_start: first.char_start,
+                char_end: last.char_end,
             });
-            if end == words.len() {
-                break;
+            if end == ahead.len() {
+                match words.next() {
+                    Some(w) => ahead.push_back(w),
+                    None => break,
+                }
             }
             // Step back over whole words worth at most `overlap` tokens.
             let mut next = end;
             let mut shared = 0;
-            while next > start + 1 && shared + tokens[next - 1] <= self.params.overlap {
+            while next > 1 && shared + ahead[next - 1].tokens <= self.params.overlap {
                 next -= 1;
-                shared += tokens[next];
+                shared += ahead[next].tokens;
             }
-            start = next;
+            ahead.drain(..next);
         }
         passages
     }
+}
 
-    fn tokens_per_word(&self, text: &str, words: &[(usize, usize)]) -> Vec<usize> {
-        let mut counts = vec![0usize; words.len()];
-        let Ok(encoding) = self.tokenizer.encode(text, false) else {
-            // A tokenizer failure on odd input: fall back to one token a word.
-            return vec![1; words.len()];
+/// A whitespace-separated word with its offsets and its token count.
+#[derive(Debug, Clone, Copy)]
+struct Word {
+    byte_start: usize,
+    byte_end: usize,
+    char_start: usize,
+    char_end: usize,
+    tokens: usize,
+}
+
+/// Words tokenized per window of this many words.
+const WORD_WINDOW: usize = 2048;
+
+/// The words of a text with their token counts, tokenized a window at a
+/// time: words never span whitespace, and neither do the tokenizer's
+/// pre-tokens, so a window's counts equal the whole text's.
+struct WordTokens<'a> {
+    tokenizer: &'a Tokenizer,
+    text: &'a str,
+    chars: std::iter::Peekable<std::str::CharIndices<'a>>,
+    char_pos: usize,
+    window: VecDeque<Word>,
+}
+
+impl<'a> WordTokens<'a> {
+    fn new(tokenizer: &'a Tokenizer, text: &'a str) -> Self {
+        Self {
+            tokenizer,
+            text,
+            chars: text.char_indices().peekable(),
+            char_pos: 0,
+            window: VecDeque::with_capacity(WORD_WINDOW),
+        }
+    }
+
+    /// The next word's offsets (token count still 0).
+    fn next_span(&mut self) -> Option<Word> {
+        while let Some(&(_, c)) = self.chars.peek() {
+            if !c.is_whitespace() {
+                break;
+            }
+            self.chars.next();
+            self.char_pos += 1;
+        }
+        let &(byte_start, _) = self.chars.peek()?;
+        let char_start = self.char_pos;
+        let mut byte_end = self.text.len();
+        while let Some(&(i, c)) = self.chars.peek() {
+            if c.is_whitespace() {
+                byte_end = i;
+                break;
+            }
+            self.chars.next();
+            self.char_pos += 1;
+        }
+        Some(Word {
+            byte_start,
+            byte_end,
+            char_start,
+            char_end: self.char_pos,
+            tokens: 0,
+        })
+    }
+
+    fn fill(&mut self) {
+        while self.window.len() < WORD_WINDOW {
+            match self.next_span() {
+                Some(w) => self.window.push_back(w),
+                None => break,
+            }
+        }
+        let (Some(first), Some(last)) = (self.window.front(), self.window.back()) else {
+            return;
+        };
+        let base = first.byte_start;
+        let slice = &self.text[base..last.byte_end];
+        let Ok(encoding) = self.tokenizer.encode(slice, false) else {
+            // A tokenizer failure on odd input: one token a word.
+            self.window.iter_mut().for_each(|w| w.tokens = 1);
+            return;
         };
         let mut w = 0;
         for &(s, e) in encoding.get_offsets() {
             if e <= s {
                 continue;
             }
-            while w < words.len() && words[w].1 <= s {
+            let s = s + base;
+            while w < self.window.len() && self.window[w].byte_end <= s {
                 w += 1;
             }
-            if w == words.len() {
+            if w == self.window.len() {
                 break;
             }
-            counts[w] += 1;
+            self.window[w].tokens += 1;
         }
         // A word the tokenizer dropped entirely still costs something.
-        counts.iter_mut().for_each(|c| *c = (*c).max(1));
-        counts
+        self.window
+            .iter_mut()
+            .for_each(|w| w.tokens = w.tokens.max(1));
     }
 }
 
-/// Byte spans of whitespace-separated words.
-fn word_spans(text: &str) -> Vec<(usize, usize)> {
-    let mut spans = Vec::new();
-    let mut start = None;
-    for (i, c) in text.char_indices() {
-        match (c.is_whitespace(), start) {
-            (true, Some(s)) => {
-                spans.push((s, i));
-                start = None;
-            }
-            (false, None) => start = Some(i),
-            _ => {}
+impl Iterator for WordTokens<'_> {
+    type Item = Word;
+
+    fn next(&mut self) -> Option<Word> {
+        if self.window.is_empty() {
+            self.fill();
         }
-    }
-    if let Some(s) = start {
-        spans.push((s, text.len()));
-    }
-    spans
-}
-
-/// Converts increasing byte offsets to character offsets in one pass.
-#[derive(Default)]
-struct CharCursor {
-    byte: usize,
-    chars: usize,
-}
-
-impl CharCursor {
-    fn char_offset(&mut self, text: &str, byte: usize) -> usize {
-        if byte < self.byte {
-            *self = Self::default();
-        }
-        self.chars += text[self.byte..byte].chars().count();
-        self.byte = byte;
-        self.chars
+        self.window.pop_front()
     }
 }
 
@@ -260,6 +329,42 @@ mod tests {
         let second: Vec<&str> = passages[1].text.split_whitespace().collect();
         assert_eq!(first[15..], second[..5]);
         assert!(passages.last().unwrap().text.ends_with("w99"));
+    }
+
+    #[test]
+    fn token_counts_hold_across_tokenizer_windows() {
+        // More words than one tokenizer window, many of several tokens: each
+        // passage, tokenized alone, fits the budget, and the passages are
+        // exactly the greedy fill (one more word would not have fitted).
+        let words: Vec<String> = (0..3 * WORD_WINDOW + 7)
+            .map(|i| match i % 5 {
+                0 => format!("a-b-{i}"),
+                1 => format!("x-{i}"),
+                _ => format!("w{i}"),
+            })
+            .collect();
+        let text = words.join("  ");
+        let tok = tokenizer();
+        let params = ChunkParams {
+            chunk_tokens: 40,
+            overlap: 6,
+        };
+        let chunker = Chunker::new(&tok, params).unwrap();
+        let passages = chunker.chunk(&doc(&text));
+        let count = |t: &str| tok.encode(t, false).unwrap().len();
+        let mut covered = 0;
+        for p in &passages {
+            assert!(count(&p.text) <= params.chunk_tokens, "{}", p.id);
+            let n = p.text.split_whitespace().count();
+            let head = p.text.split_whitespace().next().unwrap();
+            let first = words.iter().position(|w| w == head).unwrap();
+            if first + n < words.len() {
+                let longer = format!("{} {}", p.text, words[first + n]);
+                assert!(count(&longer) > params.chunk_tokens, "{} is not full", p.id);
+            }
+            covered = covered.max(first + n);
+        }
+        assert_eq!(covered, words.len());
     }
 
     #[test]

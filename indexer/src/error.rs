@@ -136,6 +136,14 @@ pub enum LineProblem {
     /// The document has no text.
     #[error("document `{0}` is empty")]
     Empty(String),
+    /// The document is larger than the limit.
+    #[error("the document is {bytes} bytes, more than the limit of {limit} (--max-document-bytes; --skip-bad skips it)")]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// The id was used before.
     #[error("duplicate document id `{id}` (first seen at {first})")]
     DuplicateId {

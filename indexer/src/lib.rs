@@ -37,7 +37,7 @@ pub use chunk::{ChunkParams, Chunker, Passage};
 pub use dense::{
     build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
 };
-pub use document::{read_corpus, Corpus, Document};
+pub use document::{read_corpus, read_corpus_with, Corpus, Document, ReadOptions};
 pub use encoder::{Encoder, EncoderInfo, Pooling};
 pub use error::{Error, LineProblem, Result};
 pub use frozen::FrozenGraph;

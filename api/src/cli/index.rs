@@ -59,6 +59,10 @@ struct BuildArgs {
     /// Skip malformed lines or files (and list them) instead of failing.
     #[arg(long)]
     skip_bad: bool,
+    /// Largest document in bytes (its JSONL line or file); a larger one is an error
+    /// naming it, or skipped with --skip-bad [default: 16 MiB].
+    #[arg(long, default_value_t = capstan_indexer::ReadOptions::MAX_DOCUMENT_BYTES)]
+    max_document_bytes: usize,
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
@@ -172,7 +176,13 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     settings.bm25.validate()?;
     settings.hnsw.validate()?;
     let start = std::time::Instant::now();
-    let corpus = capstan_indexer::read_corpus(&corpus_path, args.skip_bad)?;
+    let corpus = capstan_indexer::read_corpus_with(
+        &corpus_path,
+        capstan_indexer::ReadOptions {
+            skip_bad: args.skip_bad,
+            max_document_bytes: args.max_document_bytes,
+        },
+    )?;
     for skipped in &corpus.skipped {
         eprintln!("skipped {skipped}");
     }
