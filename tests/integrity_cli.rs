@@ -177,6 +177,27 @@ fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("store"));
     assert!(!store.exists(), "a reader recreated the store");
 
+    // `serve` on a damaged index: an error naming the file, not a crash.
+    let case = tempfile::tempdir().unwrap();
+    let copy = case.path().join("index");
+    copy_dir(&index, &copy);
+    let vectors = all.iter().find(|p| p.ends_with("vectors.f32")).unwrap();
+    Damage::Flip.apply(&copy.join(vectors));
+    let out = run(&[
+        "serve",
+        "--index",
+        s(&copy),
+        "--addr",
+        "127.0.0.1:0",
+        "--no-default-model",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("vectors.f32") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+
     // The intact index verifies.
     let report = ok(&["index", "verify", s(&index)]);
     assert!(report.contains("intact"), "{report}");
