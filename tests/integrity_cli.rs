@@ -84,16 +84,9 @@ fn search(index: &Path) -> std::process::Output {
 fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
     let tmp = tempfile::tempdir().unwrap();
     let (_, index) = common::generated_index(tmp.path(), 40, 5, 3);
-    let baseline = ok(&[
-        "search",
-        s(&index),
-        QUERY,
-        "--mode",
-        "hybrid",
-        "-k",
-        "5",
-        "--json",
-    ]);
+    let out = search(&index);
+    assert!(out.status.success());
+    let baseline = String::from_utf8(out.stdout).unwrap();
     let all = files(&index);
     let kinds: Vec<String> = all.iter().map(|p| p.to_string_lossy().into()).collect();
     for needed in ["CURRENT", "manifest.json", "vectors.f32", "sentences.f32"] {
@@ -239,17 +232,9 @@ fn a_read_only_index_is_searched_and_never_written() {
         String::from_utf8_lossy(&out.stderr)
     );
     let ro: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rw: serde_json::Value = serde_json::from_str(&ok(&[
-        "search",
-        s(&index),
-        QUERY,
-        "--mode",
-        "hybrid",
-        "-k",
-        "5",
-        "--json",
-    ]))
-    .unwrap();
+    let out = search(&index);
+    assert!(out.status.success());
+    let rw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ro, rw);
     assert_eq!(snapshot(&index), before, "searching wrote to the index");
 }

@@ -3,21 +3,10 @@
 //! fixtures/make_encoder_fixture.py. The encoder folder comes from
 //! `CAPSTAN_ENCODER` or scripts/setup.sh's default location.
 
-use std::path::PathBuf;
-
 use capstan_indexer::{Encoder, Pooling};
 
-fn encoder_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CAPSTAN_ENCODER") {
-        return dir.into();
-    }
-    let home = std::env::var_os("CAPSTAN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/capstan")
-        });
-    home.join("models/all-MiniLM-L6-v2")
-}
+mod common;
+use common::encoder_dir;
 
 #[test]
 fn embeddings_equal_sentence_transformers() {

@@ -3,21 +3,10 @@
 //! 50 MB) and character offsets are computed in one pass. Alone in its test
 //! binary, so the process's peak memory is this test's.
 
-use std::path::PathBuf;
-
 use capstan_indexer::{ChunkParams, Chunker, Document};
 
-fn encoder_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CAPSTAN_ENCODER") {
-        return dir.into();
-    }
-    let home = std::env::var_os("CAPSTAN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache/capstan")
-        });
-    home.join("models/all-MiniLM-L6-v2")
-}
+mod common;
+use common::encoder_dir;
 
 /// Peak resident memory of this process so far, in bytes.
 fn peak_rss() -> u64 {
