@@ -247,7 +247,7 @@ fn prepare(
     let start = Instant::now();
     let corpus = read_corpus(html, true)?;
     let encoder = Encoder::load(encoder)?;
-    let chunker = Chunker::new(encoder.tokenizer(), ChunkParams::default())?;
+    let chunker = Chunker::for_encoder(&encoder, ChunkParams::default())?;
     let mut docs = corpus.documents;
     // Documentation trees repeat pages (re-exports, redirects): keep one copy of each text.
     let mut seen = std::collections::HashSet::new();

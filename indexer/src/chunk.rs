@@ -84,6 +84,11 @@ impl ChunkParams {
 pub struct Chunker {
     tokenizer: Tokenizer,
     params: ChunkParams,
+    /// The encoder's input window (special tokens included), when passages
+    /// must fit it whole; see [`Chunker::for_encoder`].
+    window: Option<usize>,
+    /// Tokens the encoder adds around every input ([CLS], [SEP]).
+    special_tokens: usize,
 }
 
 impl Chunker {
@@ -95,7 +100,43 @@ impl Chunker {
             .with_truncation(None)
             .expect("disabling truncation cannot fail");
         tokenizer.with_padding(None);
-        Ok(Self { tokenizer, params })
+        let special_tokens = tokenizer.encode("", true).map_or(0, |e| e.len());
+        Ok(Self {
+            tokenizer,
+            params,
+            window: None,
+            special_tokens,
+        })
+    }
+
+    /// A chunker whose passages the encoder embeds whole: the text embedded is
+    /// `title + ". " + passage` between the encoder's special tokens, so a
+    /// document's passages get the window less those, not `chunk_tokens`
+    /// alone (which let the encoder cut the last tokens of every full
+    /// passage of a titled document).
+    pub fn for_encoder(encoder: &crate::Encoder, params: ChunkParams) -> Result<Self> {
+        let mut chunker = Self::new(encoder.tokenizer(), params)?;
+        chunker.window = Some(encoder.info().max_tokens);
+        Ok(chunker)
+    }
+
+    /// The most tokens a passage of `doc` may have.
+    fn budget(&self, doc: &Document) -> usize {
+        let Some(window) = self.window else {
+            return self.params.chunk_tokens;
+        };
+        let title = if doc.title.is_empty() {
+            0
+        } else {
+            // "title." (the space before the passage adds no token).
+            self.tokenizer
+                .encode(format!("{}.", doc.title), false)
+                .map_or(0, |e| e.len())
+        };
+        // A title that leaves less than this is cut by the encoder instead.
+        const MIN_PASSAGE: usize = 32;
+        let room = window.saturating_sub(self.special_tokens + title);
+        self.params.chunk_tokens.min(room.max(MIN_PASSAGE))
     }
 
     /// Chunks many documents in parallel, keeping document order.
@@ -113,6 +154,7 @@ impl Chunker {
     /// document (tokenizing a 50 MB document at once took 6 GB), and every
     /// offset is computed once, in one pass.
     pub fn chunk(&self, doc: &Document) -> Vec<Passage> {
+        let budget = self.budget(doc);
         let mut words = WordTokens::new(&self.tokenizer, &doc.text);
         // The words from the current passage's first onwards.
         let mut ahead: VecDeque<Word> = VecDeque::new();
@@ -128,7 +170,7 @@ impl Chunker {
                     }
                 }
                 let tokens = ahead[end].tokens;
-                if end > 0 && used + tokens > self.params.chunk_tokens {
+                if end > 0 && used + tokens > budget {
                     break;
                 }
                 used += tokens;

@@ -98,7 +98,7 @@ pub fn build(
 ) -> Result<ChangeSummary> {
     settings.bm25.validate()?;
     settings.hnsw.validate()?;
-    let chunker = Chunker::new(encoder.tokenizer(), settings.chunk)?;
+    let chunker = Chunker::for_encoder(encoder, settings.chunk)?;
     let folder = IndexFolder::prepare(dir)?;
     let _lock = folder.lock()?;
     if let Some(live) = folder.current()? {
@@ -181,7 +181,7 @@ pub fn append(
     let mut manifest = live.verified_manifest()?;
     let current = live.gen;
     check_encoder(dir, &manifest, encoder.info())?;
-    let chunker = Chunker::new(encoder.tokenizer(), manifest.chunking)?;
+    let chunker = Chunker::for_encoder(encoder, manifest.chunking)?;
     let gen = folder.new_generation()?;
     fsutil::copy_tree(&current, &gen)?;
     let store = PassageStore::open(&gen.join(STORE_DIR))?;
