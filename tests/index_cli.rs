@@ -87,6 +87,39 @@ fn index_search_and_evaluate_a_generated_corpus() {
             "{mode}: scores not sorted"
         );
     }
+    // Ranking documents: one hit per document, each its best passage, ranked by fusing
+    // the components' document rankings.
+    for mode in ["bm25", "dense", "hybrid"] {
+        let out = ok(&[
+            "search",
+            s(&f.index),
+            &question,
+            "--mode",
+            mode,
+            "-k",
+            "10",
+            "--unit",
+            "documents",
+            "--json",
+        ]);
+        let docs: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+        let ids: Vec<&str> = docs.iter().map(|h| h["doc_id"].as_str().unwrap()).collect();
+        let distinct: std::collections::HashSet<&&str> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len(), "{mode}: {ids:?}");
+        assert!(ids.contains(&doc.as_str()), "{mode}: {ids:?}");
+        // Each document appears in the passage ranking at the rank of its best passage.
+        let passages = search_json(&f.index, &question, mode, 100);
+        let mut first_seen: Vec<&str> = Vec::new();
+        for h in &passages {
+            let d = h["doc_id"].as_str().unwrap();
+            if !first_seen.contains(&d) {
+                first_seen.push(d);
+            }
+        }
+        if mode != "hybrid" {
+            assert_eq!(ids[..], first_seen[..ids.len()], "{mode}");
+        }
+    }
     // Human-readable output names the passage and its scores.
     let text = ok(&["search", s(&f.index), &question, "-k", "3"]);
     assert!(text.contains(" 1. ") && text.contains("bm25"), "{text}");

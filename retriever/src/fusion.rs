@@ -1,8 +1,8 @@
 //! Fusing the BM25 and dense rankings.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 
-use capstan_indexer::PassageOrd;
 use serde::{Deserialize, Serialize};
 
 /// How hybrid retrieval combines its two rankings.
@@ -27,14 +27,15 @@ impl Default for Fusion {
     }
 }
 
-/// Fuses two rankings (best first, `(ord, score)`), returning `(ord, fused)`
-/// best first. Ties are broken by ordinal so results are deterministic.
-pub fn fuse(
-    bm25: &[(PassageOrd, f32)],
-    dense: &[(PassageOrd, f32)],
+/// Fuses two rankings (best first, `(key, score)`; keys are passage
+/// ordinals or document numbers), returning `(key, fused)` best first. Ties
+/// are broken by key so results are deterministic.
+pub fn fuse<K: Copy + Eq + Hash + Ord>(
+    bm25: &[(K, f32)],
+    dense: &[(K, f32)],
     fusion: Fusion,
-) -> Vec<(PassageOrd, f32)> {
-    let mut fused: HashMap<PassageOrd, f32> = HashMap::new();
+) -> Vec<(K, f32)> {
+    let mut fused: HashMap<K, f32> = HashMap::new();
     match fusion {
         Fusion::Rrf { k } => {
             for list in [bm25, dense] {
@@ -57,7 +58,7 @@ pub fn fuse(
             }
         }
     }
-    let mut out: Vec<(PassageOrd, f32)> = fused.into_iter().collect();
+    let mut out: Vec<(K, f32)> = fused.into_iter().collect();
     out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     out
 }

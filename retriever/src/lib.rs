@@ -24,4 +24,4 @@ pub use beir::{load_beir, BeirQueries, Query};
 pub use error::{Error, Result};
 pub use fusion::{fuse, Fusion};
 pub use metrics::{mrr_at, ndcg_at, recall_at, Judgements};
-pub use retriever::{ComponentScore, Hit, Mode, Retriever, SearchOptions, MAX_K};
+pub use retriever::{ComponentScore, Hit, Mode, Retriever, SearchOptions, Unit, MAX_K};

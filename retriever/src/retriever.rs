@@ -1,5 +1,6 @@
 //! Question -> top-k passages, by BM25, dense search or both fused.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -50,6 +51,39 @@ impl std::str::FromStr for Mode {
     }
 }
 
+/// What a search ranks and returns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    /// Passages: what a reader reads (`ask`, `/v1/qa`, and `search` by default).
+    #[default]
+    Passages,
+    /// Documents: each component ranking is collapsed to documents (a
+    /// document scores its best passage) before fusion and before the
+    /// cut-off, so two passages of one document never take two places and a
+    /// document found by both retrievers through different passages still
+    /// counts as agreement. Each hit is the document's best passage.
+    Documents,
+}
+
+impl std::str::FromStr for Unit {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "passages" | "passage" => Ok(Unit::Passages),
+            "documents" | "document" => Ok(Unit::Documents),
+            other => Err(Error::Invalid {
+                name: "unit",
+                message: format!("`{other}` (expected passages or documents)"),
+            }),
+        }
+    }
+}
+
+/// Passages a component retrieves per document wanted, when ranking
+/// documents: enough that `depth` distinct documents remain in most cases.
+const PASSAGES_PER_DOCUMENT: usize = 3;
+
 /// Settings of one search.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SearchOptions {
@@ -64,8 +98,11 @@ pub struct SearchOptions {
     /// HNSW search breadth.
     pub ef: usize,
     /// In hybrid mode, how deep each component ranking goes before fusion
-    /// (at least `k`).
+    /// (at least `k`; in documents when ranking documents).
     pub depth: usize,
+    /// Passages or documents.
+    #[serde(default)]
+    pub unit: Unit,
 }
 
 impl Default for SearchOptions {
@@ -77,6 +114,7 @@ impl Default for SearchOptions {
             dense: DenseStrategy::Auto,
             ef: 64,
             depth: 100,
+            unit: Unit::Passages,
         }
     }
 }
@@ -198,28 +236,46 @@ impl Retriever {
             Mode::Hybrid => opts.depth.max(opts.k),
             _ => opts.k,
         };
+        let passages = match opts.unit {
+            Unit::Passages => depth,
+            Unit::Documents => depth.saturating_mul(PASSAGES_PER_DOCUMENT),
+        };
         let bm25 = match opts.mode {
-            Mode::Bm25 | Mode::Hybrid => self.index.bm25().search(query, depth)?,
+            Mode::Bm25 | Mode::Hybrid => self.index.bm25().search(query, passages)?,
             Mode::Dense => Vec::new(),
         };
-        let dense = match (opts.mode, vector) {
-            (Mode::Dense | Mode::Hybrid, Some(v)) => {
+        let dense = match opts.mode {
+            Mode::Dense | Mode::Hybrid => {
+                let owned;
+                let v = match vector {
+                    Some(v) => v,
+                    None => {
+                        owned = self.embed_query(query)?;
+                        &owned
+                    }
+                };
                 self.index
                     .dense()
-                    .search(v, depth, opts.ef, opts.dense, self.index.deleted())
+                    .search(v, passages, opts.ef, opts.dense, self.index.deleted())
             }
-            (Mode::Dense | Mode::Hybrid, None) => {
-                let v = self.embed_query(query)?;
-                self.index
-                    .dense()
-                    .search(&v, depth, opts.ef, opts.dense, self.index.deleted())
-            }
-            _ => Vec::new(),
+            Mode::Bm25 => Vec::new(),
         };
+        match opts.unit {
+            Unit::Passages => self.passage_hits(&bm25, &dense, opts),
+            Unit::Documents => self.document_hits(&bm25, &dense, depth, opts),
+        }
+    }
+
+    fn passage_hits(
+        &self,
+        bm25: &[(PassageOrd, f32)],
+        dense: &[(PassageOrd, f32)],
+        opts: &SearchOptions,
+    ) -> Result<Vec<Hit>> {
         let ranked: Vec<(PassageOrd, f32)> = match opts.mode {
-            Mode::Bm25 => bm25.clone(),
-            Mode::Dense => dense.clone(),
-            Mode::Hybrid => fuse(&bm25, &dense, opts.fusion),
+            Mode::Bm25 => bm25.to_vec(),
+            Mode::Dense => dense.to_vec(),
+            Mode::Hybrid => fuse(bm25, dense, opts.fusion),
         };
         let component = |list: &[(PassageOrd, f32)], ord: PassageOrd| {
             list.iter()
@@ -234,26 +290,158 @@ impl Retriever {
             if hits.len() == opts.k {
                 break;
             }
-            let Some(Passage {
-                id,
-                doc_id,
-                title,
-                text,
-                ..
-            }) = self.index.passage(ord)?
-            else {
+            let Some(passage) = self.index.passage(ord)? else {
                 continue;
             };
-            hits.push(Hit {
-                passage_id: id,
-                doc_id,
-                title,
-                text,
+            hits.push(Hit::new(
+                passage,
                 score,
-                bm25: component(&bm25, ord),
-                dense: component(&dense, ord),
-            });
+                component(bm25, ord),
+                component(dense, ord),
+            ));
         }
         Ok(hits)
+    }
+
+    /// Collapses each component ranking to its first `depth` documents, fuses
+    /// those, and returns each document's best passage.
+    fn document_hits(
+        &self,
+        bm25: &[(PassageOrd, f32)],
+        dense: &[(PassageOrd, f32)],
+        depth: usize,
+        opts: &SearchOptions,
+    ) -> Result<Vec<Hit>> {
+        let mut documents = Documents::default();
+        let bm25 = documents.rank(self, bm25, depth)?;
+        let dense = documents.rank(self, dense, depth)?;
+        let keyed = |list: &[DocumentRank]| -> Vec<(u32, f32)> {
+            list.iter().map(|d| (d.doc, d.score)).collect()
+        };
+        let ranked: Vec<(u32, f32)> = match opts.mode {
+            Mode::Bm25 => keyed(&bm25),
+            Mode::Dense => keyed(&dense),
+            Mode::Hybrid => fuse(&keyed(&bm25), &keyed(&dense), opts.fusion),
+        };
+        let find = |list: &[DocumentRank], doc: u32| {
+            list.iter()
+                .position(|d| d.doc == doc)
+                .map(|i| (i + 1, list[i]))
+        };
+        let mut hits = Vec::with_capacity(opts.k);
+        for (doc, score) in ranked.into_iter().take(opts.k) {
+            let (b, d) = (find(&bm25, doc), find(&dense, doc));
+            // The passage of the component that ranked the document higher.
+            let best = match (b, d) {
+                (Some((rb, b)), Some((rd, d))) => {
+                    if rd < rb {
+                        d.passage
+                    } else {
+                        b.passage
+                    }
+                }
+                (Some((_, b)), None) => b.passage,
+                (None, Some((_, d))) => d.passage,
+                (None, None) => continue,
+            };
+            let Some(passage) = documents.take(best) else {
+                continue;
+            };
+            let component = |found: Option<(usize, DocumentRank)>| {
+                found.map(|(rank, d)| ComponentScore {
+                    score: d.score,
+                    rank,
+                })
+            };
+            hits.push(Hit::new(passage, score, component(b), component(d)));
+        }
+        Ok(hits)
+    }
+}
+
+impl Hit {
+    fn new(
+        passage: Passage,
+        score: f32,
+        bm25: Option<ComponentScore>,
+        dense: Option<ComponentScore>,
+    ) -> Self {
+        let Passage {
+            id,
+            doc_id,
+            title,
+            text,
+            ..
+        } = passage;
+        Hit {
+            passage_id: id,
+            doc_id,
+            title,
+            text,
+            score,
+            bm25,
+            dense,
+        }
+    }
+}
+
+/// A document in one component's ranking: its number in [`Documents`], its
+/// best passage and that passage's score.
+#[derive(Debug, Clone, Copy)]
+struct DocumentRank {
+    doc: u32,
+    passage: PassageOrd,
+    score: f32,
+}
+
+/// The documents met while ranking one query, numbered, and the passages
+/// read on the way (each is read from the store once).
+#[derive(Default)]
+struct Documents {
+    numbers: HashMap<String, u32>,
+    passages: HashMap<PassageOrd, Passage>,
+}
+
+impl Documents {
+    /// The first `depth` documents of a passage ranking, each at the rank of
+    /// its best passage.
+    fn rank(
+        &mut self,
+        retriever: &Retriever,
+        ranking: &[(PassageOrd, f32)],
+        depth: usize,
+    ) -> Result<Vec<DocumentRank>> {
+        let mut out: Vec<DocumentRank> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for &(ord, score) in ranking {
+            if out.len() == depth {
+                break;
+            }
+            let doc_id = match self.passages.get(&ord) {
+                Some(p) => p.doc_id.clone(),
+                None => match retriever.index.passage(ord)? {
+                    Some(p) => {
+                        let id = p.doc_id.clone();
+                        self.passages.insert(ord, p);
+                        id
+                    }
+                    None => continue,
+                },
+            };
+            let next = self.numbers.len() as u32;
+            let doc = *self.numbers.entry(doc_id).or_insert(next);
+            if seen.insert(doc) {
+                out.push(DocumentRank {
+                    doc,
+                    passage: ord,
+                    score,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn take(&mut self, ord: PassageOrd) -> Option<Passage> {
+        self.passages.remove(&ord)
     }
 }

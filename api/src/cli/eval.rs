@@ -9,7 +9,9 @@ use anyhow::Context;
 use candle_core::Device;
 use capstan_indexer::Progress;
 use capstan_reader::{AttentionPattern, LoadOptions};
-use capstan_retriever::{load_beir, mrr_at, ndcg_at, recall_at, Mode, Retriever};
+use capstan_retriever::{
+    load_beir, mrr_at, ndcg_at, recall_at, Mode, Retriever, SearchOptions, Unit,
+};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
@@ -437,7 +439,18 @@ fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
     };
     let mut seen_modes = HashSet::new();
     for mode in args.modes.iter().copied().filter(|m| seen_modes.insert(*m)) {
-        let opts = args.retrieval.options(mode, PASSAGE_DEPTH);
+        // Judgements are documents: rank documents (each component collapsed to
+        // documents before fusion), unless --unit passages asks for the passage ranking
+        // (its first 100 distinct documents are scored).
+        let opts = args.retrieval.options_for(mode, DOC_DEPTH, Unit::Documents);
+        let opts = SearchOptions {
+            k: if opts.unit == Unit::Passages {
+                PASSAGE_DEPTH
+            } else {
+                DOC_DEPTH
+            },
+            ..opts
+        };
         bars.stage(mode.name(), data.queries.len() as u64);
         let mut sums = [0f64; 5];
         for (i, q) in data.queries.iter().enumerate() {

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use capstan_indexer::DenseStrategy;
-use capstan_retriever::{Fusion, Hit, Mode, Retriever, SearchOptions};
+use capstan_retriever::{Fusion, Hit, Mode, Retriever, SearchOptions, Unit};
 use clap::{Args, ValueEnum};
 
 /// Retrieval settings shared by `search` and `eval`.
@@ -24,6 +24,15 @@ pub struct RetrievalArgs {
     /// HNSW search breadth.
     #[arg(long, default_value_t = 64)]
     pub ef: usize,
+    /// Hybrid: candidates each retriever contributes to fusion (passages, or documents
+    /// with --unit documents).
+    #[arg(long, default_value_t = 100)]
+    pub depth: usize,
+    /// Rank passages, or documents (each component collapsed to documents before fusion;
+    /// a hit is a document's best passage) [default: passages for search, documents for
+    /// eval retrieval, whose judgements are documents].
+    #[arg(long, value_enum)]
+    pub unit: Option<UnitArg>,
     /// Encoder folder (default: the one recorded in the index manifest).
     #[arg(long, env = "CAPSTAN_ENCODER")]
     pub encoder: Option<PathBuf>,
@@ -36,6 +45,12 @@ pub enum FusionArg {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum UnitArg {
+    Passages,
+    Documents,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DenseArg {
     Auto,
     Exact,
@@ -43,7 +58,13 @@ pub enum DenseArg {
 }
 
 impl RetrievalArgs {
+    /// The search settings (ranking passages unless --unit says otherwise).
     pub fn options(&self, mode: Mode, k: usize) -> SearchOptions {
+        self.options_for(mode, k, Unit::Passages)
+    }
+
+    /// The search settings, ranking `default_unit` unless --unit says otherwise.
+    pub fn options_for(&self, mode: Mode, k: usize, default_unit: Unit) -> SearchOptions {
         SearchOptions {
             mode,
             k,
@@ -59,7 +80,12 @@ impl RetrievalArgs {
                 DenseArg::Hnsw => DenseStrategy::Hnsw,
             },
             ef: self.ef,
-            depth: 100,
+            depth: self.depth,
+            unit: match self.unit {
+                None => default_unit,
+                Some(UnitArg::Passages) => Unit::Passages,
+                Some(UnitArg::Documents) => Unit::Documents,
+            },
         }
     }
 }

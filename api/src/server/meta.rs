@@ -228,7 +228,8 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                 &[])),
             "/v1/search": post("Top-k passages for a query",
                 json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
-                    "query": question, "k": k, "mode": mode, "fusion": fusion}}),
+                    "query": question, "k": k, "mode": mode, "fusion": fusion,
+                    "unit": {"type": "string", "enum": ["passages", "documents"]}}}),
                 json!({"type": "object", "properties": {"hits": {"type": "array", "items": hit}}}),
                 &[]),
             "/v1/embeddings": post("OpenAI-compatible embeddings",

@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
-use capstan_retriever::{Fusion, Mode, SearchOptions};
+use capstan_retriever::{Fusion, Mode, SearchOptions, Unit};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -21,6 +21,8 @@ pub struct SearchBody {
     mode: Option<Mode>,
     /// `{"method": "rrf", "k": 60}` or `{"method": "weighted", "bm25_weight": 0.5}`.
     fusion: Option<Fusion>,
+    /// `"passages"` (default) or `"documents"` (one hit per document, its best passage).
+    unit: Option<Unit>,
 }
 
 /// The handler.
@@ -49,6 +51,7 @@ pub async fn search(
         mode: body.mode.unwrap_or(state.defaults.mode),
         k,
         fusion: body.fusion.unwrap_or(base.fusion),
+        unit: body.unit.unwrap_or(base.unit),
         ..base
     };
     let start = Instant::now();
