@@ -70,16 +70,18 @@ MIN_HEADING_WORDS = 3
 MIN_DESCRIPTION_WORDS = 2
 KINDS = ("known-item", "inverse-cloze")
 
-# groff without a pager: no header/footer lines (PT/BT are an.tmac's hooks for
-# them), no hyphenation, and a line length no paragraph reaches, so each
-# paragraph comes out as one line.
+# groff without a pager: no hyphenation, and a line length no paragraph
+# reaches, so each paragraph comes out as one line. -man loads the man macros
+# only at the first .TH, so the preamble loads them itself before emptying the
+# header and footer hooks (PT, BT).
 GROFF = ["groff", "-k", "-t", "-Tutf8", "-P-cbou", "-rLL=5000n", "-rHY=0"]
-GROFF_PREAMBLE = b".de1 PT\n..\n.de1 BT\n..\n"
+GROFF_PREAMBLE = b".mso an-old.tmac\n.de1 PT\n..\n.de1 BT\n..\n"
 PAGE_END = "CAPSTANPAGEEND"
 MAN_BATCH = 50
 # groff -Tutf8 writes hyphens and minus signs as Unicode characters; option
 # names read better (and tokenise the same as a query) with ASCII '-'.
-DASHES = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2212": "-", "\u00ad": None})
+# Likewise the bar of option alternatives ([-v | --verbose]).
+ASCII = str.maketrans({"\u2010": "-", "\u2011": "-", "\u2212": "-", "\u00ad": None, "\u23aa": "|"})
 
 
 def squash(s):
@@ -103,33 +105,36 @@ def man_page_source(path):
     return src
 
 
+def groff(macros, source):
+    res = subprocess.run(GROFF + [macros], input=source, capture_output=True)
+    return res.stdout.decode("utf-8", "replace")
+
+
 def render_batch(paths):
     """Render man pages with one groff process for the whole batch (a process
     per page costs more than the rendering). Pages are separated by a marker
     line; when a page leaves groff in a state that swallows the marker, the
-    batch is rendered again a page at a time. mdoc pages need -mandoc and are
-    always rendered alone. Returns {path: text or None}."""
-    out, sources = {}, {}
+    batch is rendered again a page at a time. mdoc (BSD) pages are always
+    rendered alone, with their own macros, which keep their header and footer
+    lines (dropped here) and wrap lines at 78 columns. Returns {path: text or
+    None}."""
+    out, man = {}, {}
     for p in paths:
         src = man_page_source(p)
         if src is None:
             out[p] = None
+        elif re.search(rb"^\.Dd", src, re.M):
+            lines = [l for l in groff("-mandoc", src).splitlines() if l.strip()]
+            out[p] = "\n".join(lines[1:-1])
         else:
-            sources[p] = src
-    man = [p for p in sources if not re.search(rb"^\.Dd", sources[p], re.M)]
-    alone = [p for p in sources if p not in man]
-    if man:
-        data = GROFF_PREAMBLE + b"".join(sources[p] + b"\n.PP\n" + PAGE_END.encode() + b"\n" for p in man)
-        res = subprocess.run(GROFF + ["-man"], input=data, capture_output=True)
-        pages = re.split(r"^\s*" + PAGE_END + r"\s*$", res.stdout.decode("utf-8", "replace"), flags=re.M)
-        if len(pages) == len(man) + 1:
-            out.update(zip(man, pages))
-        else:
-            alone += man
-    for p in alone:
-        macros = "-mandoc" if re.search(rb"^\.Dd", sources[p], re.M) else "-man"
-        res = subprocess.run(GROFF + [macros], input=GROFF_PREAMBLE + sources[p], capture_output=True)
-        out[p] = res.stdout.decode("utf-8", "replace")
+            man[p] = src
+    marker = b"\n.PP\n" + PAGE_END.encode() + b"\n"
+    batch = groff("-man", GROFF_PREAMBLE + b"".join(src + marker for src in man.values()))
+    pages = re.split(r"^\s*" + PAGE_END + r"\s*$", batch, flags=re.M)
+    if len(pages) == len(man) + 1:
+        out.update(zip(man, pages))
+    else:
+        out.update((p, groff("-man", GROFF_PREAMBLE + src)) for p, src in man.items())
     return out
 
 
@@ -137,7 +142,7 @@ def man_document(path, rendered):
     """(doc, description) from a rendered page: the NAME section gives the
     title (the names before ' - ') and the description (after it)."""
     name = os.path.basename(path)[:-len(".gz")]
-    lines = [squash(l.translate(DASHES)) for l in rendered.splitlines()]
+    lines = [squash(l.translate(ASCII)) for l in rendered.splitlines()]
     heading = [bool(l) and not l[0].isspace() for l in rendered.splitlines()]
     title, description, body = name.rsplit(".", 1)[0], None, []
     i = 0

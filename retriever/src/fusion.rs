@@ -9,10 +9,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "method", rename_all = "lowercase")]
 pub enum Fusion {
-    /// Reciprocal rank fusion: `sum 1 / (k + rank)` (Cormack et al., 2009).
+    /// Reciprocal rank fusion (Cormack et al., 2009), weighted:
+    /// `2w / (k + rank_bm25) + 2(1 - w) / (k + rank_dense)`; with `w` = 0.5
+    /// (the default) the classic `sum 1 / (k + rank)`.
     Rrf {
         /// The rank constant (60 by default).
         k: f32,
+        /// Weight of BM25's ranking, in [0, 1] (dense gets `1 - w`).
+        #[serde(default = "half")]
+        bm25_weight: f32,
     },
     /// `w * bm25' + (1 - w) * dense'` of min-max normalised scores.
     Weighted {
@@ -23,8 +28,15 @@ pub enum Fusion {
 
 impl Default for Fusion {
     fn default() -> Self {
-        Fusion::Rrf { k: 60.0 }
+        Fusion::Rrf {
+            k: 60.0,
+            bm25_weight: 0.5,
+        }
     }
+}
+
+fn half() -> f32 {
+    0.5
 }
 
 /// Fuses two rankings (best first, `(key, score)`; keys are passage
@@ -37,10 +49,10 @@ pub fn fuse<K: Copy + Eq + Hash + Ord>(
 ) -> Vec<(K, f32)> {
     let mut fused: HashMap<K, f32> = HashMap::new();
     match fusion {
-        Fusion::Rrf { k } => {
-            for list in [bm25, dense] {
+        Fusion::Rrf { k, bm25_weight } => {
+            for (list, w) in [(bm25, bm25_weight), (dense, 1.0 - bm25_weight)] {
                 for (rank, (ord, _)) in list.iter().enumerate() {
-                    *fused.entry(*ord).or_default() += 1.0 / (k + rank as f32 + 1.0);
+                    *fused.entry(*ord).or_default() += 2.0 * w / (k + rank as f32 + 1.0);
                 }
             }
         }
@@ -76,6 +88,25 @@ mod tests {
         let expected = 1.0 / 62.0 + 1.0 / 61.0;
         assert!((out[0].1 - expected).abs() < 1e-7);
         assert_eq!(out.len(), 4);
+    }
+
+    #[test]
+    fn rrf_weights_tilt_towards_one_ranking() {
+        let bm25 = [(1, 9.0), (2, 5.0)];
+        let dense = [(2, 0.9), (1, 0.8)];
+        let rrf = |w| {
+            fuse(
+                &bm25,
+                &dense,
+                Fusion::Rrf {
+                    k: 60.0,
+                    bm25_weight: w,
+                },
+            )[0]
+            .0
+        };
+        assert_eq!(rrf(0.7), 1);
+        assert_eq!(rrf(0.3), 2);
     }
 
     #[test]

@@ -224,13 +224,12 @@ impl Retriever {
                 message: "empty".into(),
             });
         }
-        if let Fusion::Weighted { bm25_weight } = opts.fusion {
-            if !(0.0..=1.0).contains(&bm25_weight) {
-                return Err(Error::Invalid {
-                    name: "bm25 weight",
-                    message: format!("{bm25_weight} (must be within [0, 1])"),
-                });
-            }
+        let (Fusion::Weighted { bm25_weight } | Fusion::Rrf { bm25_weight, .. }) = opts.fusion;
+        if !(0.0..=1.0).contains(&bm25_weight) {
+            return Err(Error::Invalid {
+                name: "bm25 weight",
+                message: format!("{bm25_weight} (must be within [0, 1])"),
+            });
         }
         let depth = match opts.mode {
             Mode::Hybrid => opts.depth.max(opts.k),

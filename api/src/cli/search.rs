@@ -15,7 +15,7 @@ pub struct RetrievalArgs {
     /// Rank constant of reciprocal rank fusion.
     #[arg(long, default_value_t = 60.0)]
     pub rrf_k: f32,
-    /// BM25's weight in weighted fusion (dense gets 1 - w).
+    /// BM25's weight in either fusion, in [0, 1] (dense gets 1 - w).
     #[arg(long, default_value_t = 0.5)]
     pub bm25_weight: f32,
     /// Dense search: auto (exact below 20,000 passages), exact or hnsw.
@@ -69,7 +69,10 @@ impl RetrievalArgs {
             mode,
             k,
             fusion: match self.fusion {
-                FusionArg::Rrf => Fusion::Rrf { k: self.rrf_k },
+                FusionArg::Rrf => Fusion::Rrf {
+                    k: self.rrf_k,
+                    bm25_weight: self.bm25_weight,
+                },
                 FusionArg::Weighted => Fusion::Weighted {
                     bm25_weight: self.bm25_weight,
                 },

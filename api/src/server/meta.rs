@@ -178,7 +178,8 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
     let mode = json!({"type": "string", "enum": ["bm25", "dense", "hybrid"]});
     let fusion = json!({"oneOf": [
         {"type": "object", "required": ["method", "k"], "additionalProperties": false, "properties": {
-            "method": {"const": "rrf"}, "k": {"type": "number", "minimum": 0, "maximum": 1e6}}},
+            "method": {"const": "rrf"}, "k": {"type": "number", "minimum": 0, "maximum": 1e6},
+            "bm25_weight": {"type": "number", "minimum": 0, "maximum": 1}}},
         {"type": "object", "required": ["method", "bm25_weight"], "additionalProperties": false, "properties": {
             "method": {"const": "weighted"}, "bm25_weight": {"type": "number", "minimum": 0, "maximum": 1}}}]});
     let max_tokens = json!({"type": "integer", "minimum": 1, "maximum": super::qa::MAX_NEW_TOKENS});

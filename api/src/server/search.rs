@@ -39,10 +39,15 @@ pub async fn search(
     })?;
     let k = body.k.unwrap_or(state.defaults.k);
     check_k(k, &state.limits)?;
-    if let Some(Fusion::Rrf { k }) = body.fusion {
+    if let Some(Fusion::Rrf { k, bm25_weight }) = body.fusion {
         if !(0.0..=1e6).contains(&k) {
             return Err(ApiError::invalid(format!(
                 "`fusion.k` must be within [0, 1e6], got {k}"
+            )));
+        }
+        if !(0.0..=1.0).contains(&bm25_weight) {
+            return Err(ApiError::invalid(format!(
+                "`fusion.bm25_weight` must be within [0, 1], got {bm25_weight}"
             )));
         }
     }
