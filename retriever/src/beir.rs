@@ -1,4 +1,4 @@
-//! BEIR evaluation data: `queries.jsonl` and `qrels/test.tsv`.
+//! BEIR evaluation data: `queries.jsonl` and `qrels/SPLIT.tsv`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -27,7 +27,13 @@ pub struct BeirQueries {
 /// Loads `dir/queries.jsonl` and `dir/qrels/test.tsv`, keeping the queries
 /// that have at least one judgement.
 pub fn load_beir(dir: &Path) -> Result<BeirQueries> {
-    let qrels = read_qrels(&dir.join("qrels").join("test.tsv"))?;
+    load_beir_split(dir, "test")
+}
+
+/// Loads `dir/queries.jsonl` and `dir/qrels/{split}.tsv` (`dev` to choose
+/// settings, `test` to report them), keeping the queries judged there.
+pub fn load_beir_split(dir: &Path, split: &str) -> Result<BeirQueries> {
+    let qrels = read_qrels(&dir.join("qrels").join(format!("{split}.tsv")))?;
     let qpath = dir.join("queries.jsonl");
     let content = std::fs::read_to_string(&qpath).map_err(|e| Error::Dataset {
         path: qpath.clone(),

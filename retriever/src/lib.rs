@@ -20,7 +20,7 @@ mod fusion;
 mod metrics;
 mod retriever;
 
-pub use beir::{load_beir, BeirQueries, Query};
+pub use beir::{load_beir, load_beir_split, BeirQueries, Query};
 pub use error::{Error, Result};
 pub use fusion::{fuse, Fusion};
 pub use metrics::{mrr_at, ndcg_at, recall_at, Judgements};

@@ -10,7 +10,7 @@ use candle_core::Device;
 use capstan_indexer::Progress;
 use capstan_reader::{AttentionPattern, LoadOptions};
 use capstan_retriever::{
-    load_beir, mrr_at, ndcg_at, recall_at, Mode, Retriever, SearchOptions, Unit,
+    load_beir_split, mrr_at, ndcg_at, recall_at, Mode, Retriever, SearchOptions, Unit,
 };
 use clap::{Args, Subcommand};
 use serde::Serialize;
@@ -196,9 +196,12 @@ struct PasskeyEvalArgs {
 struct RetrievalEvalArgs {
     /// The index folder (built from the dataset's corpus.jsonl).
     index: PathBuf,
-    /// BEIR folder with queries.jsonl and qrels/test.tsv.
+    /// BEIR folder with queries.jsonl and qrels/SPLIT.tsv.
     #[arg(long)]
     dataset: PathBuf,
+    /// The judgements to score: qrels/SPLIT.tsv (dev to choose settings, test to report).
+    #[arg(long, default_value = "test")]
+    split: String,
     /// Output folder for results.json and results.md.
     #[arg(long)]
     out: PathBuf,
@@ -412,12 +415,15 @@ const DOC_DEPTH: usize = 100;
 #[derive(Serialize)]
 struct RetrievalResults {
     dataset: String,
+    split: String,
+    /// The search settings of the hybrid mode (unit, fusion, depth, dense strategy).
+    options: SearchOptions,
     queries: usize,
     modes: BTreeMap<&'static str, BTreeMap<&'static str, f64>>,
 }
 
 fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
-    let data = load_beir(&args.dataset)?;
+    let data = load_beir_split(&args.dataset, &args.split)?;
     let retriever = Retriever::open(&args.index, args.retrieval.encoder.as_deref())?;
     let bars = Bars::new(args.quiet);
     // Embed every question once, in batches, for all dense modes.
@@ -434,15 +440,17 @@ fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
     };
     let mut results = RetrievalResults {
         dataset: args.dataset.display().to_string(),
+        split: args.split.clone(),
+        options: args.retrieval.options(Mode::Hybrid, DOC_DEPTH),
         queries: data.queries.len(),
         modes: BTreeMap::new(),
     };
     let mut seen_modes = HashSet::new();
     for mode in args.modes.iter().copied().filter(|m| seen_modes.insert(*m)) {
-        // Judgements are documents: rank documents (each component collapsed to
-        // documents before fusion), unless --unit passages asks for the passage ranking
-        // (its first 100 distinct documents are scored).
-        let opts = args.retrieval.options_for(mode, DOC_DEPTH, Unit::Documents);
+        // Judgements are documents; by default the passage ranking's first 100 distinct
+        // documents are scored. --unit documents fuses document rankings instead; on the
+        // rustdoc dev splits (docs/BENCHMARKS.md) it was not better, so it is not the default.
+        let opts = args.retrieval.options(mode, DOC_DEPTH);
         let opts = SearchOptions {
             k: if opts.unit == Unit::Passages {
                 PASSAGE_DEPTH

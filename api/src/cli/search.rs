@@ -29,8 +29,8 @@ pub struct RetrievalArgs {
     #[arg(long, default_value_t = 100)]
     pub depth: usize,
     /// Rank passages, or documents (each component collapsed to documents before fusion;
-    /// a hit is a document's best passage) [default: passages for search, documents for
-    /// eval retrieval, whose judgements are documents].
+    /// a hit is a document's best passage) [default: passages; eval retrieval scores the
+    /// first 100 distinct documents of the passage ranking].
     #[arg(long, value_enum)]
     pub unit: Option<UnitArg>,
     /// Encoder folder (default: the one recorded in the index manifest).
@@ -60,11 +60,6 @@ pub enum DenseArg {
 impl RetrievalArgs {
     /// The search settings (ranking passages unless --unit says otherwise).
     pub fn options(&self, mode: Mode, k: usize) -> SearchOptions {
-        self.options_for(mode, k, Unit::Passages)
-    }
-
-    /// The search settings, ranking `default_unit` unless --unit says otherwise.
-    pub fn options_for(&self, mode: Mode, k: usize, default_unit: Unit) -> SearchOptions {
         SearchOptions {
             mode,
             k,
@@ -85,8 +80,7 @@ impl RetrievalArgs {
             ef: self.ef,
             depth: self.depth,
             unit: match self.unit {
-                None => default_unit,
-                Some(UnitArg::Passages) => Unit::Passages,
+                None | Some(UnitArg::Passages) => Unit::Passages,
                 Some(UnitArg::Documents) => Unit::Documents,
             },
         }
