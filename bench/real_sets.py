@@ -29,9 +29,9 @@ Each set gets two kinds of queries, because they test different things:
                  removed from it in the corpus, so the answer has to be found
                  from the surrounding text rather than by matching the sentence.
 
-A query is kept only if its text occurs verbatim (case- and whitespace-
-insensitive) in no document but its own, so the single relevant document in
-the qrels is the only right answer. Each kind's queries are split 50/50 into
+A query is kept only if its text occurs verbatim (as a substring, case- and
+whitespace-insensitive) in no document but its own, so the single relevant
+document in the qrels is the only right answer. Each kind's queries are split 50/50 into
 dev and test: fusion defaults are chosen on dev and reported on test.
 
 Layout (one corpus per set, with every inverse-cloze sentence removed; the
@@ -364,9 +364,16 @@ class Occurrences:
                 self.postings[w].append(i)
 
     def count(self, phrase):
-        """{doc_id: occurrences} for the documents containing phrase."""
+        """{doc_id: occurrences} for the documents containing phrase, as a
+        substring ("configuration tool" is in "configuration tools")."""
         p = norm(phrase)
-        words = set(re.findall(r"\w+", p))
+        words = re.findall(r"\w+", p)
+        # Only words with a non-word character on both sides within the phrase
+        # must be whole words of a document that contains it.
+        if words and re.match(r"\w", p):
+            words = words[1:]
+        if words and re.search(r"\w$", p):
+            words = words[:-1]
         if words:
             lists = sorted((self.postings.get(w, []) for w in words), key=len)
             cand = set(lists[0]).intersection(*lists[1:])

@@ -10,7 +10,8 @@ in the metrics is a gap in Capstan rather than in the set-up.
   passages  each document's words (whitespace split) packed greedily into
             passages of at most 256 MiniLM tokens for `title + ". " + passage`
             including [CLS]/[SEP] (the encoder's limit, so nothing is
-            truncated), with about 32 tokens of overlap
+            truncated), with about 32 tokens of overlap; words over 64
+            characters are cut, titles to 64 tokens
   bm25      bm25s (k1 1.2, b 0.75, Lucene IDF), English stop words, Snowball
             English stemmer; text = title + " " + passage; top 100 passages
   dense     sentence-transformers, normalised embeddings of
