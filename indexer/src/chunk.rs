@@ -340,6 +340,7 @@ mod tests {
             id: "d".into(),
             title: "T".into(),
             text: text.into(),
+            metadata: None,
         }
     }
 

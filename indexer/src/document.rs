@@ -17,6 +17,9 @@ pub struct Document {
     pub title: String,
     /// The body text.
     pub text: String,
+    /// The `metadata` object of a JSONL line (searches can filter on its
+    /// fields); `None` for files and lines without one.
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// A corpus read from disk.
@@ -159,7 +162,15 @@ impl CorpusReader {
             .and_then(|()| String::from_utf8(bytes).map_err(|_| LineProblem::InvalidUtf8))
             .and_then(|content| {
                 let (title, text) = extract_file_text(file, &content);
-                self.check_new(Document { id, title, text }, &file.display().to_string())
+                self.check_new(
+                    Document {
+                        id,
+                        title,
+                        text,
+                        metadata: None,
+                    },
+                    &file.display().to_string(),
+                )
             });
         match result {
             Ok(doc) => self.corpus.documents.push(doc),
@@ -252,7 +263,23 @@ fn parse_json_document(line: &str) -> std::result::Result<Document, LineProblem>
             })
         }
     };
-    Ok(Document { id, title, text })
+    let metadata = match obj.get("metadata") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::Object(m)) if m.is_empty() => None,
+        Some(serde_json::Value::Object(m)) => Some(m.clone()),
+        Some(_) => {
+            return Err(LineProblem::WrongType {
+                field: "metadata",
+                expected: "JSON object",
+            })
+        }
+    };
+    Ok(Document {
+        id,
+        title,
+        text,
+        metadata,
+    })
 }
 
 fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
@@ -455,12 +482,15 @@ mod tests {
         let path = write(
             dir.path(),
             "c.jsonl",
-            b"{\"_id\":\"a\",\"title\":\"A\",\"text\":\"alpha\"}\n\n{\"id\":7,\"text\":\"seven\"}\n",
+            b"{\"_id\":\"a\",\"title\":\"A\",\"text\":\"alpha\",\"metadata\":{\"lang\":\"en\"}}\n\n{\"id\":7,\"text\":\"seven\",\"metadata\":{}}\n",
         );
         let corpus = read_corpus(&path, false).unwrap();
         assert_eq!(corpus.documents.len(), 2);
         assert_eq!(corpus.documents[1].id, "7");
         assert_eq!(corpus.documents[1].title, "");
+        let meta = corpus.documents[0].metadata.as_ref().unwrap();
+        assert_eq!(meta["lang"], "en");
+        assert_eq!(corpus.documents[1].metadata, None);
     }
 
     #[test]
@@ -476,6 +506,10 @@ mod tests {
             (
                 b"{\"_id\":\"a\",\"text\":3}\n",
                 ":1: field `text` must be a string",
+            ),
+            (
+                b"{\"_id\":\"a\",\"text\":\"x\",\"metadata\":[1]}\n",
+                ":1: field `metadata` must be a JSON object",
             ),
             (
                 b"{\"_id\":\"a\",\"text\":\"  \"}\n",

@@ -12,6 +12,9 @@ use crate::chunk::Passage;
 use crate::error::{Error, Result};
 use crate::fsutil;
 
+/// A document's `metadata` object.
+pub type Metadata = serde_json::Map<String, serde_json::Value>;
+
 /// Position of a passage in the index (vector row, HNSW id, BM25 fast field).
 pub type PassageOrd = u64;
 
@@ -36,6 +39,7 @@ pub struct PassageStore {
     sentences: sled::Tree,
     ids: sled::Tree,
     documents: sled::Tree,
+    metadata: sled::Tree,
     deleted: sled::Tree,
     /// Declared last so that sled closes its files before the copy goes.
     _snapshot: Option<Snapshot>,
@@ -94,6 +98,7 @@ impl PassageStore {
             sentences: tree("sentences")?,
             ids: tree("passage_ids")?,
             documents: tree("documents")?,
+            metadata: tree("metadata")?,
             deleted: tree("deleted")?,
             dir: dir.to_path_buf(),
             db,
@@ -112,12 +117,14 @@ impl PassageStore {
         }
     }
 
-    /// Stores the passages of one document under consecutive ordinals from `first`.
+    /// Stores the passages of one document under consecutive ordinals from
+    /// `first`, and its metadata object.
     pub fn put_document(
         &self,
         doc_id: &str,
         first: PassageOrd,
         passages: &[Passage],
+        metadata: Option<&Metadata>,
     ) -> Result<()> {
         let mut batch = sled::Batch::default();
         let mut id_batch = sled::Batch::default();
@@ -134,7 +141,24 @@ impl PassageStore {
             doc_id.as_bytes(),
             serde_json::to_vec(&ords).expect("ords serialise"),
         ))?;
+        match metadata {
+            Some(m) => self.sled(self.metadata.insert(
+                doc_id.as_bytes(),
+                serde_json::to_vec(m).expect("a JSON object serialises"),
+            ))?,
+            None => self.sled(self.metadata.remove(doc_id.as_bytes()))?,
+        };
         Ok(())
+    }
+
+    /// A live document's metadata object (`None` when it has none).
+    pub fn metadata(&self, doc_id: &str) -> Result<Option<Metadata>> {
+        match self.sled(self.metadata.get(doc_id.as_bytes()))? {
+            None => Ok(None),
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| self.corrupt(format!("the metadata of document {doc_id}"), e)),
+        }
     }
 
     /// Records the sentences of the passage at `ord`.
@@ -201,6 +225,7 @@ impl PassageStore {
         }
         self.sled(self.deleted.apply_batch(batch))?;
         self.sled(self.documents.remove(doc_id.as_bytes()))?;
+        self.sled(self.metadata.remove(doc_id.as_bytes()))?;
         Ok(Some(ords.len()))
     }
 
@@ -318,9 +343,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = PassageStore::open(dir.path()).unwrap();
         store
-            .put_document("a", 0, &[passage("a", 0), passage("a", 1)])
+            .put_document("a", 0, &[passage("a", 0), passage("a", 1)], None)
             .unwrap();
-        store.put_document("b", 2, &[passage("b", 0)]).unwrap();
+        store
+            .put_document("b", 2, &[passage("b", 0)], None)
+            .unwrap();
         assert_eq!(store.get(1).unwrap().unwrap().id, "a#1");
         assert_eq!(store.ord_of("b#0").unwrap(), Some(2));
         assert_eq!(store.delete_document("a").unwrap(), Some(2));
@@ -335,7 +362,9 @@ mod tests {
     fn a_reader_opens_a_private_copy_and_never_writes_the_original() {
         let dir = tempfile::tempdir().unwrap();
         let writer = PassageStore::open(dir.path()).unwrap();
-        writer.put_document("a", 0, &[passage("a", 0)]).unwrap();
+        writer
+            .put_document("a", 0, &[passage("a", 0)], None)
+            .unwrap();
         writer.flush().unwrap();
         drop(writer);
         let before = crate::integrity::file_table(dir.path()).unwrap();

@@ -35,6 +35,7 @@ fn every_passage_fits_the_encoder_window_with_its_title() {
                 id: "d".into(),
                 title: title.clone(),
                 text: text.clone(),
+                metadata: None,
             };
             let passages = chunker.chunk(&doc);
             assert!(passages.len() > 10);

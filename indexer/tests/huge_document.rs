@@ -49,6 +49,7 @@ fn a_20_mb_document_is_chunked_in_bounded_memory_and_time() {
         id: "huge".into(),
         title: "Huge".into(),
         text,
+        metadata: None,
     };
     let before = peak_rss();
     let started = std::time::Instant::now();
