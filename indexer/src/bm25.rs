@@ -91,6 +91,49 @@ fn analyzer() -> TextAnalyzer {
         .build()
 }
 
+/// The text analysis of BM25, for stores that index terms themselves (a
+/// Qdrant collection's sparse vectors): the same terms and lengths as the
+/// embedded index.
+#[derive(Clone)]
+pub struct Bm25Analyzer {
+    analyzer: TextAnalyzer,
+}
+
+impl Default for Bm25Analyzer {
+    fn default() -> Self {
+        Self {
+            analyzer: analyzer(),
+        }
+    }
+}
+
+impl Bm25Analyzer {
+    /// What the analysis is, recorded by stores so that a query is never
+    /// analysed otherwise than its documents were.
+    pub const NAME: &'static str = "capstan_en/1: tantivy SimpleTokenizer, tokens over 40 bytes dropped, lower-cased, English stop words removed, Snowball English stemmer";
+
+    /// The analysed terms of a text, in order (repeats kept).
+    pub fn terms(&self, text: &str) -> Vec<String> {
+        let mut analyzer = self.analyzer.clone();
+        let mut stream = analyzer.token_stream(text);
+        let mut terms = Vec::new();
+        while stream.advance() {
+            terms.push(stream.token().text.clone());
+        }
+        terms
+    }
+
+    /// A passage's length as the embedded index scores it: the number of
+    /// terms of title and text, rounded as tantivy's one-byte field norm
+    /// stores it (exact up to 40, then within a few percent).
+    pub fn scored_length(terms: usize) -> u32 {
+        let exact = u32::try_from(terms).unwrap_or(u32::MAX);
+        tantivy::fieldnorm::FieldNormReader::id_to_fieldnorm(
+            tantivy::fieldnorm::FieldNormReader::fieldnorm_to_id(exact),
+        )
+    }
+}
+
 fn open_or_create(dir: &Path, create: bool) -> Result<(Index, Fields)> {
     let (schema, fields) = schema();
     let index = if create {
@@ -194,7 +237,7 @@ struct SegmentScoring {
 pub struct Bm25Index {
     dir: PathBuf,
     reader: IndexReader,
-    analyzer: TextAnalyzer,
+    analyzer: Bm25Analyzer,
     fields: Fields,
     params: Bm25Params,
     /// Per segment, per term ordinal: the largest `tf / (tf + norm)` among the
@@ -227,7 +270,7 @@ impl Bm25Index {
         let mut this = Self {
             dir: dir.to_path_buf(),
             reader,
-            analyzer: analyzer(),
+            analyzer: Bm25Analyzer::default(),
             fields,
             params,
             term_bounds: HashMap::new(),
@@ -275,13 +318,7 @@ impl Bm25Index {
 
     /// The analysed terms of a text, as BM25 sees them.
     pub fn terms(&self, text: &str) -> Vec<String> {
-        let mut analyzer = self.analyzer.clone();
-        let mut stream = analyzer.token_stream(text);
-        let mut terms = Vec::new();
-        while stream.advance() {
-            terms.push(stream.token().text.clone());
-        }
-        terms
+        self.analyzer.terms(text)
     }
 
     /// Number of live passages.

@@ -19,7 +19,7 @@ use crate::fsutil;
 use crate::integrity::{self, Damage, Depth};
 use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
 use crate::sentence::sentence_spans;
-use crate::store::{PassageOrd, PassageStore, SentenceRef};
+use crate::store::{Metadata, PassageOrd, PassageStore, SentenceRef};
 
 /// Settings of a new index.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -309,7 +309,13 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     let mut ord: PassageOrd = 0;
     let mut flush_doc = |passages: &mut Vec<Passage>, ord: &mut PassageOrd| -> Result<()> {
         if let Some(first) = passages.first() {
-            store.put_document(&first.doc_id.clone(), *ord, passages)?;
+            let doc_id = first.doc_id.clone();
+            store.put_document(
+                &doc_id,
+                *ord,
+                passages,
+                old_store.metadata(&doc_id)?.as_ref(),
+            )?;
             for p in passages.iter() {
                 bm25.add(*ord, &p.doc_id, &p.title, &p.text)?;
                 *ord += 1;
@@ -399,7 +405,7 @@ fn add_documents(
     progress.finish();
     let mut ord = first.passage;
     for (doc, passages) in docs.iter().zip(&per_doc) {
-        store.put_document(&doc.id, ord, passages)?;
+        store.put_document(&doc.id, ord, passages, doc.metadata.as_ref())?;
         for p in passages {
             bm25.add(ord, &p.doc_id, &p.title, &p.text)?;
             ord += 1;
@@ -967,6 +973,11 @@ impl Index {
                 Ok((r, v))
             })
             .collect()
+    }
+
+    /// A live document's metadata object.
+    pub fn metadata(&self, doc_id: &str) -> Result<Option<Metadata>> {
+        self.store.metadata(doc_id)
     }
 
     /// The ordinal of a passage id.

@@ -32,7 +32,7 @@ mod sentence;
 mod store;
 mod topk;
 
-pub use bm25::{Bm25Index, Bm25Params, Bm25Writer};
+pub use bm25::{Bm25Analyzer, Bm25Index, Bm25Params, Bm25Writer};
 pub use chunk::{ChunkParams, Chunker, Passage};
 pub use dense::{
     build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
@@ -48,7 +48,7 @@ pub use index::{
 pub use integrity::{Damage, FileSum, FileTable};
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
 pub use sentence::sentence_spans;
-pub use store::{PassageOrd, SentenceRef};
+pub use store::{Metadata, PassageOrd, SentenceRef};
 
 /// The message of a caught panic (a `&str` or `String` payload).
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
