@@ -63,6 +63,15 @@ impl Error {
         }
     }
 
+    /// Whether the index's backend did not answer (a Qdrant cluster down;
+    /// HTTP 503): the request may succeed once it is back.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            Error::Retriever(capstan_retriever::Error::Unavailable { .. })
+        )
+    }
+
     /// Whether the server is busy (HTTP 503): the client should retry.
     pub fn is_overloaded(&self) -> bool {
         matches!(

@@ -9,7 +9,7 @@ use capstan_reader::{
     cepe_prompt, llama_prompt, ExtractivePassage, ExtractiveReader, Flow, GenerationParams,
     PromptOptions, Request,
 };
-use capstan_retriever::{Hit, Mode, Retriever, SearchOptions};
+use capstan_retriever::{Filter, Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -71,6 +71,8 @@ pub struct QaRequest {
     pub query_aware: bool,
     /// Passages in the CAPE decoder; the rest become encoder chunks.
     pub decoder_passages: usize,
+    /// Metadata conditions the retrieved passages' documents meet.
+    pub filter: Option<Filter>,
 }
 
 /// The sentence an extractive answer comes from, for highlighting.
@@ -184,6 +186,7 @@ impl Pipeline {
         question: &str,
         k: usize,
         mode: Mode,
+        filter: Option<&Filter>,
     ) -> Result<(Vec<Hit>, Option<Vec<f32>>)> {
         let vector = match mode {
             Mode::Bm25 => None,
@@ -196,7 +199,7 @@ impl Pipeline {
         };
         let hits = self
             .retriever
-            .search_with_vector(question, vector.as_deref(), &opts)?;
+            .search_with(question, vector.as_deref(), &opts, filter)?;
         Ok((hits, vector))
     }
 
@@ -206,7 +209,7 @@ impl Pipeline {
     pub fn answer(&self, req: &QaRequest, on_text: impl FnMut(&str) -> Flow) -> Result<Answer> {
         let start = Instant::now();
         self.scheduler(req.reader)?;
-        let (hits, vector) = self.retrieve(&req.question, req.k, req.mode)?;
+        let (hits, vector) = self.retrieve(&req.question, req.k, req.mode, req.filter.as_ref())?;
         self.read(req, hits, vector, start, on_text)
     }
 
@@ -279,20 +282,15 @@ impl Pipeline {
             Some(v) => v,
             None => self.retriever.embed_query(&req.question)?,
         };
-        let index = self.retriever.index();
-        let mut stored = Vec::with_capacity(hits.len());
-        for h in &hits {
-            let sentences = match index.ord_of(&h.passage_id)? {
-                Some(ord) => index.sentences(ord)?,
-                None => Vec::new(),
-            };
-            stored.push(
-                sentences
-                    .into_iter()
-                    .map(|(r, v)| (r.start, r.end, v))
-                    .collect::<Vec<_>>(),
-            );
-        }
+        let store = self.retriever.store();
+        let stored: Vec<Vec<(u32, u32, Vec<f32>)>> = hits
+            .iter()
+            .map(|h| store.sentence_vectors(&h.passage_id))
+            .collect::<std::result::Result<_, _>>()?;
+        let stored: Vec<Vec<(u32, u32, &[f32])>> = stored
+            .iter()
+            .map(|s| s.iter().map(|(a, b, v)| (*a, *b, v.as_slice())).collect())
+            .collect();
         let passages: Vec<ExtractivePassage> = hits
             .iter()
             .zip(&stored)

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use capstan_reader::Flow;
-use capstan_retriever::{Hit, SearchOptions};
+use capstan_retriever::{Filter, Hit, SearchOptions};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::{guarded, Error, Result};
@@ -38,6 +38,7 @@ enum Job {
     Search {
         query: String,
         options: SearchOptions,
+        filter: Option<Filter>,
         reply: Reply<Vec<Hit>>,
     },
     Embed {
@@ -169,12 +170,13 @@ fn worker(
             Job::Search {
                 query,
                 options,
+                filter,
                 reply,
             } => {
                 let result = guarded(|| {
                     pipeline
                         .retriever()
-                        .search(&query, &options)
+                        .search_with(&query, None, &options, filter.as_ref())
                         .map_err(Into::into)
                 });
                 let _ = reply.send(result);
@@ -300,12 +302,18 @@ impl Engine {
         Ok(rx)
     }
 
-    /// Retrieves passages.
-    pub fn search(&self, query: String, options: SearchOptions) -> Result<Pending<Vec<Hit>>> {
+    /// Retrieves passages (whose documents meet `filter`).
+    pub fn search(
+        &self,
+        query: String,
+        options: SearchOptions,
+        filter: Option<Filter>,
+    ) -> Result<Pending<Vec<Hit>>> {
         let (reply, rx) = oneshot::channel();
         self.fast.submit(Job::Search {
             query,
             options,
+            filter,
             reply,
         })?;
         Ok(rx)

@@ -16,6 +16,20 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// The store's backend did not answer (a Qdrant cluster down or
+    /// unreachable); the same request may succeed later.
+    #[error("{location} is unavailable: {message}")]
+    Unavailable {
+        /// The store (a `qdrant://` URL).
+        location: String,
+        /// What failed.
+        message: String,
+    },
+    /// The store's backend refused or failed a request, or holds something
+    /// Capstan did not write (the backend's own error, whose message names
+    /// the store).
+    #[error(transparent)]
+    Backend(Box<dyn std::error::Error + Send + Sync>),
     /// An evaluation file is malformed.
     #[error("{path}:{line}: {message}")]
     Dataset {

@@ -39,20 +39,36 @@ fn half() -> f32 {
     0.5
 }
 
-/// Fuses two rankings (best first, `(key, score)`; keys are passage
-/// ordinals or document numbers), returning `(key, fused)` best first. Ties
-/// are broken by key so results are deterministic.
-pub fn fuse<K: Copy + Eq + Hash + Ord>(
+/// Fuses two rankings (best first, `(key, score)`; keys are passage keys
+/// or document numbers), returning `(key, fused)` best first. Equal fused
+/// scores keep the order in which the rankings first name them (taking
+/// BM25's and dense's first, then their second, ...), so the result depends
+/// only on the rankings, never on what the keys are.
+pub fn fuse<K: Copy + Eq + Hash>(
     bm25: &[(K, f32)],
     dense: &[(K, f32)],
     fusion: Fusion,
 ) -> Vec<(K, f32)> {
-    let mut fused: HashMap<K, f32> = HashMap::new();
+    // key -> (fused score, first appearance)
+    let mut fused: HashMap<K, (f32, usize)> = HashMap::new();
+    for r in 0..bm25.len().max(dense.len()) {
+        for list in [bm25, dense] {
+            if let Some((key, _)) = list.get(r) {
+                let next = fused.len();
+                fused.entry(*key).or_insert((0.0, next));
+            }
+        }
+    }
+    let mut add = |key: &K, value: f32| {
+        if let Some(entry) = fused.get_mut(key) {
+            entry.0 += value;
+        }
+    };
     match fusion {
         Fusion::Rrf { k, bm25_weight } => {
             for (list, w) in [(bm25, bm25_weight), (dense, 1.0 - bm25_weight)] {
-                for (rank, (ord, _)) in list.iter().enumerate() {
-                    *fused.entry(*ord).or_default() += 2.0 * w / (k + rank as f32 + 1.0);
+                for (rank, (key, _)) in list.iter().enumerate() {
+                    add(key, 2.0 * w / (k + rank as f32 + 1.0));
                 }
             }
         }
@@ -63,16 +79,18 @@ pub fn fuse<K: Copy + Eq + Hash + Ord>(
                     .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), (_, s)| {
                         (lo.min(*s), hi.max(*s))
                     });
-                for (ord, s) in list {
+                for (key, s) in list {
                     let norm = if hi > lo { (s - lo) / (hi - lo) } else { 1.0 };
-                    *fused.entry(*ord).or_default() += w * norm;
+                    add(key, w * norm);
                 }
             }
         }
     }
-    let mut out: Vec<(K, f32)> = fused.into_iter().collect();
-    out.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-    out
+    let mut out: Vec<(K, (f32, usize))> = fused.into_iter().collect();
+    out.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0).then(a.1 .1.cmp(&b.1 .1)));
+    out.into_iter()
+        .map(|(key, (score, _))| (key, score))
+        .collect()
 }
 
 #[cfg(test)]

@@ -19,9 +19,14 @@ mod error;
 mod fusion;
 mod metrics;
 mod retriever;
+mod store;
 
 pub use beir::{load_beir, load_beir_split, BeirQueries, Query};
 pub use error::{Error, Result};
 pub use fusion::{fuse, Fusion};
 pub use metrics::{mrr_at, ndcg_at, recall_at, Judgements};
 pub use retriever::{ComponentScore, Hit, Mode, Retriever, SearchOptions, Unit, MAX_K};
+pub use store::{
+    Candidate, ComponentQuery, EmbeddedStore, Filter, PassageKey, Rankings, SentenceVector, Store,
+    StoreCounts,
+};

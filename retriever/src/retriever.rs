@@ -1,14 +1,15 @@
 //! Question -> top-k passages, by BM25, dense search or both fused.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use capstan_indexer::{DenseStrategy, Encoder, Index, Passage, PassageOrd};
+use capstan_indexer::{DenseStrategy, Encoder, Passage};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::fusion::{fuse, Fusion};
+use crate::store::{Candidate, ComponentQuery, EmbeddedStore, Filter, PassageKey, Store};
 
 /// Which retrieval runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -119,6 +120,9 @@ impl Default for SearchOptions {
     }
 }
 
+/// Relative difference below which two component scores tie (a few f32 ulps).
+const TIE: f32 = 1e-6;
+
 /// Largest `k` a search accepts.
 pub const MAX_K: usize = 1000;
 
@@ -150,33 +154,33 @@ pub struct Hit {
     pub dense: Option<ComponentScore>,
 }
 
-/// An index with the encoder for its questions. Cheap to share (`Arc`).
+/// A store with the encoder for its questions. Cheap to share (`Arc`).
 pub struct Retriever {
-    index: Index,
+    store: Arc<dyn Store>,
     encoder: Arc<Encoder>,
 }
 
 impl Retriever {
-    /// Opens the index in `dir` with `encoder`, or with the encoder folder
-    /// recorded in its manifest when `None`.
+    /// Opens the index folder `dir` with `encoder`, or with the encoder
+    /// folder recorded in its manifest when `None`.
     pub fn open(dir: &Path, encoder: Option<&Path>) -> Result<Self> {
-        let index = Index::open(dir)?;
+        let store = EmbeddedStore::open(dir)?;
         let encoder = match encoder {
             Some(path) => Encoder::load(path)?,
-            None => Encoder::load(Path::new(&index.manifest().encoder.path))?,
+            None => Encoder::load(Path::new(&store.index().manifest().encoder.path))?,
         };
-        Self::new(index, Arc::new(encoder))
+        Self::new(Arc::new(store), Arc::new(encoder))
     }
 
-    /// Pairs an opened index with an encoder, checking they belong together.
-    pub fn new(index: Index, encoder: Arc<Encoder>) -> Result<Self> {
-        index.check_encoder(encoder.info())?;
-        Ok(Self { index, encoder })
+    /// Pairs a store with an encoder, checking they belong together.
+    pub fn new(store: Arc<dyn Store>, encoder: Arc<Encoder>) -> Result<Self> {
+        store.check_encoder(encoder.info())?;
+        Ok(Self { store, encoder })
     }
 
-    /// The index.
-    pub fn index(&self) -> &Index {
-        &self.index
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
     }
 
     /// The encoder.
@@ -197,11 +201,7 @@ impl Retriever {
 
     /// The top `opts.k` passages for `query`.
     pub fn search(&self, query: &str, opts: &SearchOptions) -> Result<Vec<Hit>> {
-        let vector = match opts.mode {
-            Mode::Bm25 => None,
-            Mode::Dense | Mode::Hybrid => Some(self.embed_query(query)?),
-        };
-        self.search_with_vector(query, vector.as_deref(), opts)
+        self.search_with(query, None, opts, None)
     }
 
     /// As [`Retriever::search`], with the question's vector already computed
@@ -212,24 +212,21 @@ impl Retriever {
         vector: Option<&[f32]>,
         opts: &SearchOptions,
     ) -> Result<Vec<Hit>> {
-        if opts.k == 0 || opts.k > MAX_K {
-            return Err(Error::Invalid {
-                name: "k",
-                message: format!("{} (must be within 1..={MAX_K})", opts.k),
-            });
-        }
-        if query.trim().is_empty() {
-            return Err(Error::Invalid {
-                name: "query",
-                message: "empty".into(),
-            });
-        }
-        let (Fusion::Weighted { bm25_weight } | Fusion::Rrf { bm25_weight, .. }) = opts.fusion;
-        if !(0.0..=1.0).contains(&bm25_weight) {
-            return Err(Error::Invalid {
-                name: "bm25 weight",
-                message: format!("{bm25_weight} (must be within [0, 1])"),
-            });
+        self.search_with(query, vector, opts, None)
+    }
+
+    /// The top `opts.k` passages for `query` whose documents meet `filter`;
+    /// `vector` is the question's, when already computed.
+    pub fn search_with(
+        &self,
+        query: &str,
+        vector: Option<&[f32]>,
+        opts: &SearchOptions,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<Hit>> {
+        check_options(query, opts)?;
+        if let Some(f) = filter {
+            f.validate()?;
         }
         let depth = match opts.mode {
             Mode::Hybrid => opts.depth.max(opts.k),
@@ -239,123 +236,161 @@ impl Retriever {
             Unit::Passages => depth,
             Unit::Documents => depth.saturating_mul(PASSAGES_PER_DOCUMENT),
         };
-        let bm25 = match opts.mode {
-            Mode::Bm25 | Mode::Hybrid => self.index.bm25().search(query, passages)?,
-            Mode::Dense => Vec::new(),
-        };
-        let dense = match opts.mode {
-            Mode::Dense | Mode::Hybrid => {
-                let owned;
-                let v = match vector {
-                    Some(v) => v,
-                    None => {
-                        owned = self.embed_query(query)?;
-                        &owned
-                    }
-                };
-                self.index
-                    .dense()
-                    .search(v, passages, opts.ef, opts.dense, self.index.deleted())
+        let owned;
+        let vector = match (opts.mode, vector) {
+            (Mode::Bm25, _) => None,
+            (_, Some(v)) => Some(v),
+            (_, None) => {
+                owned = self.embed_query(query)?;
+                Some(owned.as_slice())
             }
-            Mode::Bm25 => Vec::new(),
         };
+        let rankings = self.store.rank(&ComponentQuery {
+            text: query,
+            vector,
+            bm25: if opts.mode == Mode::Dense {
+                0
+            } else {
+                passages
+            },
+            dense: if opts.mode == Mode::Bm25 { 0 } else { passages },
+            strategy: opts.dense,
+            ef: opts.ef,
+            filter,
+        })?;
+        let mut read = Passages::new(self.store.as_ref());
+        let mut bm25 = read.keep(rankings.bm25);
+        let mut dense = read.keep(rankings.dense);
+        read.order_ties(&mut bm25)?;
+        read.order_ties(&mut dense)?;
         match opts.unit {
-            Unit::Passages => self.passage_hits(&bm25, &dense, opts),
-            Unit::Documents => self.document_hits(&bm25, &dense, depth, opts),
+            Unit::Passages => passage_hits(&mut read, &bm25, &dense, opts),
+            Unit::Documents => document_hits(&mut read, &bm25, &dense, depth, opts),
         }
     }
+}
 
-    fn passage_hits(
-        &self,
-        bm25: &[(PassageOrd, f32)],
-        dense: &[(PassageOrd, f32)],
-        opts: &SearchOptions,
-    ) -> Result<Vec<Hit>> {
-        let ranked: Vec<(PassageOrd, f32)> = match opts.mode {
-            Mode::Bm25 => bm25.to_vec(),
-            Mode::Dense => dense.to_vec(),
-            Mode::Hybrid => fuse(bm25, dense, opts.fusion),
-        };
-        let component = |list: &[(PassageOrd, f32)], ord: PassageOrd| {
-            list.iter()
-                .position(|(o, _)| *o == ord)
-                .map(|i| ComponentScore {
-                    score: list[i].1,
-                    rank: i + 1,
-                })
-        };
-        let mut hits = Vec::with_capacity(opts.k);
-        for (ord, score) in ranked {
+fn check_options(query: &str, opts: &SearchOptions) -> Result<()> {
+    if opts.k == 0 || opts.k > MAX_K {
+        return Err(Error::Invalid {
+            name: "k",
+            message: format!("{} (must be within 1..={MAX_K})", opts.k),
+        });
+    }
+    if query.trim().is_empty() {
+        return Err(Error::Invalid {
+            name: "query",
+            message: "empty".into(),
+        });
+    }
+    let (Fusion::Weighted { bm25_weight } | Fusion::Rrf { bm25_weight, .. }) = opts.fusion;
+    if !(0.0..=1.0).contains(&bm25_weight) {
+        return Err(Error::Invalid {
+            name: "bm25 weight",
+            message: format!("{bm25_weight} (must be within [0, 1])"),
+        });
+    }
+    Ok(())
+}
+
+/// The fused passage ranking, cut at `k`, skipping passages deleted since
+/// they were ranked.
+fn passage_hits(
+    read: &mut Passages,
+    bm25: &[(PassageKey, f32)],
+    dense: &[(PassageKey, f32)],
+    opts: &SearchOptions,
+) -> Result<Vec<Hit>> {
+    let ranked: Vec<(PassageKey, f32)> = match opts.mode {
+        Mode::Bm25 => bm25.to_vec(),
+        Mode::Dense => dense.to_vec(),
+        Mode::Hybrid => fuse(bm25, dense, opts.fusion),
+    };
+    let component = |list: &[(PassageKey, f32)], key: PassageKey| {
+        list.iter()
+            .position(|(o, _)| *o == key)
+            .map(|i| ComponentScore {
+                score: list[i].1,
+                rank: i + 1,
+            })
+    };
+    let mut hits = Vec::with_capacity(opts.k);
+    // Read the passages a window at a time: usually the first window is all.
+    for window in ranked.chunks(opts.k) {
+        let keys: Vec<PassageKey> = window.iter().map(|(key, _)| *key).collect();
+        read.load(&keys)?;
+        for &(key, score) in window {
             if hits.len() == opts.k {
-                break;
+                return Ok(hits);
             }
-            let Some(passage) = self.index.passage(ord)? else {
-                continue;
-            };
-            hits.push(Hit::new(
-                passage,
-                score,
-                component(bm25, ord),
-                component(dense, ord),
-            ));
+            if let Some(passage) = read.take(key) {
+                hits.push(Hit::new(
+                    passage,
+                    score,
+                    component(bm25, key),
+                    component(dense, key),
+                ));
+            }
         }
-        Ok(hits)
     }
+    Ok(hits)
+}
 
-    /// Collapses each component ranking to its first `depth` documents, fuses
-    /// those, and returns each document's best passage.
-    fn document_hits(
-        &self,
-        bm25: &[(PassageOrd, f32)],
-        dense: &[(PassageOrd, f32)],
-        depth: usize,
-        opts: &SearchOptions,
-    ) -> Result<Vec<Hit>> {
-        let mut documents = Documents::default();
-        let bm25 = documents.rank(self, bm25, depth)?;
-        let dense = documents.rank(self, dense, depth)?;
-        let keyed = |list: &[DocumentRank]| -> Vec<(u32, f32)> {
-            list.iter().map(|d| (d.doc, d.score)).collect()
-        };
-        let ranked: Vec<(u32, f32)> = match opts.mode {
-            Mode::Bm25 => keyed(&bm25),
-            Mode::Dense => keyed(&dense),
-            Mode::Hybrid => fuse(&keyed(&bm25), &keyed(&dense), opts.fusion),
-        };
-        let find = |list: &[DocumentRank], doc: u32| {
-            list.iter()
-                .position(|d| d.doc == doc)
-                .map(|i| (i + 1, list[i]))
-        };
-        let mut hits = Vec::with_capacity(opts.k);
-        for (doc, score) in ranked.into_iter().take(opts.k) {
-            let (b, d) = (find(&bm25, doc), find(&dense, doc));
-            // The passage of the component that ranked the document higher.
-            let best = match (b, d) {
-                (Some((rb, b)), Some((rd, d))) => {
-                    if rd < rb {
-                        d.passage
-                    } else {
-                        b.passage
-                    }
+/// Collapses each component ranking to its first `depth` documents, fuses
+/// those, and returns each document's best passage.
+fn document_hits(
+    read: &mut Passages,
+    bm25: &[(PassageKey, f32)],
+    dense: &[(PassageKey, f32)],
+    depth: usize,
+    opts: &SearchOptions,
+) -> Result<Vec<Hit>> {
+    let all: Vec<PassageKey> = bm25.iter().chain(dense).map(|(key, _)| *key).collect();
+    read.load(&all)?;
+    let mut numbers = HashMap::new();
+    let bm25 = read.documents(bm25, depth, &mut numbers);
+    let dense = read.documents(dense, depth, &mut numbers);
+    let keyed = |list: &[DocumentRank]| -> Vec<(u32, f32)> {
+        list.iter().map(|d| (d.doc, d.score)).collect()
+    };
+    let ranked: Vec<(u32, f32)> = match opts.mode {
+        Mode::Bm25 => keyed(&bm25),
+        Mode::Dense => keyed(&dense),
+        Mode::Hybrid => fuse(&keyed(&bm25), &keyed(&dense), opts.fusion),
+    };
+    let find = |list: &[DocumentRank], doc: u32| {
+        list.iter()
+            .position(|d| d.doc == doc)
+            .map(|i| (i + 1, list[i]))
+    };
+    let mut hits = Vec::with_capacity(opts.k);
+    for (doc, score) in ranked.into_iter().take(opts.k) {
+        let (b, d) = (find(&bm25, doc), find(&dense, doc));
+        // The passage of the component that ranked the document higher.
+        let best = match (b, d) {
+            (Some((rb, b)), Some((rd, d))) => {
+                if rd < rb {
+                    d.passage
+                } else {
+                    b.passage
                 }
-                (Some((_, b)), None) => b.passage,
-                (None, Some((_, d))) => d.passage,
-                (None, None) => continue,
-            };
-            let Some(passage) = documents.take(best) else {
-                continue;
-            };
-            let component = |found: Option<(usize, DocumentRank)>| {
-                found.map(|(rank, d)| ComponentScore {
-                    score: d.score,
-                    rank,
-                })
-            };
-            hits.push(Hit::new(passage, score, component(b), component(d)));
-        }
-        Ok(hits)
+            }
+            (Some((_, b)), None) => b.passage,
+            (None, Some((_, d))) => d.passage,
+            (None, None) => continue,
+        };
+        let Some(passage) = read.take(best) else {
+            continue;
+        };
+        let component = |found: Option<(usize, DocumentRank)>| {
+            found.map(|(rank, d)| ComponentScore {
+                score: d.score,
+                rank,
+            })
+        };
+        hits.push(Hit::new(passage, score, component(b), component(d)));
     }
+    Ok(hits)
 }
 
 impl Hit {
@@ -384,63 +419,120 @@ impl Hit {
     }
 }
 
-/// A document in one component's ranking: its number in [`Documents`], its
-/// best passage and that passage's score.
+/// A document in one component's ranking: its number, its best passage and
+/// that passage's score.
 #[derive(Debug, Clone, Copy)]
 struct DocumentRank {
     doc: u32,
-    passage: PassageOrd,
+    passage: PassageKey,
     score: f32,
 }
 
-/// The documents met while ranking one query, numbered, and the passages
-/// read on the way (each is read from the store once).
-#[derive(Default)]
-struct Documents {
-    numbers: HashMap<String, u32>,
-    passages: HashMap<PassageOrd, Passage>,
+/// The passages of one query's candidates: those the store sent with its
+/// rankings, and those read since (each is read once, in batches).
+struct Passages<'a> {
+    store: &'a dyn Store,
+    /// `None`: deleted since it was ranked.
+    read: HashMap<PassageKey, Option<Passage>>,
 }
 
-impl Documents {
-    /// The first `depth` documents of a passage ranking, each at the rank of
-    /// its best passage.
-    fn rank(
-        &mut self,
-        retriever: &Retriever,
-        ranking: &[(PassageOrd, f32)],
+impl<'a> Passages<'a> {
+    fn new(store: &'a dyn Store) -> Self {
+        Self {
+            store,
+            read: HashMap::new(),
+        }
+    }
+
+    /// Keeps the passages a ranking carries; returns the ranking's keys and scores.
+    fn keep(&mut self, ranking: Vec<Candidate>) -> Vec<(PassageKey, f32)> {
+        ranking
+            .into_iter()
+            .map(|c| {
+                if let Some(p) = c.passage {
+                    self.read.insert(c.key, Some(p));
+                }
+                (c.key, c.score)
+            })
+            .collect()
+    }
+
+    /// Reads the passages of `keys` not read yet, in one call.
+    fn load(&mut self, keys: &[PassageKey]) -> Result<()> {
+        let mut missing: Vec<PassageKey> = keys
+            .iter()
+            .copied()
+            .filter(|k| !self.read.contains_key(k))
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let found = self.store.passages(&missing)?;
+        self.read.extend(missing.into_iter().zip(found));
+        Ok(())
+    }
+
+    fn take(&mut self, key: PassageKey) -> Option<Passage> {
+        self.read.remove(&key).flatten()
+    }
+
+    /// The first `depth` documents of a passage ranking (passages loaded),
+    /// each at the rank of its best passage, numbered through `numbers`.
+    fn documents(
+        &self,
+        ranking: &[(PassageKey, f32)],
         depth: usize,
-    ) -> Result<Vec<DocumentRank>> {
+        numbers: &mut HashMap<String, u32>,
+    ) -> Vec<DocumentRank> {
         let mut out: Vec<DocumentRank> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for &(ord, score) in ranking {
+        let mut seen = HashSet::new();
+        for &(key, score) in ranking {
             if out.len() == depth {
                 break;
             }
-            let doc_id = match self.passages.get(&ord) {
-                Some(p) => p.doc_id.clone(),
-                None => match retriever.index.passage(ord)? {
-                    Some(p) => {
-                        let id = p.doc_id.clone();
-                        self.passages.insert(ord, p);
-                        id
-                    }
-                    None => continue,
-                },
+            let Some(Some(p)) = self.read.get(&key) else {
+                continue;
             };
-            let next = self.numbers.len() as u32;
-            let doc = *self.numbers.entry(doc_id).or_insert(next);
+            let next = numbers.len() as u32;
+            let doc = *numbers.entry(p.doc_id.clone()).or_insert(next);
             if seen.insert(doc) {
                 out.push(DocumentRank {
                     doc,
-                    passage: ord,
+                    passage: key,
                     score,
                 });
             }
         }
-        Ok(out)
+        out
     }
 
-    fn take(&mut self, ord: PassageOrd) -> Option<Passage> {
-        self.passages.remove(&ord)
+    /// Orders passages of equal score by document id and passage number
+    /// (reading only those), so that a ranking does not depend on a store's
+    /// keys: an index folder and a Qdrant collection of one corpus rank alike.
+    /// Scores within [`TIE`] (relative) tie: two engines summing the same
+    /// terms in another order differ in the last bits.
+    fn order_ties(&mut self, ranking: &mut [(PassageKey, f32)]) -> Result<()> {
+        let tie = |a: f32, b: f32| (a - b).abs() <= TIE * a.abs().max(b.abs());
+        let tied: Vec<PassageKey> = ranking
+            .windows(2)
+            .filter(|w| tie(w[0].1, w[1].1))
+            .flat_map(|w| [w[0].0, w[1].0])
+            .collect();
+        if tied.is_empty() {
+            return Ok(());
+        }
+        self.load(&tied)?;
+        let place = |key: &PassageKey| match self.read.get(key) {
+            Some(Some(p)) => (false, p.doc_id.as_str(), p.index),
+            _ => (true, "", 0),
+        };
+        for run in ranking.chunk_by_mut(|a, b| tie(a.1, b.1)) {
+            if run.len() > 1 {
+                run.sort_by(|a, b| place(&a.0).cmp(&place(&b.0)));
+            }
+        }
+        Ok(())
     }
 }

@@ -59,9 +59,20 @@ impl ApiError {
 }
 
 impl From<EngineError> for ApiError {
-    /// User mistakes are 400, a busy server 503 (with Retry-After), the rest 500.
+    /// User mistakes are 400, a busy server or an unreachable index 503 (with
+    /// Retry-After), the rest 500.
     fn from(err: EngineError) -> Self {
-        if err.is_overloaded() {
+        if err.is_unavailable() {
+            // The cause names the cluster's address: logged, not sent.
+            Self {
+                detail: Some(err.to_string()),
+                ..Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "index_unavailable",
+                    "the index is unavailable (its Qdrant cluster does not answer); retry later",
+                )
+            }
+        } else if err.is_overloaded() {
             Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "overloaded",

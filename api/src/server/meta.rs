@@ -17,21 +17,41 @@ pub async fn ui() -> Html<&'static str> {
     Html(include_str!("ui.html"))
 }
 
-/// Liveness and what is loaded (no API key needed).
-pub async fn health(State(state): State<Arc<AppState>>) -> Json<Value> {
+/// Liveness and what is loaded (no API key needed). 503 when the index does
+/// not answer (a Qdrant cluster that is down), so a load balancer can tell.
+pub async fn health(State(state): State<Arc<AppState>>) -> axum::response::Response {
+    let pipeline = state.engine.pipeline().clone();
+    // A remote store's counts are a network call: off the async runtime.
+    let counts = tokio::task::spawn_blocking(move || pipeline.retriever().store().counts()).await;
     let pipeline = state.engine.pipeline();
-    let manifest = pipeline.retriever().index().manifest();
-    Json(json!({
-        "status": "ok",
-        "index": {
-            "documents": manifest.counts.documents,
-            "passages": manifest.counts.passages,
-            // The encoder's name, not its folder: /health is public and shows no paths.
-            "encoder": embedding_model_id(&state),
-        },
+    let mut index = json!({
+        // The encoder's name, not its folder: /health is public and shows no paths.
+        "encoder": embedding_model_id(&state),
+    });
+    let ok = match counts {
+        Ok(Ok(c)) => {
+            index["documents"] = json!(c.documents);
+            index["passages"] = json!(c.passages);
+            true
+        }
+        Ok(Err(e)) => {
+            tracing::warn!("health: the index does not answer: {e}");
+            index["error"] = json!("the index does not answer");
+            false
+        }
+        Err(_) => false,
+    };
+    let body = Json(json!({
+        "status": if ok { "ok" } else { "unavailable" },
+        "index": index,
         "readers": pipeline.available_readers(),
         "uptime_seconds": state.started.elapsed().map_or(0, |d| d.as_secs()),
-    }))
+    }));
+    if ok {
+        body.into_response()
+    } else {
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    }
 }
 
 /// Prometheus text format.
@@ -58,14 +78,7 @@ pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
 
 /// The id under which the index's encoder serves embeddings.
 pub fn embedding_model_id(state: &AppState) -> String {
-    let path = &state
-        .engine
-        .pipeline()
-        .retriever()
-        .index()
-        .manifest()
-        .encoder
-        .path;
+    let path = &state.engine.pipeline().retriever().store().encoder().path;
     std::path::Path::new(path).file_name().map_or_else(
         || "encoder".to_string(),
         |n| n.to_string_lossy().into_owned(),

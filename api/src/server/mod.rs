@@ -297,7 +297,9 @@ async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -
             "{}",
             detail.as_ref().map_or("(no detail)", |d| d.0.as_str())
         );
-        if detail.is_some() {
+        // A 500's message is replaced by the request id; other 5xx (503s) say
+        // what the client can do and carry no internals.
+        if detail.is_some() && resp.status() == axum::http::StatusCode::INTERNAL_SERVER_ERROR {
             let status = resp.status();
             resp = ApiError::new(
                 status,

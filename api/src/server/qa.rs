@@ -35,6 +35,8 @@ pub struct QaBody {
     lost_in_the_middle: Option<bool>,
     query_aware: Option<bool>,
     decoder_passages: Option<usize>,
+    /// `{"field": value, ...}`: only documents whose metadata has every field equal.
+    filter: Option<capstan_retriever::Filter>,
 }
 
 /// Largest `max_tokens` a request may ask for.
@@ -48,6 +50,11 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
     req.k = body.k.unwrap_or(req.k);
     check_k(req.k, &state.limits)?;
     req.mode = body.mode.unwrap_or(req.mode);
+    if let Some(f) = body.filter {
+        f.validate()
+            .map_err(|e| ApiError::invalid(format!("`filter`: {e}")))?;
+        req.filter = Some(f);
+    }
     req.reader = body.reader.unwrap_or(req.reader);
     if !state
         .engine

@@ -7,7 +7,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::State;
 use axum::Json;
-use capstan_retriever::{Fusion, Mode, SearchOptions, Unit};
+use capstan_retriever::{Filter, Fusion, Mode, SearchOptions, Unit};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -23,6 +23,8 @@ pub struct SearchBody {
     fusion: Option<Fusion>,
     /// `"passages"` (default) or `"documents"` (one hit per document, its best passage).
     unit: Option<Unit>,
+    /// `{"field": value, ...}`: only documents whose metadata has every field equal.
+    filter: Option<Filter>,
 }
 
 /// The handler.
@@ -59,8 +61,13 @@ pub async fn search(
         unit: body.unit.unwrap_or(base.unit),
         ..base
     };
+    let filter = body.filter.or_else(|| state.defaults.filter.clone());
+    if let Some(f) = &filter {
+        f.validate()
+            .map_err(|e| ApiError::invalid(format!("`filter`: {e}")))?;
+    }
     let start = Instant::now();
-    let hits = await_reply(state.engine.search(body.query.clone(), options)?).await?;
+    let hits = await_reply(state.engine.search(body.query.clone(), options, filter)?).await?;
     state
         .metrics
         .stage("retrieve", start.elapsed().as_secs_f64());

@@ -140,7 +140,12 @@ fn evaluate(
     q: &Question,
 ) -> anyhow::Result<PositionItem> {
     let k = request.k;
-    let (hits, vector) = pipeline.retrieve(&q.question, DEPTH.max(4 * k), request.mode)?;
+    let (hits, vector) = pipeline.retrieve(
+        &q.question,
+        DEPTH.max(4 * k),
+        request.mode,
+        request.filter.as_ref(),
+    )?;
     let mut item = PositionItem {
         question: q.question.clone(),
         skipped: None,

@@ -152,8 +152,12 @@ pub fn run(
 
 fn answer(pipeline: &Pipeline, request: &QaRequest, q: &Question) -> anyhow::Result<QaItem> {
     let start = Instant::now();
-    let (hits, vector) =
-        pipeline.retrieve(&q.question, RECALL_DEPTH.max(request.k), request.mode)?;
+    let (hits, vector) = pipeline.retrieve(
+        &q.question,
+        RECALL_DEPTH.max(request.k),
+        request.mode,
+        request.filter.as_ref(),
+    )?;
     let retrieve_ms = start.elapsed().as_secs_f64() * 1000.0;
     let gold_rank = hits
         .iter()
