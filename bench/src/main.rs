@@ -12,7 +12,7 @@ use capstan_indexer::{
     read_corpus, Bm25Index, Bm25Params, Bm25Writer, ChunkParams, Chunker, DenseStrategy, Encoder,
     FrozenGraph, HnswParams,
 };
-use capstan_retriever::{Mode, Retriever, SearchOptions};
+use capstan_retriever::{Mode, SearchOptions};
 use clap::{Parser, Subcommand};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -483,7 +483,9 @@ fn latency(
     k: usize,
 ) -> anyhow::Result<serde_json::Value> {
     let start = Instant::now();
-    let retriever = Retriever::open(index, None)?;
+    let encoder = std::env::var_os("CAPSTAN_ENCODER").map(std::path::PathBuf::from);
+    let fallback = encoder.clone().unwrap_or_default();
+    let retriever = capstan_qdrant::open_retriever(index, encoder.as_deref(), &fallback)?;
     let open_seconds = start.elapsed().as_secs_f64();
     let queries: Vec<QueryLine> = read_jsonl(queries)?;
     let opts = SearchOptions {
@@ -503,7 +505,7 @@ fn latency(
     }
     times.sort_by(f64::total_cmp);
     let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
-    let n = retriever.index().manifest().counts.passages;
+    let n = retriever.store().counts()?.passages;
     Ok(json!({
         "passages": n,
         "queries": times.len(),

@@ -9,12 +9,11 @@ use anyhow::Context;
 use candle_core::Device;
 use capstan_indexer::Progress;
 use capstan_reader::{AttentionPattern, LoadOptions};
-use capstan_retriever::{
-    load_beir_split, mrr_at, ndcg_at, recall_at, Mode, Retriever, SearchOptions, Unit,
-};
+use capstan_retriever::{load_beir_split, mrr_at, ndcg_at, recall_at, Mode, SearchOptions, Unit};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::encoder_arg::default_encoder;
 use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs, SchedulingArgs};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
@@ -424,7 +423,11 @@ struct RetrievalResults {
 
 fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
     let data = load_beir_split(&args.dataset, &args.split)?;
-    let retriever = Retriever::open(&args.index, args.retrieval.encoder.as_deref())?;
+    let retriever = capstan_qdrant::open_retriever(
+        &args.index,
+        args.retrieval.encoder.as_deref(),
+        &default_encoder(),
+    )?;
     let bars = Bars::new(args.quiet);
     // Embed every question once, in batches, for all dense modes.
     let needs_vectors = args.modes.iter().any(|m| *m != Mode::Bm25);
@@ -445,6 +448,7 @@ fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
         queries: data.queries.len(),
         modes: BTreeMap::new(),
     };
+    let filter = args.retrieval.filter()?;
     let mut seen_modes = HashSet::new();
     for mode in args.modes.iter().copied().filter(|m| seen_modes.insert(*m)) {
         // Judgements are documents; by default the passage ranking's first 100 distinct
@@ -464,7 +468,7 @@ fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
         for (i, q) in data.queries.iter().enumerate() {
             let vector = vectors.get(i).map(|v| v.as_slice());
             let hits = retriever
-                .search_with_vector(&q.text, vector, &opts)
+                .search_with(&q.text, vector, &opts, filter.as_ref())
                 .with_context(|| format!("query {}", q.id))?;
             let mut docs: Vec<String> = Vec::new();
             for h in hits {

@@ -3,7 +3,12 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
+use std::sync::Arc;
+
 use capstan_indexer::{Bm25Params, ChunkParams, Encoder, HnswParams, IndexSettings};
+use capstan_qdrant::{
+    Cluster, CollectionOptions, IndexLocation, Part, QdrantLocation, WriteSettings,
+};
 use clap::{Args, Subcommand};
 
 use super::encoder_arg::default_encoder;
@@ -25,7 +30,9 @@ struct BuildArgs {
     /// or a folder of .txt/.md/.html files.
     #[arg(required = true)]
     corpus: Option<PathBuf>,
-    /// The index folder to write.
+    /// The index folder to write, or a Qdrant collection:
+    /// qdrant://HOST:PORT[,HOST:PORT...]/COLLECTION (gRPC ports; API key from
+    /// CAPSTAN_QDRANT_API_KEY).
     #[arg(long, required = true)]
     out: Option<PathBuf>,
     /// The dense encoder (a Hugging Face BERT folder).
@@ -66,13 +73,62 @@ struct BuildArgs {
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
+    #[command(flatten)]
+    qdrant: QdrantArgs,
+}
+
+/// Settings of a Qdrant collection (`--out qdrant://…` only).
+#[derive(Debug, Args)]
+struct QdrantArgs {
+    /// Write only part I of N of the corpus (by a hash of the document id), so N
+    /// machines fill one collection together; running a part again finishes it.
+    #[arg(long, value_name = "I/N")]
+    part: Option<String>,
+    /// Shards of a new collection [default: one per node].
+    #[arg(long)]
+    shards: Option<u32>,
+    /// Copies of each shard of a new collection [default: 1].
+    #[arg(long)]
+    replication_factor: Option<u32>,
+    /// Copies a write must reach before it is acknowledged [default: 1].
+    #[arg(long)]
+    write_consistency_factor: Option<u32>,
+    /// Keep a new collection's vectors, sparse index and payload on disk (memory-mapped).
+    #[arg(long)]
+    on_disk: bool,
+    /// Passages per upsert.
+    #[arg(long, default_value_t = 256)]
+    batch_passages: usize,
+}
+
+impl QdrantArgs {
+    /// The flags set, for refusing them with an index folder.
+    fn given(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        for (set, name) in [
+            (self.part.is_some(), "--part"),
+            (self.shards.is_some(), "--shards"),
+            (self.replication_factor.is_some(), "--replication-factor"),
+            (
+                self.write_consistency_factor.is_some(),
+                "--write-consistency-factor",
+            ),
+            (self.on_disk, "--on-disk"),
+        ] {
+            if set {
+                out.push(name);
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, Subcommand)]
 enum IndexAction {
-    /// Remove documents from an index (their passages are tombstoned until `compact`).
+    /// Remove documents from an index (their passages are tombstoned until `compact`)
+    /// or from a Qdrant collection.
     Delete {
-        /// The index folder.
+        /// The index folder or qdrant:// location.
         dir: PathBuf,
         /// Document ids to remove (comma-separated or repeated).
         #[arg(long, required = true, value_delimiter = ',')]
@@ -97,20 +153,34 @@ enum IndexAction {
 /// Runs `capstan index`.
 pub fn run(args: IndexArgs) -> anyhow::Result<()> {
     match args.action {
-        Some(IndexAction::Delete { dir, ids }) => {
-            let s = capstan_indexer::delete(&dir, &ids)?;
-            println!(
-                "deleted {} document(s) from {}: {} documents, {} passages live, {} tombstoned (run `capstan index compact` to reclaim)",
-                s.deleted_documents,
-                dir.display(),
-                s.manifest.counts.documents,
-                s.manifest.counts.passages,
-                s.manifest.counts.deleted_passages
-            );
-            Ok(())
-        }
-        Some(IndexAction::Verify { dir }) => verify(&dir),
+        Some(IndexAction::Delete { dir, ids }) => match IndexLocation::parse(&dir)? {
+            IndexLocation::Qdrant(location) => {
+                let cluster = Cluster::new(location)?;
+                let s = capstan_qdrant::delete_documents(&cluster, &ids)?;
+                println!(
+                    "deleted {} document(s) ({} passages) from {}",
+                    s.deleted_documents,
+                    s.deleted_passages,
+                    cluster.location()
+                );
+                Ok(())
+            }
+            IndexLocation::Folder(dir) => {
+                let s = capstan_indexer::delete(&dir, &ids)?;
+                println!(
+                    "deleted {} document(s) from {}: {} documents, {} passages live, {} tombstoned (run `capstan index compact` to reclaim)",
+                    s.deleted_documents,
+                    dir.display(),
+                    s.manifest.counts.documents,
+                    s.manifest.counts.passages,
+                    s.manifest.counts.deleted_passages
+                );
+                Ok(())
+            }
+        },
+        Some(IndexAction::Verify { dir }) => verify(&folder_only(&dir, "verify")?),
         Some(IndexAction::Compact { dir, quiet }) => {
+            let dir = folder_only(&dir, "compact")?;
             let s = capstan_indexer::compact(&dir, &Bars::new(quiet))?;
             println!(
                 "compacted {}: {} documents, {} passages",
@@ -121,6 +191,16 @@ pub fn run(args: IndexArgs) -> anyhow::Result<()> {
             Ok(())
         }
         None => build(args.build),
+    }
+}
+
+/// Refuses a Qdrant location for commands about index folders.
+fn folder_only(dir: &std::path::Path, command: &str) -> anyhow::Result<PathBuf> {
+    match IndexLocation::parse(dir)? {
+        IndexLocation::Folder(dir) => Ok(dir),
+        IndexLocation::Qdrant(l) => anyhow::bail!(
+            "`capstan index {command}` is for index folders; {l} is a Qdrant collection, whose storage Qdrant checks and compacts itself"
+        ),
     }
 }
 
@@ -155,8 +235,9 @@ fn verify(dir: &std::path::Path) -> anyhow::Result<()> {
 }
 
 fn build(args: BuildArgs) -> anyhow::Result<()> {
-    let corpus_path = args.corpus.expect("clap requires CORPUS");
-    let out = args.out.expect("clap requires --out");
+    let corpus_path = args.corpus.clone().expect("clap requires CORPUS");
+    let out = args.out.clone().expect("clap requires --out");
+    let location = IndexLocation::parse(&out)?;
     let settings = IndexSettings {
         chunk: ChunkParams {
             chunk_tokens: args.chunk_tokens,
@@ -175,6 +256,13 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     settings.chunk.validate()?;
     settings.bm25.validate()?;
     settings.hnsw.validate()?;
+    let given = args.qdrant.given();
+    if matches!(location, IndexLocation::Folder(_)) && !given.is_empty() {
+        anyhow::bail!(
+            "{} only apply to a Qdrant collection (--out qdrant://HOST:PORT/COLLECTION)",
+            given.join(", ")
+        );
+    }
     let start = std::time::Instant::now();
     let corpus = capstan_indexer::read_corpus_with(
         &corpus_path,
@@ -191,6 +279,12 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     }
     let encoder = Encoder::load(&args.encoder).context("loading the dense encoder")?;
     let bars = Bars::new(args.quiet);
+    let out = match location {
+        IndexLocation::Qdrant(location) => {
+            return write_qdrant(location, &args, settings, &corpus, &encoder, &bars, start)
+        }
+        IndexLocation::Folder(dir) => dir,
+    };
     let summary = if args.append {
         capstan_indexer::append(&out, &corpus, &encoder, &bars)?
     } else {
@@ -216,5 +310,51 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
             c.passages
         );
     }
+    Ok(())
+}
+
+/// `capstan index CORPUS --out qdrant://…`: this run's part of the corpus
+/// into the collection (created if missing).
+fn write_qdrant(
+    location: QdrantLocation,
+    args: &BuildArgs,
+    settings: IndexSettings,
+    corpus: &capstan_indexer::Corpus,
+    encoder: &Encoder,
+    bars: &Bars,
+    start: std::time::Instant,
+) -> anyhow::Result<()> {
+    let q = &args.qdrant;
+    let part = match &q.part {
+        Some(p) => Part::parse(p)?,
+        None => Part::default(),
+    };
+    let write = WriteSettings {
+        chunk: settings.chunk,
+        bm25: settings.bm25,
+        collection: CollectionOptions {
+            shards: q.shards,
+            replication_factor: q.replication_factor,
+            write_consistency_factor: q.write_consistency_factor,
+            on_disk: q.on_disk,
+            hnsw_m: Some(settings.hnsw.m as u64),
+            hnsw_ef_construct: Some(settings.hnsw.ef_construction as u64),
+        },
+        part,
+        append: args.append,
+        batch_passages: q.batch_passages,
+    };
+    let cluster = Arc::new(Cluster::new(location)?);
+    let s = capstan_qdrant::write_corpus(&cluster, corpus, encoder, &write, bars)?;
+    println!(
+        "{} {} (part {part}: {} documents): wrote {} document(s) ({} passages), {} already there, in {:.1}s",
+        if s.created { "created" } else { "updated" },
+        cluster.location(),
+        s.documents,
+        s.written_documents,
+        s.written_passages,
+        s.skipped_documents,
+        start.elapsed().as_secs_f64()
+    );
     Ok(())
 }

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use anyhow::Context;
 use candle_core::Device;
 use capstan_reader::{GenerationParams, LanguageModel, LoadOptions};
-use capstan_retriever::{Mode, Retriever};
+use capstan_retriever::Mode;
 use clap::Args;
 
+use super::encoder_arg::default_encoder;
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
 use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
@@ -167,7 +168,11 @@ pub fn build(
         .encoder
         .clone()
         .or(file.retrieval.encoder.clone());
-    let retriever = Arc::new(Retriever::open(index, encoder.as_deref())?);
+    let retriever = Arc::new(capstan_qdrant::open_retriever(
+        index,
+        encoder.as_deref(),
+        &default_encoder(),
+    )?);
     let device_name = args
         .device
         .clone()
@@ -233,6 +238,7 @@ pub fn build(
             .decoder_passages
             .or(file.reader.decoder_passages)
             .unwrap_or(10),
+        filter: args.retrieval.filter()?,
     };
     Ok((pipeline, QaDefaults { request }, file))
 }

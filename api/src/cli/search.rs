@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use capstan_indexer::DenseStrategy;
-use capstan_retriever::{Fusion, Hit, Mode, Retriever, SearchOptions, Unit};
+use capstan_retriever::{Filter, Fusion, Hit, Mode, SearchOptions, Unit};
 use clap::{Args, ValueEnum};
+
+use super::encoder_arg::default_encoder;
 
 /// Retrieval settings shared by `search` and `eval`.
 #[derive(Debug, Clone, Args)]
@@ -36,6 +38,10 @@ pub struct RetrievalArgs {
     /// Encoder folder (default: the one recorded in the index manifest).
     #[arg(long, env = "CAPSTAN_ENCODER")]
     pub encoder: Option<PathBuf>,
+    /// Only passages of documents whose metadata field KEY equals VALUE (a string, an
+    /// integer or true/false; repeat for several conditions, all of which must hold).
+    #[arg(long = "filter", value_name = "KEY=VALUE")]
+    pub filters: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -58,6 +64,29 @@ pub enum DenseArg {
 }
 
 impl RetrievalArgs {
+    /// The metadata filter of the `--filter` flags (`None` without any).
+    pub fn filter(&self) -> anyhow::Result<Option<Filter>> {
+        if self.filters.is_empty() {
+            return Ok(None);
+        }
+        let mut filter = Filter::default();
+        for f in &self.filters {
+            let (key, value) = f
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--filter `{f}`: expected KEY=VALUE"))?;
+            // An integer or a boolean stays one; anything else is a string.
+            let value = match serde_json::from_str::<serde_json::Value>(value) {
+                Ok(v @ (serde_json::Value::Bool(_) | serde_json::Value::Number(_))) => v,
+                _ => serde_json::Value::String(value.to_string()),
+            };
+            filter.equals.insert(key.trim().to_string(), value);
+        }
+        filter
+            .validate()
+            .map_err(|e| anyhow::anyhow!("--filter: {e}"))?;
+        Ok(Some(filter))
+    }
+
     /// The search settings (ranking passages unless --unit says otherwise).
     pub fn options(&self, mode: Mode, k: usize) -> SearchOptions {
         SearchOptions {
@@ -109,9 +138,14 @@ pub struct SearchArgs {
 
 /// Runs `capstan search`.
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
-    let retriever = Retriever::open(&args.index, args.retrieval.encoder.as_deref())?;
+    let retriever = capstan_qdrant::open_retriever(
+        &args.index,
+        args.retrieval.encoder.as_deref(),
+        &default_encoder(),
+    )?;
     let opts = args.retrieval.options(args.mode, args.k);
-    let hits = retriever.search(&args.query, &opts)?;
+    let filter = args.retrieval.filter()?;
+    let hits = retriever.search_with(&args.query, None, &opts, filter.as_ref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&hits)?);
     } else {

@@ -1,0 +1,56 @@
+//! An index location of either kind: a folder (the embedded store) or
+//! `qdrant://…` (a collection), and the retriever over it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use capstan_indexer::Encoder;
+use capstan_retriever::Retriever;
+
+use crate::error::Result;
+use crate::location::QdrantLocation;
+use crate::store::QdrantStore;
+
+/// Where an index lives.
+#[derive(Debug, Clone, PartialEq)]
+pub enum IndexLocation {
+    /// An index folder.
+    Folder(PathBuf),
+    /// A collection in a Qdrant cluster.
+    Qdrant(QdrantLocation),
+}
+
+impl IndexLocation {
+    /// A folder, or a Qdrant location when the text starts with `qdrant://`.
+    pub fn parse(text: &Path) -> Result<Self> {
+        match text.to_str() {
+            Some(s) if QdrantLocation::is_qdrant(s) => Ok(Self::Qdrant(QdrantLocation::parse(s)?)),
+            _ => Ok(Self::Folder(text.to_path_buf())),
+        }
+    }
+}
+
+/// The retriever over an index location. The encoder is `encoder` if given;
+/// otherwise the one recorded in the index (a folder's manifest, a
+/// collection's description) if that folder exists here, else `fallback`
+/// (a server of a collection needs nothing local but the encoder's weights).
+pub fn open_retriever(
+    location: &Path,
+    encoder: Option<&Path>,
+    fallback: &Path,
+) -> capstan_retriever::Result<Retriever> {
+    match IndexLocation::parse(location)? {
+        IndexLocation::Folder(dir) => Retriever::open(&dir, encoder),
+        IndexLocation::Qdrant(location) => {
+            let store = QdrantStore::open(location)?;
+            let recorded = PathBuf::from(&store.description().encoder.path);
+            let path = match encoder {
+                Some(p) => p.to_path_buf(),
+                None if recorded.join("config.json").is_file() => recorded,
+                None => fallback.to_path_buf(),
+            };
+            let encoder = Encoder::load(&path)?;
+            Retriever::new(Arc::new(store), Arc::new(encoder))
+        }
+    }
+}
