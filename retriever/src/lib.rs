@@ -1,5 +1,6 @@
 //! Capstan's retriever: the top-k passages for a question, by BM25, dense
-//! search, or hybrid fusion (reciprocal rank fusion by default), with each
+//! search, or hybrid fusion (a weighted combination of normalised scores by
+//! default, reciprocal rank fusion as an option), with each
 //! component's score and rank; and the BEIR ranking metrics used to evaluate it.
 //!
 //! ```no_run
@@ -25,7 +26,9 @@ pub use beir::{load_beir, load_beir_split, BeirQueries, Query};
 pub use error::{Error, Result};
 pub use fusion::{fuse, Fusion};
 pub use metrics::{mrr_at, ndcg_at, recall_at, Judgements};
-pub use retriever::{ComponentScore, Hit, Mode, Retriever, SearchOptions, Unit, MAX_K};
+pub use retriever::{
+    ComponentScore, Hit, Mode, Retriever, SearchOptions, Unit, DEFAULT_DEPTH, MAX_K,
+};
 pub use store::{
     Candidate, ComponentQuery, EmbeddedStore, Filter, PassageKey, Rankings, SentenceVector, Store,
     StoreCounts,

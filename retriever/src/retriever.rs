@@ -114,11 +114,16 @@ impl Default for SearchOptions {
             fusion: Fusion::default(),
             dense: DenseStrategy::Auto,
             ef: 64,
-            depth: 100,
+            depth: DEFAULT_DEPTH,
             unit: Unit::Passages,
         }
     }
 }
+
+/// Candidates each retriever gives hybrid fusion by default: the depth the
+/// fusion default was chosen at (min-max normalisation depends on it), and
+/// enough for 100 distinct documents in most rankings.
+pub const DEFAULT_DEPTH: usize = 200;
 
 /// Relative difference below which two component scores tie (a few f32 ulps).
 const TIE: f32 = 1e-6;

@@ -11,14 +11,15 @@ use super::encoder_arg::default_encoder;
 /// Retrieval settings shared by `search` and `eval`.
 #[derive(Debug, Clone, Args)]
 pub struct RetrievalArgs {
-    /// Hybrid fusion method.
-    #[arg(long, value_enum, default_value_t = FusionArg::Rrf)]
+    /// Hybrid fusion: weighted (a convex combination of min-max normalised
+    /// scores; the best on the real-text dev sets, docs/BENCHMARKS.md) or rrf.
+    #[arg(long, value_enum, default_value_t = FusionArg::Weighted)]
     pub fusion: FusionArg,
     /// Rank constant of reciprocal rank fusion.
     #[arg(long, default_value_t = 60.0)]
     pub rrf_k: f32,
     /// BM25's weight in either fusion, in [0, 1] (dense gets 1 - w).
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = Fusion::DEFAULT_BM25_WEIGHT)]
     pub bm25_weight: f32,
     /// Dense search: auto (exact below 20,000 passages), exact or hnsw.
     #[arg(long, value_enum, default_value_t = DenseArg::Auto)]
@@ -28,7 +29,7 @@ pub struct RetrievalArgs {
     pub ef: usize,
     /// Hybrid: candidates each retriever contributes to fusion (passages, or documents
     /// with --unit documents).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = capstan_retriever::DEFAULT_DEPTH)]
     pub depth: usize,
     /// Rank passages, or documents (each component collapsed to documents before fusion;
     /// a hit is a document's best passage) [default: passages; eval retrieval scores the

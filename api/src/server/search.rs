@@ -19,7 +19,7 @@ pub struct SearchBody {
     query: String,
     k: Option<usize>,
     mode: Option<Mode>,
-    /// `{"method": "rrf", "k": 60}` or `{"method": "weighted", "bm25_weight": 0.5}`.
+    /// `{"method": "weighted", "bm25_weight": 0.55}` (the default) or `{"method": "rrf", "k": 60}`.
     fusion: Option<Fusion>,
     /// `"passages"` (default) or `"documents"` (one hit per document, its best passage).
     unit: Option<Unit>,
