@@ -195,6 +195,9 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
             "bm25_weight": {"type": "number", "minimum": 0, "maximum": 1}}},
         {"type": "object", "required": ["method", "bm25_weight"], "additionalProperties": false, "properties": {
             "method": {"const": "weighted"}, "bm25_weight": {"type": "number", "minimum": 0, "maximum": 1}}}]});
+    // Metadata field -> required value.
+    let filter = json!({"type": "object", "additionalProperties": {
+        "oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}]}});
     let max_tokens = json!({"type": "integer", "minimum": 1, "maximum": super::qa::MAX_NEW_TOKENS});
     let temperature = json!({"type": "number", "minimum": 0, "maximum": 2});
     let top_p = json!({"type": "number", "exclusiveMinimum": 0, "maximum": 1});
@@ -235,7 +238,8 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "stream": {"type": "boolean"}, "max_tokens": max_tokens, "temperature": temperature,
                     "top_p": top_p, "top_k": {"type": "integer", "minimum": 1},
                     "lost_in_the_middle": {"type": "boolean"}, "query_aware": {"type": "boolean"},
-                    "decoder_passages": {"type": "integer", "minimum": 0}}}),
+                    "decoder_passages": {"type": "integer", "minimum": 0},
+                    "filter": filter}}),
                 json!({"type": "object", "properties": {"answer": {"type": "string"},
                     "citations": {"type": "array", "items": {"type": "string"}},
                     "passages": {"type": "array", "items": hit}, "usage": {"type": "object"}, "timings": {"type": "object"}}}),
@@ -243,7 +247,8 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
             "/v1/search": post("Top-k passages for a query",
                 json!({"type": "object", "required": ["query"], "additionalProperties": false, "properties": {
                     "query": question, "k": k, "mode": mode, "fusion": fusion,
-                    "unit": {"type": "string", "enum": ["passages", "documents"]}}}),
+                    "unit": {"type": "string", "enum": ["passages", "documents"]},
+                    "filter": filter}}),
                 json!({"type": "object", "properties": {"hits": {"type": "array", "items": hit}}}),
                 &[]),
             "/v1/embeddings": post("OpenAI-compatible embeddings",
