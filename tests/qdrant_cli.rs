@@ -48,6 +48,16 @@ fn post(port: u16, path: &str, body: &Value) -> (u16, Option<String>, Value) {
     )
 }
 
+/// A child process killed when dropped (also when the test fails).
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn search_json(index: &str, query: &str) -> Vec<Value> {
     let out = ok(&[
         "search",
@@ -186,26 +196,28 @@ fn index_search_ask_and_serve_through_a_qdrant_cluster() {
         .unwrap()
         .port();
     let log = tmp.path().join("serve.log");
-    let mut server = capstan()
-        .args([
-            "serve",
-            "--index",
-            &location,
-            "--addr",
-            &format!("127.0.0.1:{port}"),
-        ])
-        .args(["--no-default-model", "--encoder", s(&encoder_dir())])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut server = Killed(
+        capstan()
+            .args([
+                "serve",
+                "--index",
+                &location,
+                "--addr",
+                &format!("127.0.0.1:{port}"),
+            ])
+            .args(["--no-default-model", "--encoder", s(&encoder_dir())])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let deadline = Instant::now() + Duration::from_secs(120);
     let health = loop {
         if let Some((200, body)) = http_get(port, "/health") {
             break serde_json::from_str::<Value>(&body).unwrap();
         }
         assert!(
-            server.try_wait().unwrap().is_none(),
+            server.0.try_wait().unwrap().is_none(),
             "{}",
             std::fs::read_to_string(&log).unwrap()
         );
@@ -253,8 +265,7 @@ fn index_search_ask_and_serve_through_a_qdrant_cluster() {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
 
     let deleted = ok(&["index", "delete", &location, "--ids", "doc-00001,doc-00002"]);
     assert!(deleted.starts_with("deleted 2 document(s)"), "{deleted}");
