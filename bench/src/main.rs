@@ -90,6 +90,33 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         k: usize,
     },
+    /// Exact dense scan vs HNSW latency and recall at growing sizes: where the
+    /// exact scan stops being the cheaper of the two.
+    Crossover {
+        /// Real unit vectors: an index's `vectors.f32` (little-endian f32 rows).
+        #[arg(long)]
+        vectors: PathBuf,
+        #[arg(long, default_value_t = 384)]
+        dim: usize,
+        /// Questions (JSONL with `text`), embedded with --encoder; the first 200.
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long, env = "CAPSTAN_ENCODER")]
+        encoder: PathBuf,
+        /// Collection sizes (past the real rows, noisy copies of them).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "2500,5000,10000,20000,40000,80000"
+        )]
+        sizes: Vec<usize>,
+        /// Depths (candidates per query).
+        #[arg(long, value_delimiter = ',', default_value = "10,100,300")]
+        depths: Vec<usize>,
+        /// Noise of the copies (about the cosine distance they move).
+        #[arg(long, default_value_t = 0.3)]
+        noise: f32,
+    },
     /// Top-k latency percentiles of `capstan search` on an index, and peak RSS.
     Latency {
         #[arg(long)]
@@ -142,12 +169,16 @@ struct PassageLine {
 
 #[derive(Serialize, Deserialize)]
 struct QueryLine {
+    #[serde(alias = "_id")]
     id: String,
     text: String,
+    /// The passage it was cut from (prepared sets; absent in BEIR queries).
+    #[serde(default)]
     passage_id: String,
 }
 
 mod batching;
+mod crossover;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -186,6 +217,24 @@ fn main() -> anyhow::Result<()> {
             mode,
             k,
         } => latency(&index, &queries, mode, k)?,
+        Command::Crossover {
+            vectors,
+            dim,
+            queries,
+            encoder,
+            sizes,
+            depths,
+            noise,
+        } => crossover::run(
+            &vectors,
+            dim,
+            &queries,
+            &encoder,
+            &sizes,
+            &depths,
+            HnswParams::default(),
+            noise,
+        )?,
         Command::Llama { model } => return llama(&model),
         Command::Batching {
             model,
