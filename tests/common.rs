@@ -75,8 +75,37 @@ pub fn generated_index(
     questions: usize,
     seed: u64,
 ) -> (PathBuf, PathBuf) {
-    let data = dir.join("enc");
+    let data = generated_corpus(dir, documents, questions, seed);
     let index = dir.join("index");
+    ok(&[
+        "index",
+        s(&data.join("corpus.jsonl")),
+        "--out",
+        s(&index),
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
+    (data, index)
+}
+
+/// The text of each query of a BEIR folder's `queries.jsonl`.
+pub fn questions(data: &Path) -> Vec<String> {
+    std::fs::read_to_string(data.join("queries.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["text"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+/// A generated encyclopedia in `dir/enc` (BEIR files + questions.jsonl).
+pub fn generated_corpus(dir: &Path, documents: usize, questions: usize, seed: u64) -> PathBuf {
+    let data = dir.join("enc");
     ok(&[
         "corpus",
         "generate",
@@ -89,16 +118,7 @@ pub fn generated_index(
         "--seed",
         &seed.to_string(),
     ]);
-    ok(&[
-        "index",
-        s(&data.join("corpus.jsonl")),
-        "--out",
-        s(&index),
-        "--encoder",
-        s(&encoder_dir()),
-        "-q",
-    ]);
-    (data, index)
+    data
 }
 
 /// The SmolLM2 GGUF that scripts/setup.sh installs.

@@ -11,11 +11,10 @@ mod harness;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{capstan, encoder_dir, fails, ok, s};
+use common::{capstan, encoder_dir, fails, generated_corpus, ok, questions, s};
 use harness::{http_get, TestCluster};
 use serde_json::{json, Value};
 
@@ -74,35 +73,10 @@ fn search_json(index: &str, query: &str) -> Vec<Value> {
     serde_json::from_str::<Vec<Value>>(&out).unwrap()
 }
 
-fn questions(data: &Path) -> Vec<String> {
-    std::fs::read_to_string(data.join("questions.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["question"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
-}
-
 #[test]
 fn index_search_ask_and_serve_through_a_qdrant_cluster() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = tmp.path().join("enc");
-    ok(&[
-        "corpus",
-        "generate",
-        "--out",
-        s(&data),
-        "--documents",
-        "60",
-        "--questions",
-        "8",
-        "--seed",
-        "3",
-    ]);
+    let data = generated_corpus(tmp.path(), 60, 8, 3);
     let corpus = data.join("corpus.jsonl");
     let mut cluster = TestCluster::start(3);
     let location = cluster.location("cli", &[0, 1, 2], "?retry=1");

@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::{capstan, s, smollm2};
+use common::{capstan, questions, s, smollm2};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------- fixture
@@ -37,20 +37,6 @@ fn fixture() -> &'static Fixture {
             index,
         }
     })
-}
-
-/// The generated questions.
-fn questions(data: &Path) -> Vec<String> {
-    std::fs::read_to_string(data.join("queries.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["text"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
-        .collect()
 }
 
 // ---------------------------------------------------------------- server

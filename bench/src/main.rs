@@ -127,6 +127,13 @@ enum Command {
         mode: Mode,
         #[arg(long, default_value_t = 10)]
         k: usize,
+        /// Hybrid fusion as /v1/search takes it, e.g. `{"method":"rrf","k":60}` [default: the
+        /// retriever's default].
+        #[arg(long)]
+        fusion: Option<String>,
+        /// Candidates per retriever [default: the retriever's default].
+        #[arg(long)]
+        depth: Option<usize>,
     },
     /// Llama reader prefill and decode timings on token ids. Loads the checkpoint once, then
     /// answers one JSON line per stdin line `{"prompt": [ids], "new_tokens": N}` with
@@ -216,7 +223,21 @@ fn main() -> anyhow::Result<()> {
             queries,
             mode,
             k,
-        } => latency(&index, &queries, mode, k)?,
+            fusion,
+            depth,
+        } => {
+            let mut opts = SearchOptions {
+                mode,
+                k,
+                dense: DenseStrategy::Auto,
+                ..Default::default()
+            };
+            if let Some(f) = fusion {
+                opts.fusion = serde_json::from_str(&f).context("--fusion")?;
+            }
+            opts.depth = depth.unwrap_or(opts.depth);
+            latency(&index, &queries, opts)?
+        }
         Command::Crossover {
             vectors,
             dim,
@@ -525,24 +546,13 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn latency(
-    index: &Path,
-    queries: &Path,
-    mode: Mode,
-    k: usize,
-) -> anyhow::Result<serde_json::Value> {
+fn latency(index: &Path, queries: &Path, opts: SearchOptions) -> anyhow::Result<serde_json::Value> {
     let start = Instant::now();
     let encoder = std::env::var_os("CAPSTAN_ENCODER").map(std::path::PathBuf::from);
     let fallback = encoder.clone().unwrap_or_default();
     let retriever = capstan_qdrant::open_retriever(index, encoder.as_deref(), &fallback)?;
     let open_seconds = start.elapsed().as_secs_f64();
     let queries: Vec<QueryLine> = read_jsonl(queries)?;
-    let opts = SearchOptions {
-        mode,
-        k,
-        dense: DenseStrategy::Auto,
-        ..Default::default()
-    };
     for q in queries.iter().take(20) {
         retriever.search(&q.text, &opts)?;
     }
@@ -558,8 +568,7 @@ fn latency(
     Ok(json!({
         "passages": n,
         "queries": times.len(),
-        "mode": mode.name(),
-        "k": k,
+        "options": opts,
         "open_seconds": open_seconds,
         "p50_ms": pct(0.5),
         "p99_ms": pct(0.99),

@@ -1,9 +1,10 @@
 //! A collection as a retriever [`Store`]: BM25 and dense rankings from
 //! Qdrant, fused by the retriever exactly as for an index folder.
 //!
-//! Both rankings of a query go in one `query_batch` call (one round trip)
-//! with their passages in the payload, so the retriever never reads them
-//! again. Fusion stays client-side: Qdrant's server-side RRF uses k = 2 by
+//! Both rankings of a query go in one `query_batch` call (one round trip),
+//! ids and scores only; the retriever then reads the passages it keeps (the
+//! top k) with one `get_points`. Sending the 2 x 200 candidates' payloads
+//! instead cost 3 ms more a query on one node (docs/BENCHMARKS.md). Fusion stays client-side: Qdrant's server-side RRF uses k = 2 by
 //! default and breaks ties differently on each replica, so the same query
 //! could come back in another order; here ties are broken by point id.
 
@@ -98,16 +99,16 @@ impl QdrantStore {
     fn candidates(&self, points: Vec<ScoredPoint>) -> Result<Vec<Candidate>> {
         let mut out = Vec::with_capacity(points.len());
         for p in points {
-            let (Some(key), Some(passage)) = (key_of(p.id.as_ref()), passage_of(p.payload)) else {
+            let Some(key) = key_of(p.id.as_ref()) else {
                 return Err(Error::Foreign {
                     location: self.cluster.location().to_string(),
-                    message: "a point has no Capstan passage in its payload".into(),
+                    message: "a point has an id Capstan never writes".into(),
                 });
             };
             out.push(Candidate {
                 key,
                 score: p.score,
-                passage: Some(passage),
+                passage: None,
             });
         }
         // Equal scores in id order, whichever replica answered.
@@ -157,7 +158,7 @@ impl Store for QdrantStore {
                 .query(VectorInput::new_sparse(sparse.indices, sparse.values))
                 .using(BM25)
                 .limit(query.bm25 as u64)
-                .with_payload(true);
+                .with_payload(false);
             if let Some(f) = &filter {
                 q = q.filter(f.clone());
             }
@@ -183,7 +184,7 @@ impl Store for QdrantStore {
                 .using(DENSE)
                 .params(params)
                 .limit(query.dense as u64)
-                .with_payload(true);
+                .with_payload(false);
             if let Some(f) = &filter {
                 q = q.filter(f.clone());
             }

@@ -267,7 +267,7 @@ fn average_length_sample(corpus: &Corpus, chunker: &Chunker, params: Bm25Params)
     let lengths = corpus
         .documents
         .iter()
-        .filter(|d| xxh3_64(d.id.as_bytes()) % every == 0)
+        .filter(|d| xxh3_64(d.id.as_bytes()).is_multiple_of(every))
         .flat_map(|d| chunker.chunk(d))
         .map(|p| Bm25Encoder::length(&analyzer, &p.title, &p.text));
     Bm25Values::new(params, lengths)

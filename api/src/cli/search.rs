@@ -24,7 +24,7 @@ pub struct RetrievalArgs {
     /// Dense search: auto (exact below 20,000 passages), exact or hnsw.
     #[arg(long, value_enum, default_value_t = DenseArg::Auto)]
     pub dense: DenseArg,
-    /// HNSW search breadth.
+    /// HNSW search breadth (raised to twice the candidates the dense side gives).
     #[arg(long, default_value_t = 64)]
     pub ef: usize,
     /// Hybrid: candidates each retriever contributes to fusion (passages, or documents
