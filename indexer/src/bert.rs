@@ -12,6 +12,7 @@
 
 use candle_core::{bail, DType, Result, Tensor};
 use candle_nn::VarBuilder;
+use capstan_kernels::cpu::math::{self, sum};
 use rayon::prelude::*;
 use serde::Deserialize;
 
@@ -196,19 +197,6 @@ impl LayerNorm {
     }
 }
 
-/// Sum with eight lanes, so that the reduction vectorises.
-#[inline(always)]
-fn sum(x: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let mut chunks = x.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, v) in acc.iter_mut().zip(c) {
-            *a += v;
-        }
-    }
-    acc.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>()
-}
-
 #[inline(always)]
 fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
     let n = row.len() as f32;
@@ -391,7 +379,7 @@ impl Attention {
                         gemm::Parallelism::None,
                     );
                     for row in scores.chunks_exact_mut(len) {
-                        softmax_inplace(row);
+                        math::softmax(row, 1.0);
                     }
                     // context = P V
                     gemm::gemm(
@@ -539,50 +527,9 @@ impl BertModel {
     }
 }
 
-/// Runs `$body` (a call on slices) compiled for AVX2 when the CPU has it.
-macro_rules! with_avx2 {
-    ($generic:ident, $avx2:ident, ($($arg:ident : $ty:ty),*)) => {
-        #[cfg(target_arch = "x86_64")]
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn $avx2($($arg: $ty),*) {
-            $generic($($arg),*)
-        }
-    };
-}
-
-with_avx2!(softmax_generic, softmax_avx2, (row: &mut [f32]));
-with_avx2!(gelu_generic, gelu_avx2, (x: &mut [f32]));
-
-fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-fn softmax_inplace(row: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if has_avx2() {
-        // SAFETY: the CPU supports AVX2 and FMA.
-        return unsafe { softmax_avx2(row) };
-    }
-    softmax_generic(row)
-}
-
 fn activate(act: HiddenAct, x: &mut [f32]) {
     match act {
-        HiddenAct::Gelu => {
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() {
-                // SAFETY: the CPU supports AVX2 and FMA.
-                return unsafe { gelu_avx2(x) };
-            }
-            gelu_generic(x)
-        }
+        HiddenAct::Gelu => math::gelu(x),
         HiddenAct::GeluTanh => x.iter_mut().for_each(|v| {
             let u = *v;
             *v = 0.5
@@ -590,109 +537,5 @@ fn activate(act: HiddenAct, x: &mut [f32]) {
                 * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (u + 0.044715 * u * u * u)).tanh());
         }),
         HiddenAct::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
-    }
-}
-
-#[inline(always)]
-fn softmax_generic(row: &mut [f32]) {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    for v in row.iter_mut() {
-        *v = exp(*v - max);
-    }
-    let inv = 1.0 / sum(row);
-    row.iter_mut().for_each(|v| *v *= inv);
-}
-
-#[inline(always)]
-fn gelu_generic(x: &mut [f32]) {
-    for v in x.iter_mut() {
-        let u = *v;
-        *v = 0.5 * u * (1.0 + erf(u * std::f32::consts::FRAC_1_SQRT_2));
-    }
-}
-
-/// `exp` for `x <= 88`, vectorisable, relative error below 1e-7 (Cephes'
-/// `expf`: `x = n ln 2 + r`, a degree-6 polynomial in `r`, `2^n` from bits).
-#[inline(always)]
-fn exp(x: f32) -> f32 {
-    const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
-    let x = x.clamp(-87.336_54, 88.37626);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let p = p * r * r + r + 1.0;
-    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
-}
-
-/// `erf`, vectorisable, absolute error below 1e-7: the rational
-/// approximation of Eigen's `generic_fast_erf_float` (also XLA's), evaluated
-/// in `f64` so that the division does not lose the last bits.
-#[inline(always)]
-fn erf(x: f32) -> f32 {
-    let x = (x as f64).clamp(-4.0, 4.0);
-    let x2 = x * x;
-    let p = -2.726_142_258_013_06e-10;
-    let p = p * x2 + 2.770_681_424_959_02e-8;
-    let p = p * x2 + -2.101_024_020_825_08e-6;
-    let p = p * x2 + -5.692_506_394_623_46e-5;
-    let p = p * x2 + -7.349_906_303_268_55e-4;
-    let p = p * x2 + -2.954_599_808_540_25e-3;
-    let p = p * x2 + -1.609_603_332_624_15e-2;
-    let q = -1.456_607_184_649_96e-5;
-    let q = q * x2 + -2.133_740_552_789_05e-4;
-    let q = q * x2 + -1.682_826_974_382_03e-3;
-    let q = q * x2 + -7.373_329_167_204_68e-3;
-    let q = q * x2 + -1.426_473_905_141_89e-2;
-    (x * p / q) as f32
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn erf_and_exp_are_accurate() {
-        let mut worst_erf = 0f64;
-        let mut worst_exp = 0f64;
-        for i in 0..=200_000 {
-            let x = -6.0 + 12.0 * i as f64 / 200_000.0;
-            let xf = x as f32;
-            worst_erf = worst_erf.max((erf(xf) as f64 - libm_erf(xf as f64)).abs());
-            let y = -80.0 + 80.0 * i as f64 / 200_000.0;
-            let yf = y as f32;
-            let e = (yf as f64).exp();
-            worst_exp = worst_exp.max(((exp(yf) as f64) - e).abs() / e);
-        }
-        assert!(worst_erf < 1e-7, "erf abs error {worst_erf}");
-        assert!(worst_exp < 2e-7, "exp rel error {worst_exp}");
-    }
-
-    /// erf in f64 from its Taylor series / continued fraction, for the test only.
-    fn libm_erf(x: f64) -> f64 {
-        if x.abs() < 3.0 {
-            let mut term = x;
-            let mut sum = x;
-            let mut n = 0.0;
-            while term.abs() > 1e-17 {
-                n += 1.0;
-                term *= -x * x / n;
-                sum += term / (2.0 * n + 1.0);
-            }
-            2.0 / std::f64::consts::PI.sqrt() * sum
-        } else {
-            // erfc continued fraction (Lentz), accurate for |x| >= 3.
-            let a = x.abs();
-            let mut f = 0.0;
-            for k in (1..60).rev() {
-                f = (k as f64 / 2.0) / (a + f);
-            }
-            let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f);
-            (1.0 - erfc).copysign(x)
-        }
     }
 }

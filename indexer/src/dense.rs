@@ -66,80 +66,7 @@ impl Distance<f32> for UnitCosine {
     }
 }
 
-/// Dot product (AVX2 + FMA when the CPU has them).
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    dot_fn()(a, b)
-}
-
-/// The fastest dot product this CPU runs; hot loops fetch it once.
-pub(crate) fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
-        return |a, b| {
-            // SAFETY: the CPU supports AVX2 and FMA.
-            unsafe { dot_avx2(a, b) }
-        };
-    }
-    dot_portable
-}
-
-/// Dot product with eight independent accumulators (SIMD-friendly).
-fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
-/// Dot product with four 8-lane FMA accumulators; the compiler does not
-/// fuse multiply-adds on its own, and that is most of the gain.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
-    use std::arch::x86_64::*;
-    let n = a.len().min(b.len());
-    let (pa, pb) = (a.as_ptr(), b.as_ptr());
-    // SAFETY: every load reads 8 floats below `n`, inside both slices.
-    unsafe {
-        let mut acc = [_mm256_setzero_ps(); 4];
-        let mut i = 0;
-        while i + 32 <= n {
-            for (j, acc) in acc.iter_mut().enumerate() {
-                let x = _mm256_loadu_ps(pa.add(i + 8 * j));
-                let y = _mm256_loadu_ps(pb.add(i + 8 * j));
-                *acc = _mm256_fmadd_ps(x, y, *acc);
-            }
-            i += 32;
-        }
-        while i + 8 <= n {
-            acc[0] = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(i)),
-                _mm256_loadu_ps(pb.add(i)),
-                acc[0],
-            );
-            i += 8;
-        }
-        let sum = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
-        let quad = _mm_add_ps(_mm256_castps256_ps128(sum), _mm256_extractf128_ps(sum, 1));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let mut total = _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
-        while i < n {
-            total += a[i] * b[i];
-            i += 1;
-        }
-        total
-    }
-}
+pub use capstan_kernels::cpu::math::{dot, dot_fn};
 
 /// L2-normalises in place (zero vectors stay zero).
 pub fn normalize(v: &mut [f32]) {
@@ -446,16 +373,6 @@ pub(crate) mod tests {
             let hits = index.search(q, 5, 64, strategy, &deleted);
             assert_eq!(hits.len(), 5);
             assert!(hits.iter().all(|h| !deleted.contains(&h.0)));
-        }
-    }
-
-    #[test]
-    fn the_simd_dot_product_equals_the_portable_one() {
-        for len in [0, 1, 7, 8, 9, 31, 32, 33, 64, 100, 384] {
-            let a = random_unit(1, len.max(1), len as u64)[..len].to_vec();
-            let b = random_unit(1, len.max(1), len as u64 + 100)[..len].to_vec();
-            let portable = dot_portable(&a, &b);
-            assert!((dot(&a, &b) - portable).abs() < 1e-5, "length {len}");
         }
     }
 

@@ -1,6 +1,7 @@
 //! Eager attention (the reference path) and the in-place KV append.
 
 use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Tensor};
+use capstan_kernels::cpu::math;
 
 use super::cache::LayerKv;
 use super::{CResult, MASKED};
@@ -33,88 +34,13 @@ impl InplaceOp1 for CausalSoftmax {
         if s > t {
             candle_core::bail!("causal-softmax: {s} queries but only {t} keys");
         }
-        let avx2 = has_avx2();
         for (r, row) in data[o1..o2].chunks_mut(t).enumerate() {
             let (live, masked) = row.split_at_mut(t - s + r % s + 1);
-            #[cfg(target_arch = "x86_64")]
-            if avx2 {
-                // SAFETY: the CPU supports AVX2 and FMA.
-                unsafe { softmax_avx2(live, self.scale) };
-                masked.fill(0.0);
-                continue;
-            }
-            let _ = avx2;
-            softmax_generic(live, self.scale);
+            math::softmax(live, self.scale);
             masked.fill(0.0);
         }
         Ok(())
     }
-}
-
-pub(super) fn has_avx2() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
-}
-
-/// [`softmax_generic`] compiled for AVX2 + FMA.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn softmax_avx2(row: &mut [f32], scale: f32) {
-    softmax_generic(row, scale)
-}
-
-/// `softmax(row * scale)` in place, written so that every pass vectorises (eight lanes).
-#[inline(always)]
-pub(super) fn softmax_generic(row: &mut [f32], scale: f32) {
-    row.iter_mut().for_each(|x| *x *= scale);
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    let mut chunks = row.chunks_exact(8);
-    for c in &mut chunks {
-        for (m, &x) in lanes.iter_mut().zip(c) {
-            if x > *m {
-                *m = x;
-            }
-        }
-    }
-    let max = chunks
-        .remainder()
-        .iter()
-        .chain(&lanes)
-        .fold(f32::NEG_INFINITY, |m, &x| if x > m { x } else { m });
-    row.iter_mut().for_each(|x| *x = exp(*x - max));
-    let mut lanes = [0f32; 8];
-    let mut chunks = row.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, &x) in lanes.iter_mut().zip(c) {
-            *a += x;
-        }
-    }
-    let sum = lanes.iter().sum::<f32>() + chunks.remainder().iter().sum::<f32>();
-    row.iter_mut().for_each(|x| *x /= sum);
-}
-
-/// `exp` for `x <= 88`, vectorisable, relative error below 1e-7 (Cephes' `expf`:
-/// `x = n ln 2 + r`, a degree-6 polynomial in `r`, `2^n` from bits); as the indexer's BERT.
-#[inline(always)]
-pub(super) fn exp(x: f32) -> f32 {
-    const ROUND: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    let x = x.clamp(-87.336_54, 88.37626);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
-    let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
-    let p = 1.987_569_1e-4;
-    let p = p * r + 1.398_199_9e-3;
-    let p = p * r + 8.333_452e-3;
-    let p = p * r + 4.166_579_6e-2;
-    let p = p * r + 1.666_666_5e-1;
-    let p = p * r + 0.5;
-    let p = p * r * r + r + 1.0;
-    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
 }
 
 /// `repeat_kv` of the reference: `(b, kv, t, d) -> (b, kv * n_rep, t, d)`, head `i` using kv

@@ -3,6 +3,8 @@
 //! accumulation, tiles outside the pattern's key range skipped) so that a GPU result can be
 //! compared with them directly.
 
+pub mod math;
+
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
 /// Shapes of an attention call.
