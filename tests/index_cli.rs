@@ -171,6 +171,49 @@ fn a_closed_stdout_ends_search_quietly() {
     assert!(!err.contains("Broken pipe"), "{err}");
 }
 
+/// The encoder's device and dtype flags: an f16 or bf16 question vector (candle's
+/// padded BERT, what a GPU runs) finds what the f32 one finds; `--device cuda` on a
+/// build without CUDA is a clear error, not a fall back.
+#[test]
+fn encoder_device_and_dtype_flags() {
+    let f = fixture(30);
+    let (question, _) = first_question(&f.data);
+    let top = |extra: &[&str]| -> String {
+        let mut args = vec![
+            "search",
+            s(&f.index),
+            &question,
+            "--mode",
+            "dense",
+            "-k",
+            "1",
+        ];
+        args.extend_from_slice(&["--json", "--device", "cpu"]);
+        args.extend_from_slice(extra);
+        let hits: Vec<serde_json::Value> = serde_json::from_str(&ok(&args)).unwrap();
+        hits[0]["doc_id"].as_str().unwrap().to_string()
+    };
+    let f32_top = top(&[]);
+    assert_eq!(top(&["--encoder-dtype", "f16"]), f32_top);
+    assert_eq!(top(&["--encoder-dtype", "bf16"]), f32_top);
+    let corpus = f.data.join("corpus.jsonl");
+    let out = f.index.parent().unwrap().join("cuda-index");
+    let err = fails(&[
+        "index",
+        s(&corpus),
+        "--out",
+        s(&out),
+        "--device",
+        "cuda",
+        "--encoder",
+        s(&encoder_dir()),
+    ]);
+    assert!(err.contains("--device cuda"), "{err}");
+    assert!(!out.exists(), "nothing written");
+    let err = fails(&["search", s(&f.index), &question, "--device", "tpu"]);
+    assert!(err.contains("expected cpu, cuda or auto"), "{err}");
+}
+
 #[test]
 fn rerun_is_idempotent_and_append_delete_compact_work() {
     let f = fixture(60);

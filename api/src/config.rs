@@ -44,7 +44,7 @@ pub struct ReaderConfig {
     pub llama_model: Option<PathBuf>,
     /// CEPE checkpoint folder.
     pub cape_model: Option<PathBuf>,
-    /// cpu | cuda | auto
+    /// cpu | cuda | auto: where the readers and the encoder (questions, sentences) run.
     pub device: Option<String>,
     /// Generated tokens at most.
     pub max_new_tokens: Option<usize>,

@@ -550,7 +550,13 @@ fn latency(index: &Path, queries: &Path, opts: SearchOptions) -> anyhow::Result<
     let start = Instant::now();
     let encoder = std::env::var_os("CAPSTAN_ENCODER").map(std::path::PathBuf::from);
     let fallback = encoder.clone().unwrap_or_default();
-    let retriever = capstan_qdrant::open_retriever(index, encoder.as_deref(), &fallback)?;
+    let retriever = capstan_qdrant::open_retriever(
+        index,
+        encoder.as_deref(),
+        &fallback,
+        &candle_core::Device::Cpu,
+        Default::default(),
+    )?;
     let open_seconds = start.elapsed().as_secs_f64();
     let queries: Vec<QueryLine> = read_jsonl(queries)?;
     for q in queries.iter().take(20) {

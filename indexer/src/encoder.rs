@@ -12,13 +12,14 @@ use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel as CandleBert, Config as CandleBertConfig};
+use candle_transformers::models::bert::Config as CandleBertConfig;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::bert::{BertModel, Config as BertConfig};
 use crate::error::{Error, Result};
+use crate::padded_bert::PaddedBert;
 
 /// How token states become one vector (sentence-transformers' pooling modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,13 +64,33 @@ pub struct Encoder {
 enum Model {
     /// Capstan's CPU BERT over packed (unpadded) sequences.
     Cpu(BertModel),
-    /// candle-transformers' BERT over padded batches, for other devices.
-    Candle(CandleBert),
+    /// The padded BERT ([`PaddedBert`]): GPUs, f16/bf16 weights.
+    Candle(PaddedBert),
 }
 
-/// Sequences encoded together on a non-CPU device; sorted by length first so
-/// padding stays small.
-const BATCH_SIZE: usize = 32;
+/// How an encoder runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EncoderOptions {
+    /// Weights and activations (f32 on the CPU's own BERT; f16 or bf16 halve
+    /// a GPU's memory traffic).
+    pub dtype: DType,
+    /// Run candle-transformers' padded BERT even on the CPU (what a GPU runs:
+    /// it lets the GPU path be checked against the CPU's packed one here).
+    pub padded: bool,
+}
+
+impl Default for EncoderOptions {
+    fn default() -> Self {
+        Self {
+            dtype: DType::F32,
+            padded: false,
+        }
+    }
+}
+
+/// Padded positions (sequences × longest) in one forward of the padded BERT;
+/// sequences are sorted by length first, so padding stays small.
+const PADDED_BATCH_TOKENS: usize = 16_384;
 
 /// Tokens packed into one CPU forward pass (sequences are not padded).
 const CPU_BATCH_TOKENS: usize = 4096;
@@ -108,6 +129,12 @@ impl Encoder {
     /// present sentence-transformers' `modules.json`, `1_Pooling/config.json`,
     /// `sentence_bert_config.json`) onto `device`.
     pub fn load_on(dir: &Path, device: &Device) -> Result<Self> {
+        Self::load_with(dir, device, EncoderOptions::default())
+    }
+
+    /// [`Encoder::load_on`] with a dtype and backend: the CPU's packed BERT
+    /// for f32 on the CPU, candle-transformers' padded BERT otherwise.
+    pub fn load_with(dir: &Path, device: &Device, options: EncoderOptions) -> Result<Self> {
         let err = |message: String| Error::Encoder {
             path: dir.to_path_buf(),
             message,
@@ -144,7 +171,14 @@ impl Encoder {
             }))
             .map_err(|e| err(format!("tokenizer.json: {e}")))?;
 
-        let dtype = DType::F32;
+        if !matches!(options.dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(err(format!(
+                "dtype {:?}: the encoder runs in f32, f16 or bf16",
+                options.dtype
+            )));
+        }
+        let dtype = options.dtype;
+        let packed = device.is_cpu() && dtype == DType::F32 && !options.padded;
         let safetensors = dir.join("model.safetensors");
         let pth = dir.join("pytorch_model.bin");
         let vb = if safetensors.is_file() {
@@ -159,12 +193,12 @@ impl Encoder {
                 "neither model.safetensors nor pytorch_model.bin is present".into(),
             ));
         };
-        let model = if device.is_cpu() {
+        let model = if packed {
             Model::Cpu(BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
         } else {
             let config: CandleBertConfig = serde_json::from_slice(&config_bytes)
                 .map_err(|e| err(format!("config.json is not a BERT config: {e}")))?;
-            Model::Candle(CandleBert::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
+            Model::Candle(PaddedBert::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
         };
         Ok(Self {
             model,
@@ -226,7 +260,17 @@ impl Encoder {
                     }
                     end
                 }
-                Model::Candle(_) => (start + BATCH_SIZE).min(order.len()),
+                Model::Candle(_) => {
+                    // Sorted by length: the last of the batch is its longest.
+                    let mut end = start + 1;
+                    while end < order.len()
+                        && (end + 1 - start) * encodings[order[end]].get_ids().len()
+                            <= PADDED_BATCH_TOKENS
+                    {
+                        end += 1;
+                    }
+                    end
+                }
             };
             let batch = &order[start..end];
             let ids: Vec<&[u32]> = batch.iter().map(|&i| encodings[i].get_ids()).collect();
@@ -284,7 +328,7 @@ impl Encoder {
 
     /// Embeds one batch of token id sequences (already truncated) with
     /// candle-transformers' BERT, padded to the longest.
-    fn embed_padded(&self, model: &CandleBert, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+    fn embed_padded(&self, model: &PaddedBert, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let n = ids.len();
         let len = ids.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
         let mut flat_ids = Vec::with_capacity(n * len);
@@ -297,9 +341,9 @@ impl Encoder {
         }
         let input_ids = Tensor::from_vec(flat_ids, (n, len), &self.device)?;
         let mask = Tensor::from_vec(flat_mask, (n, len), &self.device)?;
-        let token_type_ids = input_ids.zeros_like()?;
-        let states = model.forward(&input_ids, &token_type_ids, Some(&mask))?;
-        let mask_f = mask.to_dtype(states.dtype())?.unsqueeze(2)?;
+        // Pooled in f32 whatever the model's dtype: a mean over 256 f16 states loses digits.
+        let states = model.forward(&input_ids, &mask)?.to_dtype(DType::F32)?;
+        let mask_f = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let pooled = match self.info.pooling {
             Pooling::Mean => {
                 let summed = states.broadcast_mul(&mask_f)?.sum(1)?;
@@ -323,7 +367,7 @@ impl Encoder {
         } else {
             pooled
         };
-        Ok(pooled.to_dtype(DType::F32)?.to_vec2::<f32>()?)
+        Ok(pooled.to_vec2::<f32>()?)
     }
 }
 

@@ -27,6 +27,7 @@ mod fsutil;
 mod index;
 mod integrity;
 mod manifest;
+mod padded_bert;
 mod readonly_dir;
 mod sentence;
 mod store;
@@ -38,7 +39,7 @@ pub use dense::{
     build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
 };
 pub use document::{read_corpus, read_corpus_with, Corpus, Document, ReadOptions};
-pub use encoder::{Encoder, EncoderInfo, Pooling};
+pub use encoder::{Encoder, EncoderInfo, EncoderOptions, Pooling};
 pub use error::{Error, LineProblem, Result};
 pub use frozen::FrozenGraph;
 pub use index::{

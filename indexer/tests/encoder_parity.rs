@@ -74,3 +74,68 @@ fn a_missing_or_wrong_encoder_folder_is_a_clear_error() {
     let wrong = Encoder::load(dir.path()).err().unwrap().to_string();
     assert!(wrong.contains("config.json"), "{wrong}");
 }
+
+/// The padded BERT a GPU runs (candle-transformers', batched by a token
+/// budget, f32/f16/bf16) gives the vectors sentence-transformers gives, within
+/// the dtype's precision; run here on the CPU, the same code as on CUDA.
+#[test]
+fn the_gpu_path_equals_sentence_transformers_within_its_dtype() {
+    use candle_core::{DType, Device};
+    use capstan_indexer::EncoderOptions;
+    let fixture: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/minilm_expected.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let sentences: Vec<String> = serde_json::from_value(fixture["sentences"].clone()).unwrap();
+    let expected: Vec<Vec<f32>> = serde_json::from_value(fixture["embeddings"].clone()).unwrap();
+    for (dtype, tolerance) in [
+        (DType::F32, 1e-4f32),
+        (DType::F16, 5e-3),
+        (DType::BF16, 3e-2),
+    ] {
+        let options = EncoderOptions {
+            dtype,
+            padded: true,
+        };
+        let encoder = Encoder::load_with(&encoder_dir(), &Device::Cpu, options).unwrap();
+        let got = encoder.embed(&sentences).unwrap();
+        // One sentence alone (no padding in its batch) and all together.
+        let alone = encoder.embed(&sentences[..1]).unwrap();
+        for (i, (g, e)) in alone
+            .iter()
+            .chain(&got)
+            .zip(expected[..1].iter().chain(&expected))
+            .enumerate()
+        {
+            // NaN must fail: `f32::max` would skip it.
+            let max_abs = g
+                .iter()
+                .zip(e)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, |m, d| {
+                    if d.is_nan() || m.is_nan() {
+                        f32::NAN
+                    } else {
+                        m.max(d)
+                    }
+                });
+            assert!(max_abs <= tolerance, "{dtype:?} vector {i}: {max_abs}");
+        }
+    }
+    let err = Encoder::load_with(
+        &encoder_dir(),
+        &Device::Cpu,
+        EncoderOptions {
+            dtype: DType::U8,
+            padded: false,
+        },
+    )
+    .err()
+    .unwrap()
+    .to_string();
+    assert!(err.contains("f32, f16 or bf16"), "{err}");
+}

@@ -4,8 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use capstan_indexer::Encoder;
-use capstan_retriever::Retriever;
+use candle_core::Device;
+use capstan_indexer::{Encoder, EncoderOptions};
+use capstan_retriever::{EmbeddedStore, Retriever, Store};
 
 use crate::error::Result;
 use crate::location::QdrantLocation;
@@ -30,27 +31,29 @@ impl IndexLocation {
     }
 }
 
-/// The retriever over an index location. The encoder is `encoder` if given;
-/// otherwise the one recorded in the index (a folder's manifest, a
-/// collection's description) if that folder exists here, else `fallback`
-/// (a server of a collection needs nothing local but the encoder's weights).
+/// The retriever over an index location, its encoder loaded on `device`
+/// with `options`. The encoder is `encoder` if given; otherwise the one
+/// recorded in the index (a folder's manifest, a collection's description)
+/// if that folder exists here, else `fallback` (a server of a collection
+/// needs nothing local but the encoder's weights). Either way the store
+/// refuses an encoder other than the one its passages were embedded with.
 pub fn open_retriever(
     location: &Path,
     encoder: Option<&Path>,
     fallback: &Path,
+    device: &Device,
+    options: EncoderOptions,
 ) -> capstan_retriever::Result<Retriever> {
-    match IndexLocation::parse(location)? {
-        IndexLocation::Folder(dir) => Retriever::open(&dir, encoder),
-        IndexLocation::Qdrant(location) => {
-            let store = QdrantStore::open(location)?;
-            let recorded = PathBuf::from(&store.description().encoder.path);
-            let path = match encoder {
-                Some(p) => p.to_path_buf(),
-                None if recorded.join("config.json").is_file() => recorded,
-                None => fallback.to_path_buf(),
-            };
-            let encoder = Encoder::load(&path)?;
-            Retriever::new(Arc::new(store), Arc::new(encoder))
-        }
-    }
+    let store: Arc<dyn Store> = match IndexLocation::parse(location)? {
+        IndexLocation::Folder(dir) => Arc::new(EmbeddedStore::open(&dir)?),
+        IndexLocation::Qdrant(location) => Arc::new(QdrantStore::open(location)?),
+    };
+    let recorded = PathBuf::from(&store.encoder().path);
+    let path = match encoder {
+        Some(p) => p.to_path_buf(),
+        None if recorded.join("config.json").is_file() => recorded,
+        None => fallback.to_path_buf(),
+    };
+    let encoder = Encoder::load_with(&path, device, options)?;
+    Retriever::new(store, Arc::new(encoder))
 }

@@ -6,14 +6,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context;
-use candle_core::Device;
 use capstan_indexer::Progress;
 use capstan_reader::{AttentionPattern, LoadOptions};
 use capstan_retriever::{load_beir_split, mrr_at, ndcg_at, recall_at, Mode, SearchOptions, Unit};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
-use super::encoder_arg::default_encoder;
+use super::device_arg::DeviceArg;
 use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs, SchedulingArgs};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
@@ -114,8 +113,8 @@ struct ProbeModelArgs {
     #[arg(long)]
     beyond_context: bool,
     /// Device: cpu, cuda or auto.
-    #[arg(long, default_value = "auto")]
-    device: String,
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
     /// Seed of the generated examples.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -150,7 +149,7 @@ impl ProbeModelArgs {
         };
         ProbeModel::load(
             &self.path()?,
-            &probe_device(&self.device)?,
+            &self.device.device()?,
             reader,
             opts,
             self.attention,
@@ -335,15 +334,6 @@ fn position(args: PositionEvalArgs) -> anyhow::Result<()> {
     )
 }
 
-fn probe_device(name: &str) -> anyhow::Result<Device> {
-    Ok(match name {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0).context("--device cuda")?,
-        "auto" => Device::cuda_if_available(0).unwrap_or(Device::Cpu),
-        other => anyhow::bail!("--device: `{other}` (expected cpu, cuda or auto)"),
-    })
-}
-
 fn kv_retrieval(args: KvEvalArgs) -> anyhow::Result<()> {
     let m = &args.model;
     let settings = KvSettings {
@@ -423,11 +413,7 @@ struct RetrievalResults {
 
 fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
     let data = load_beir_split(&args.dataset, &args.split)?;
-    let retriever = capstan_qdrant::open_retriever(
-        &args.index,
-        args.retrieval.encoder.as_deref(),
-        &default_encoder(),
-    )?;
+    let retriever = args.retrieval.open(&args.index)?;
     let bars = Bars::new(args.quiet);
     // Embed every question once, in batches, for all dense modes.
     let needs_vectors = args.modes.iter().any(|m| *m != Mode::Bm25);

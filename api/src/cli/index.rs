@@ -5,13 +5,17 @@ use std::path::PathBuf;
 use anyhow::Context;
 use std::sync::Arc;
 
-use capstan_indexer::{Bm25Params, ChunkParams, Encoder, HnswParams, IndexSettings};
+use capstan_indexer::{
+    Bm25Params, ChunkParams, Encoder, EncoderOptions, HnswParams, IndexSettings,
+};
 use capstan_qdrant::{
     Cluster, CollectionOptions, IndexLocation, Part, QdrantLocation, WriteSettings,
 };
 use clap::{Args, Subcommand};
 
+use super::device_arg::DeviceArg;
 use super::encoder_arg::default_encoder;
+use super::pipeline_args::DtypeArg;
 use super::progress::Bars;
 
 /// Arguments of `capstan index`.
@@ -38,6 +42,14 @@ struct BuildArgs {
     /// The dense encoder (a Hugging Face BERT folder).
     #[arg(long, env = "CAPSTAN_ENCODER", default_value_os_t = default_encoder())]
     encoder: PathBuf,
+    /// Where the encoder runs: cpu, cuda or auto (a GPU when this build has CUDA and one
+    /// answers).
+    #[arg(long, value_enum, env = "CAPSTAN_DEVICE", default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+    /// The encoder's dtype: f32 (on the CPU, Capstan's packed BERT), f16 or bf16 (candle's
+    /// padded BERT: a GPU's choice; vectors within the dtype's precision of f32's).
+    #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
+    encoder_dtype: DtypeArg,
     /// Passage size in encoder tokens.
     #[arg(long, default_value_t = 256)]
     chunk_tokens: usize,
@@ -277,7 +289,12 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     if !corpus.skipped.is_empty() {
         eprintln!("skipped {} bad line(s) or file(s)", corpus.skipped.len());
     }
-    let encoder = Encoder::load(&args.encoder).context("loading the dense encoder")?;
+    let options = EncoderOptions {
+        dtype: args.encoder_dtype.dtype(),
+        padded: false,
+    };
+    let encoder = Encoder::load_with(&args.encoder, &args.device.device()?, options)
+        .context("loading the dense encoder")?;
     let bars = Bars::new(args.quiet);
     let out = match location {
         IndexLocation::Qdrant(location) => {

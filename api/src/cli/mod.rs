@@ -2,6 +2,7 @@
 
 mod ask;
 mod corpus;
+mod device_arg;
 mod encoder_arg;
 mod eval;
 mod index;

@@ -9,13 +9,14 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use candle_core::{Device, Tensor};
+use candle_core::Tensor;
 use capstan_reader::{
     AttentionPattern, Cache, ChatMessage, ChatTemplate, Checkpoint, GenerationParams, Generator,
     Request, KV_REPORT_CONTEXT,
 };
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
+use super::device_arg::DeviceArg;
 use super::pipeline_args::DtypeArg;
 use serde::Deserialize;
 
@@ -104,14 +105,6 @@ struct GenerateArgs {
     stop: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum DeviceArg {
-    Cpu,
-    Cuda,
-    /// CUDA when this build supports it and a GPU answers, else CPU.
-    Auto,
-}
-
 #[derive(Debug, Deserialize)]
 struct Input {
     input_ids: Vec<Vec<u32>>,
@@ -119,23 +112,6 @@ struct Input {
     encoder_input_ids: Vec<Vec<u32>>,
     #[serde(default)]
     encoder_pad_token_id: Option<u32>,
-}
-
-fn device(arg: DeviceArg) -> anyhow::Result<Device> {
-    match arg {
-        DeviceArg::Cpu => Ok(Device::Cpu),
-        DeviceArg::Cuda => Device::new_cuda(0).context("cannot open CUDA device 0"),
-        DeviceArg::Auto => {
-            if !candle_core::utils::cuda_is_available() {
-                return Ok(Device::Cpu);
-            }
-            // cudarc panics rather than erroring when CUDA libraries are missing.
-            match std::panic::catch_unwind(|| Device::new_cuda(0)) {
-                Ok(Ok(dev)) => Ok(dev),
-                _ => Ok(Device::Cpu),
-            }
-        }
-    }
 }
 
 struct Loaded {
@@ -155,7 +131,7 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
             rows.len()
         ),
     };
-    let dev = device(args.device)?;
+    let dev = args.device.device()?;
     let ckpt = Checkpoint::open(&args.files.model)?;
     let dtype = args.dtype.map(DtypeArg::dtype);
     let mut model = ckpt.load_model(&dev, dtype)?;

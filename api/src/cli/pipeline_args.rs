@@ -5,7 +5,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use candle_core::Device;
 use capstan_reader::{GenerationParams, LanguageModel, LoadOptions};
 use capstan_retriever::Mode;
 use clap::Args;
@@ -49,9 +48,6 @@ pub struct PipelineArgs {
     /// CEPE (CAPE) checkpoint folder.
     #[arg(long, env = "CAPSTAN_CAPE_MODEL")]
     pub cape_model: Option<PathBuf>,
-    /// Device of generative readers: cpu, cuda or auto [default: auto].
-    #[arg(long, env = "CAPSTAN_DEVICE")]
-    pub device: Option<String>,
     /// Generated tokens at most [default: 32].
     #[arg(long, env = "CAPSTAN_MAX_NEW_TOKENS")]
     pub max_new_tokens: Option<usize>,
@@ -168,22 +164,14 @@ pub fn build(
         .encoder
         .clone()
         .or(file.retrieval.encoder.clone());
+    let (device, encoder_options) = args.retrieval.device(file.reader.device.as_deref())?;
     let retriever = Arc::new(capstan_qdrant::open_retriever(
         index,
         encoder.as_deref(),
         &default_encoder(),
+        &device,
+        encoder_options,
     )?);
-    let device_name = args
-        .device
-        .clone()
-        .or(file.reader.device.clone())
-        .unwrap_or_else(|| "auto".into());
-    let device = match device_name.as_str() {
-        "cpu" => Device::Cpu,
-        "cuda" => Device::new_cuda(0).context("--device cuda")?,
-        "auto" => Device::cuda_if_available(0).unwrap_or(Device::Cpu),
-        other => anyhow::bail!("--device: `{other}` (expected cpu, cuda or auto)"),
-    };
     let opts = LoadOptions {
         dtype: args.dtype.map(DtypeArg::dtype),
         no_chat_template: args.no_chat_template,

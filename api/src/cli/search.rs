@@ -1,11 +1,14 @@
 //! `capstan search`: the top-k passages for a question.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use candle_core::{DType, Device};
 use capstan_indexer::DenseStrategy;
-use capstan_retriever::{Filter, Fusion, Hit, Mode, SearchOptions, Unit};
+use capstan_indexer::EncoderOptions;
+use capstan_retriever::{Filter, Fusion, Hit, Mode, Retriever, SearchOptions, Unit};
 use clap::{Args, ValueEnum};
 
+use super::device_arg::DeviceArg;
 use super::encoder_arg::default_encoder;
 
 /// Retrieval settings shared by `search` and `eval`.
@@ -39,6 +42,14 @@ pub struct RetrievalArgs {
     /// Encoder folder (default: the one recorded in the index manifest).
     #[arg(long, env = "CAPSTAN_ENCODER")]
     pub encoder: Option<PathBuf>,
+    /// Device of the encoder (questions, and sentences for the extractive reader) and of
+    /// generative readers: cpu, cuda or auto [default: auto].
+    #[arg(long, env = "CAPSTAN_DEVICE")]
+    pub device: Option<String>,
+    /// The encoder's dtype: f32 (on the CPU, Capstan's packed BERT), f16 or bf16
+    /// (candle's padded BERT: a GPU's choice) [default: f32].
+    #[arg(long, value_enum)]
+    pub encoder_dtype: Option<super::pipeline_args::DtypeArg>,
     /// Only passages of documents whose metadata field KEY equals VALUE (a string, an
     /// integer or true/false; repeat for several conditions, all of which must hold).
     #[arg(long = "filter", value_name = "KEY=VALUE")]
@@ -65,6 +76,33 @@ pub enum DenseArg {
 }
 
 impl RetrievalArgs {
+    /// The device (`--device`, else `fallback` from a config file, else auto) and the
+    /// encoder's options.
+    pub fn device(&self, fallback: Option<&str>) -> anyhow::Result<(Device, EncoderOptions)> {
+        let name = self.device.as_deref().or(fallback).unwrap_or("auto");
+        let device = name
+            .parse::<DeviceArg>()
+            .map_err(|e| anyhow::anyhow!("--device: {e}"))?
+            .device()?;
+        let options = EncoderOptions {
+            dtype: self.encoder_dtype.map_or(DType::F32, |d| d.dtype()),
+            padded: false,
+        };
+        Ok((device, options))
+    }
+
+    /// The retriever over `index`, its encoder on the chosen device.
+    pub fn open(&self, index: &Path) -> anyhow::Result<Retriever> {
+        let (device, options) = self.device(None)?;
+        Ok(capstan_qdrant::open_retriever(
+            index,
+            self.encoder.as_deref(),
+            &default_encoder(),
+            &device,
+            options,
+        )?)
+    }
+
     /// The metadata filter of the `--filter` flags (`None` without any).
     pub fn filter(&self) -> anyhow::Result<Option<Filter>> {
         if self.filters.is_empty() {
@@ -139,11 +177,7 @@ pub struct SearchArgs {
 
 /// Runs `capstan search`.
 pub fn run(args: SearchArgs) -> anyhow::Result<()> {
-    let retriever = capstan_qdrant::open_retriever(
-        &args.index,
-        args.retrieval.encoder.as_deref(),
-        &default_encoder(),
-    )?;
+    let retriever = args.retrieval.open(&args.index)?;
     let opts = args.retrieval.options(args.mode, args.k);
     let filter = args.retrieval.filter()?;
     let hits = retriever.search_with(&args.query, None, &opts, filter.as_ref())?;
