@@ -12,9 +12,11 @@ use candle_core::cuda_backend::cudarc::driver::{
 };
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, CudaStorageSlice, WrapErr};
-use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor};
+use candle_core::{
+    bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor, WithDType,
+};
 
-use crate::ops::{AttentionOp, RmsNormOp, RopeOp};
+use crate::ops::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
 use crate::pattern::{Pattern, TILE};
 
 /// Query rows per block of the attention kernel (`ROWS` in attention.cu).
@@ -73,6 +75,20 @@ fn suffix(s: &CudaStorage) -> Result<&'static str> {
     })
 }
 
+/// A kernel's output buffer, left uninitialised (the kernel writes every element) unless
+/// `CAPSTAN_KERNELS_POISON` is set: then filled with NaN first, so that an element a kernel
+/// fails to write shows up in a comparison (scripts/gpu-check.sh sets it).
+fn output<T: CudaDType + DeviceRepr + WithDType>(
+    dev: &CudaDevice,
+    n: usize,
+) -> Result<CudaSlice<T>> {
+    if std::env::var_os("CAPSTAN_KERNELS_POISON").is_some() {
+        return dev.clone_htod(&vec![T::from_f64(f64::NAN); n]);
+    }
+    // SAFETY: every element is written by the kernel.
+    unsafe { dev.alloc::<T>(n) }
+}
+
 fn offsets(l: &Layout) -> Result<(usize, usize)> {
     l.contiguous_offsets()
         .ok_or_else(|| candle_core::Error::Msg(format!("capstan-kernels: non-contiguous {l:?}")))
@@ -87,6 +103,7 @@ struct AttnArgs {
     kv_heads: i32,
     q_len: i32,
     kv_len: i32,
+    kv_stride: i32,
     dim: i32,
     q_pos0: i64,
     k_pos0: i64,
@@ -108,13 +125,22 @@ fn cuda_of(g: &Storage) -> Result<&CudaStorage> {
     }
 }
 
+/// An extra input's storage and element range: packed, or (`kv_span`: grouped keys) read in
+/// place like the keys.
 fn extra_slice<T: CudaDType + DeviceRepr>(
     t: &Option<Tensor>,
+    kv_span: Option<usize>,
 ) -> Result<Option<(candle_core::StorageRef<'_>, usize, usize)>> {
     match t {
         Some(t) => {
             let (g, l) = t.storage_and_layout();
-            let (a, b) = offsets(l)?;
+            let (a, b) = match kv_span {
+                Some(n) => {
+                    let a = kv_rows(l).map_or(0, |(a, _)| a);
+                    (a, a + n)
+                }
+                None => offsets(l)?,
+            };
             cuda_of(&g)?.as_cuda_slice::<T>()?;
             Ok(Some((g, a, b)))
         }
@@ -122,7 +148,7 @@ fn extra_slice<T: CudaDType + DeviceRepr>(
     }
 }
 
-fn attention_typed<T: CudaDType + DeviceRepr>(
+fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     op: &AttentionOp,
     q: &CudaStorage,
     lq: &Layout,
@@ -142,13 +168,17 @@ fn attention_typed<T: CudaDType + DeviceRepr>(
     let pos = op.positions(dims.dim);
     let o = &op.opts;
     let (qa, qb) = offsets(lq)?;
-    let (ka, kb) = offsets(lk)?;
-    let (va, vb) = offsets(lv)?;
+    // Keys, values and grouped keys may be views of KV-cache buffers: read in place from
+    // their first element, heads `kv_stride` rows apart.
+    let span = AttentionOp::kv_span(&dims);
+    let start = |l: &Layout| kv_rows(l).map_or(0, |(a, _)| a);
+    let (ka, kb) = (start(lk), start(lk) + span);
+    let (va, vb) = (start(lv), start(lv) + span);
     let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
     let ks = k.as_cuda_slice::<T>()?.slice(ka..kb);
     let vs = v.as_cuda_slice::<T>()?.slice(va..vb);
-    let qg = extra_slice::<T>(&o.q_grouped)?;
-    let kg = extra_slice::<T>(&o.k_grouped)?;
+    let qg = extra_slice::<T>(&o.q_grouped, None)?;
+    let kg = extra_slice::<T>(&o.k_grouped, Some(span))?;
     let qg_s = match &qg {
         Some((g, a, b)) => cuda_of(g)?.as_cuda_slice::<T>()?.slice(*a..*b),
         None => q.as_cuda_slice::<T>()?.slice(qa..qb),
@@ -198,6 +228,7 @@ fn attention_typed<T: CudaDType + DeviceRepr>(
         kv_heads: dims.kv_heads as i32,
         q_len: dims.q_len as i32,
         kv_len: dims.kv_len as i32,
+        kv_stride: dims.kv_stride as i32,
         dim: dims.dim as i32,
         q_pos0: pos.q_pos0 as i64,
         k_pos0: pos.k_pos0 as i64,
@@ -209,8 +240,7 @@ fn attention_typed<T: CudaDType + DeviceRepr>(
         has_mask: mask_guard.is_some() as i32,
     };
     let n = dims.batch * dims.heads * dims.q_len * dims.dim;
-    // SAFETY: every element is written by the kernel.
-    let out = unsafe { dev.alloc::<T>(n)? };
+    let out = output::<T>(dev, n)?;
     let tiles = if code == 2 { 3 } else { 2 };
     let shared = (tiles * TILE * dims.dim * 4) as u32;
     let f = func(
@@ -276,7 +306,7 @@ pub(crate) fn attention_fwd(
     Ok((out, lq.shape().clone()))
 }
 
-fn rope_typed<T: CudaDType + DeviceRepr>(
+fn rope_typed<T: CudaDType + DeviceRepr + WithDType>(
     op: &RopeOp,
     q: &CudaStorage,
     lq: &Layout,
@@ -295,8 +325,7 @@ fn rope_typed<T: CudaDType + DeviceRepr>(
     let ps = p.as_cuda_slice::<u32>()?.slice(pa..pb);
     let inv = dev.clone_htod(&op.inv_freq)?;
     let n = b * (h + hk) * s * d;
-    // SAFETY: every element is written by the kernel.
-    let out = unsafe { dev.alloc::<T>(n)? };
+    let out = output::<T>(dev, n)?;
     let f = func(dev, "rope", &format!("capstan_rope_{}", suffix(q)?))?;
     let cfg = LaunchConfig::for_num_elems((n / 2).max(1) as u32);
     let stream = dev.cuda_stream();
@@ -330,7 +359,7 @@ pub(crate) fn rope_fwd(
     Ok((out, Shape::from((b, h + hk, s, d))))
 }
 
-fn rms_typed<T: CudaDType + DeviceRepr>(
+fn rms_typed<T: CudaDType + DeviceRepr + WithDType>(
     op: &RmsNormOp,
     x: &CudaStorage,
     lx: &Layout,
@@ -347,8 +376,7 @@ fn rms_typed<T: CudaDType + DeviceRepr>(
     let xs = x.as_cuda_slice::<T>()?.slice(xa..xb);
     let rs = r.as_cuda_slice::<T>()?.slice(ra..rb);
     let ws = w.as_cuda_slice::<T>()?.slice(wa..wb);
-    // SAFETY: every element is written by the kernel.
-    let out = unsafe { dev.alloc::<T>(2 * rows * dim)? };
+    let out = output::<T>(dev, 2 * rows * dim)?;
     let f = func(
         dev,
         "rmsnorm",

@@ -24,6 +24,42 @@ pub(crate) fn cpu_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
     })
 }
 
+/// Where the rows of keys or values `(b, kv_heads, t, d)` lie in their storage: the offset of
+/// the first element and the rows from one head to the next. Packed tensors qualify, and so
+/// do views of a KV cache's buffer `(b, kv_heads, capacity, d)`, which is how a cache written in
+/// place is read without copying it; `None` for any other layout.
+pub(crate) fn kv_rows(l: &Layout) -> Option<(usize, usize)> {
+    let (b, h, t, d) = l.shape().dims4().ok()?;
+    let st = l.stride();
+    if d == 0 || (d > 1 && st[3] != 1) || (t > 1 && st[2] != d) {
+        return None;
+    }
+    let head = match (b, h) {
+        (_, 2..) => st[1],
+        (2.., 1) => st[0],
+        _ => t * d,
+    };
+    if head % d != 0 || head / d < t || (b > 1 && h > 1 && st[0] != h * head) {
+        return None;
+    }
+    Some((l.start_offset(), head / d))
+}
+
+/// The f32 data of `n` elements of a float storage from `start` (keys or values read in place).
+pub(crate) fn cpu_f32_at(s: &CpuStorage, start: usize, n: usize) -> Result<Vec<f32>> {
+    let r = start..start + n;
+    Ok(match s {
+        CpuStorage::F32(v) => v[r].to_vec(),
+        CpuStorage::BF16(v) => v[r].iter().map(|x| x.to_f32()).collect(),
+        CpuStorage::F16(v) => v[r].iter().map(|x| x.to_f32()).collect(),
+        CpuStorage::F64(v) => v[r].iter().map(|&x| x as f32).collect(),
+        _ => bail!(
+            "capstan-kernels: expected a float tensor, got {:?}",
+            s.dtype()
+        ),
+    })
+}
+
 fn convert<T: WithDType>(v: &[f32]) -> Vec<T> {
     v.iter().map(|&x| T::from_f64(x as f64)).collect()
 }
@@ -89,6 +125,12 @@ impl AttentionOp {
                 lv.shape()
             )
         }
+        let kv_stride = match (kv_rows(lk), kv_rows(lv)) {
+            (Some((_, a)), Some((_, b))) if a == b => a,
+            _ => bail!(
+                "attention: keys {lk:?} and values {lv:?} must be packed or views of a KV cache with the same capacity"
+            ),
+        };
         if heads % kv_heads != 0 {
             bail!("attention: {heads} query heads are not a multiple of {kv_heads} kv heads")
         }
@@ -106,8 +148,14 @@ impl AttentionOp {
             kv_heads,
             q_len,
             kv_len,
+            kv_stride,
             dim,
         })
+    }
+
+    /// How many elements of keys (or values) from the first one the kernel reads.
+    pub(crate) fn kv_span(dims: &AttnDims) -> usize {
+        ((dims.batch * dims.kv_heads - 1) * dims.kv_stride + dims.kv_len) * dims.dim
     }
 
     pub(crate) fn positions(&self, dim: usize) -> AttnPositions {
@@ -138,9 +186,21 @@ impl CustomOp3 for AttentionOp {
         lv: &Layout,
     ) -> Result<(CpuStorage, Shape)> {
         let dims = self.dims(lq, lk, lv)?;
-        let (q, k, v) = (cpu_f32(sq, lq)?, cpu_f32(sk, lk)?, cpu_f32(sv, lv)?);
+        let span = Self::kv_span(&dims);
+        let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
+        let q = cpu_f32(sq, lq)?;
+        let (k, v) = (cpu_f32_at(sk, at(lk), span)?, cpu_f32_at(sv, at(lv), span)?);
         let qg = self.opts.q_grouped.as_ref().map(tensor_f32).transpose()?;
-        let kg = self.opts.k_grouped.as_ref().map(tensor_f32).transpose()?;
+        let kg = match &self.opts.k_grouped {
+            Some(t) => {
+                let (g, l) = t.storage_and_layout();
+                let candle_core::Storage::Cpu(g) = &*g else {
+                    bail!("attention: grouped keys are not on the CPU")
+                };
+                Some(cpu_f32_at(g, at(l), span)?)
+            }
+            None => None,
+        };
         let mask = match &self.opts.key_mask {
             Some(m) => Some(
                 m.flatten_all()?
@@ -214,17 +274,30 @@ fn check_extras(q: &Tensor, k: &Tensor, opts: &AttentionOptions) -> Result<()> {
 
 /// Attention of `q` `(b, h, s, d)` over `k`, `v` `(b, kv_heads, t, d)` with a pattern;
 /// returns `(b, h, s, d)` in `q`'s dtype (f32 accumulation).
+///
+/// Keys, values and grouped keys that are views of KV-cache buffers of one capacity
+/// (`buffer.narrow(2, offset, t)`) are read in place; other layouts are packed first.
 pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> Result<Tensor> {
     check_extras(q, k, &opts)?;
     let mut opts = opts;
     opts.q_grouped = opts.q_grouped.map(|t| t.contiguous()).transpose()?;
-    opts.k_grouped = opts.k_grouped.map(|t| t.contiguous()).transpose()?;
     opts.key_mask = opts
         .key_mask
         .map(|t| t.to_dtype(DType::U8)?.contiguous())
         .transpose()?;
-    let (q, k, v) = (q.contiguous()?, k.contiguous()?, v.contiguous()?);
-    q.apply_op3_no_bwd(&k, &v, &AttentionOp { opts })
+    let head_rows = |t: &Tensor| kv_rows(t.layout()).map(|(_, rows)| rows);
+    let rows = head_rows(k);
+    let in_place = rows.is_some()
+        && head_rows(v) == rows
+        && opts.k_grouped.as_ref().is_none_or(|g| head_rows(g) == rows);
+    let q = q.contiguous()?;
+    if in_place {
+        q.apply_op3_no_bwd(k, v, &AttentionOp { opts })
+    } else {
+        opts.k_grouped = opts.k_grouped.map(|t| t.contiguous()).transpose()?;
+        let (k, v) = (k.contiguous()?, v.contiguous()?);
+        q.apply_op3_no_bwd(&k, &v, &AttentionOp { opts })
+    }
 }
 
 pub(crate) struct RopeOp {
@@ -316,13 +389,23 @@ impl CustomOp3 for RopeOp {
     }
 }
 
-/// Parameters of [`rope_qk`].
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Parameters of [`rope_qk`]: the rotary frequencies and the linear position scale.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RopeParams {
-    /// RoPE base (`rope_theta`).
-    pub base: f64,
-    /// Linear scaling factor (position interpolation; 1 = none).
-    pub factor: f64,
+    /// `d / 2` inverse frequencies (already rescaled for Llama 3 or a GGUF file's divisors).
+    pub inv_freq: Vec<f32>,
+    /// Linear scaling factor (position interpolation; 1 = none): angle = position / factor.
+    pub factor: f32,
+}
+
+impl RopeParams {
+    /// Plain RoPE or RoPE ABF: `inv_freq = 1 / base^(2i / dim)`, positions divided by `factor`.
+    pub fn from_base(base: f64, dim: usize, factor: f64) -> Self {
+        Self {
+            inv_freq: cpu::inv_freq(base, dim),
+            factor: factor as f32,
+        }
+    }
 }
 
 /// Fused RoPE of `q` `(b, h, s, d)` and `k` `(b, kv_heads, s, d)` at explicit `positions`
@@ -331,13 +414,19 @@ pub fn rope_qk(
     q: &Tensor,
     k: &Tensor,
     positions: &Tensor,
-    params: RopeParams,
+    params: &RopeParams,
 ) -> Result<(Tensor, Tensor)> {
     let (_, h, _, d) = q.dims4()?;
     let (_, hk, _, _) = k.dims4()?;
+    if params.inv_freq.len() * 2 != d {
+        bail!(
+            "rope: {} frequencies for head width {d}",
+            params.inv_freq.len()
+        )
+    }
     let op = RopeOp {
-        inv_freq: cpu::inv_freq(params.base, d),
-        factor: params.factor as f32,
+        inv_freq: params.inv_freq.clone(),
+        factor: params.factor,
     };
     let (q, k) = (q.contiguous()?, k.contiguous()?);
     let p = positions.to_dtype(DType::U32)?.contiguous()?;

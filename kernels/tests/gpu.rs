@@ -1,8 +1,10 @@
 //! CUDA kernels against the CPU references (needs the `cuda` feature and a GPU; without a
-//! device every test prints a note and passes). Run on the GPU machine:
-//! `cargo test --release -p capstan-kernels --features cuda --test gpu -- --nocapture`.
-//! Outputs are compared element by element at bf16/f16/f32 tolerances; an element the kernel
-//! never wrote shows up as a mismatch or NaN (fresh device buffers are not zeroed).
+//! device every test prints a note and passes, unless `CAPSTAN_REQUIRE_GPU` is set: then it
+//! fails). Run on the GPU machine by scripts/gpu-check.sh (this test binary is in the bundle),
+//! or `cargo test --release -p capstan-kernels --features cuda --test gpu -- --nocapture`.
+//! Outputs are compared element by element at bf16/f16/f32 tolerances; with
+//! `CAPSTAN_KERNELS_POISON` set every output buffer is filled with NaN before the kernel runs,
+//! so an element the kernel never wrote fails the comparison.
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
@@ -12,6 +14,10 @@ fn gpu() -> Option<Device> {
     match std::panic::catch_unwind(|| Device::new_cuda(0)) {
         Ok(Ok(d)) => Some(d),
         _ => {
+            assert!(
+                std::env::var_os("CAPSTAN_REQUIRE_GPU").is_none(),
+                "CAPSTAN_REQUIRE_GPU is set but no CUDA device opened"
+            );
             eprintln!("no CUDA device: GPU test skipped");
             None
         }
@@ -91,6 +97,49 @@ fn attention_kernels_match_the_cpu_reference() {
             )
             .unwrap();
             assert!(max_diff(&g, &cpu) <= tol, "decode {dtype:?}");
+            // The decoding step reading keys, values and grouped keys in place from KV-cache
+            // buffers (rows 7.. of s + 20), with a key padding mask, on the patterns a cache
+            // serves: causal, a local window, SelfExtend.
+            let in_buffer = |t: &Tensor| {
+                let zeros = |n| Tensor::zeros((b, kvh, n, d), dtype, &Device::Cpu).unwrap();
+                Tensor::cat(&[&zeros(7), t, &zeros(13)], 2)
+                    .unwrap()
+                    .to_device(&dev)
+                    .unwrap()
+                    .narrow(2, 7, s)
+                    .unwrap()
+            };
+            let mask: Vec<u8> = (0..b * s).map(|i| (i % 5 != 3) as u8).collect();
+            let mask = Tensor::from_vec(mask, (b, s), &Device::Cpu).unwrap();
+            let qg = (&q1 * 0.9).unwrap();
+            let kg = (&k * 1.1).unwrap();
+            for p in [
+                Pattern::Causal,
+                Pattern::Local { window: 37 },
+                Pattern::SelfExtend {
+                    neighbor: 16,
+                    group: 4,
+                },
+            ] {
+                let extend = matches!(p, Pattern::SelfExtend { .. });
+                let mut o = AttentionOptions::new(p.clone());
+                o.q_pos0 = (s - 1) as u64;
+                o.key_mask = Some(mask.clone());
+                if extend {
+                    o.q_grouped = Some(qg.clone());
+                    o.k_grouped = Some(kg.clone());
+                }
+                let cpu = attention(&q1, &k, &v, o.clone()).unwrap();
+                let on = |t: &Tensor| t.to_device(&dev).unwrap();
+                o.key_mask = Some(on(&mask));
+                if extend {
+                    o.q_grouped = Some(on(&qg));
+                    o.k_grouped = Some(in_buffer(&kg));
+                }
+                let g = attention(&on(&q1), &in_buffer(&k), &in_buffer(&v), o).unwrap();
+                let diff = max_diff(&g, &cpu);
+                assert!(diff <= tol, "in-place decode {p:?} {dtype:?}: {diff}");
+            }
         }
     }
 }
@@ -104,13 +153,10 @@ fn rope_and_rms_norm_kernels_match_the_cpu_reference() {
         .unwrap()
         .reshape((2, 50))
         .unwrap();
-    let params = capstan_kernels::RopeParams {
-        base: 500000.0,
-        factor: 2.0,
-    };
-    let (cq, ck) = capstan_kernels::rope_qk(&q, &k, &pos, params).unwrap();
+    let params = capstan_kernels::RopeParams::from_base(500000.0, 128, 2.0);
+    let (cq, ck) = capstan_kernels::rope_qk(&q, &k, &pos, &params).unwrap();
     let on = |t: &Tensor| t.to_device(&dev).unwrap();
-    let (gq, gk) = capstan_kernels::rope_qk(&on(&q), &on(&k), &on(&pos), params).unwrap();
+    let (gq, gk) = capstan_kernels::rope_qk(&on(&q), &on(&k), &on(&pos), &params).unwrap();
     assert!(max_diff(&gq, &cq) < 1e-3 && max_diff(&gk, &ck) < 1e-3);
     let x = Tensor::randn(0f32, 1.0, (7, 4096), &Device::Cpu).unwrap();
     let r = Tensor::randn(0f32, 1.0, (7, 4096), &Device::Cpu).unwrap();

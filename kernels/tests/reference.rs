@@ -26,6 +26,7 @@ fn naive(
         q_len,
         kv_len,
         dim,
+        ..
     } = dims;
     let mut out = vec![0f64; batch * heads * q_len * dim];
     for b in 0..batch {
@@ -103,6 +104,7 @@ fn case(rng: &mut StdRng, (b, h, kvh, s, d): (usize, usize, usize, usize, usize)
             kv_heads: kvh,
             q_len: s,
             kv_len: s,
+            kv_stride: s,
             dim: d,
         },
     }
@@ -427,6 +429,7 @@ fn decode_rows_match_the_prefill_definition() {
             let dims = AttnDims {
                 q_len: 1,
                 kv_len: keep,
+                kv_stride: keep,
                 ..c.dims
             };
             let pos = AttnPositions {
@@ -438,6 +441,23 @@ fn decode_rows_match_the_prefill_definition() {
             let full = prefill(&c, &pattern);
             let want: Vec<f64> = take(&full, h, s - 1, 1).iter().map(|&x| x as f64).collect();
             assert_close(&got, &want, 1e-6, &format!("decode {pattern:?}"));
+            // The same keys read in place from the whole buffer (a KV cache's view): heads
+            // `s` rows apart, starting `s - keep` rows in.
+            let view = AttnDims {
+                kv_stride: s,
+                ..dims
+            };
+            let from = (s - keep) * d;
+            let got = cpu::attention(
+                &q1,
+                &c.k[from..],
+                &c.v[from..],
+                view,
+                pos,
+                &pattern,
+                AttnExtras::default(),
+            );
+            assert_close(&got, &want, 1e-6, &format!("decode in place {pattern:?}"));
         }
     }
 }
@@ -457,6 +477,7 @@ fn cross_attention_with_key_padding() {
             kv_heads: kvh,
             q_len: sq,
             kv_len: t,
+            kv_stride: t,
             dim: d,
         };
         let pos = AttnPositions {
@@ -523,7 +544,7 @@ fn fused_rope_matches_f64_rotation() -> candle_core::Result<()> {
             &Tensor::from_slice(&q, (b, h, s, d), &dev)?,
             &Tensor::from_slice(&k, (b, kvh, s, d), &dev)?,
             &Tensor::from_slice(&pos, (b, s), &dev)?,
-            capstan_kernels::RopeParams { base, factor },
+            &capstan_kernels::RopeParams::from_base(base, d, factor),
         )?;
         for (x, heads, got) in [(&q, h, qr), (&k, kvh, kr)] {
             let got = got.flatten_all()?.to_vec1::<f32>()?;

@@ -59,8 +59,15 @@ fn encoder_chunks(inputs: &Value) -> Vec<Vec<u32>> {
 /// Logits of every position of batch-1 `prompt` (with optional encoder chunks).
 /// Checks logits and greedy tokens of a batch-1 fixture against one expected file.
 fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
+    check_decoder_with(name, expected_file, with_encoder, false)
+}
+
+/// [`check_decoder`]; `fused`: RoPE, RMSNorm + residual and cross-attention through Capstan's
+/// kernels (the model code of the CUDA path, here with the kernels' CPU references).
+fn check_decoder_with(name: &str, expected_file: &str, with_encoder: bool, fused: bool) -> f32 {
     let dir = fixture(name);
-    let (_, model) = load(&dir);
+    let (_, mut model) = load(&dir);
+    model.set_fused_kernels(fused);
     let inputs = json(&dir.join("inputs.json"));
     let expected = json(&dir.join(expected_file));
     let prompt = ids(&inputs["input_ids"][0]);
@@ -75,7 +82,7 @@ fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
         got = ids(pos).iter().map(|&p| got[p as usize].clone()).collect();
     }
     let diff = max_diff(&got, &rows_f32(&expected["logits"]));
-    println!("{name}/{expected_file}: logits max abs diff {diff:.3e}");
+    println!("{name}/{expected_file} (fused {fused}): logits max abs diff {diff:.3e}");
     assert!(
         diff <= TOL,
         "{name}/{expected_file}: logits differ by {diff}"
@@ -88,6 +95,24 @@ fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
         "{name}: greedy tokens"
     );
     diff
+}
+
+/// The CUDA path's model code (fused RoPE with Llama 3 and linear scaling, RMSNorm with the
+/// residual, CEPE's cross-attention through the attention kernel) against the same references.
+#[test]
+fn fused_kernels_match_the_references() {
+    for (name, file, with_encoder) in [
+        ("llama-abf-tiny", "expected.json", false),
+        ("cepe-tiny", "expected.json", true),
+        ("cepe-tiny", "expected_no_encoder.json", false),
+        ("llama-gqa-sharded", "expected.json", false),
+        ("llama-tied", "expected.json", false),
+        ("llama-linear-rope", "expected.json", false),
+        ("llama3-rope-tiny", "expected.json", false),
+        ("qwen2-tiny", "expected.json", false),
+    ] {
+        check_decoder_with(name, file, with_encoder, true);
+    }
 }
 
 #[test]

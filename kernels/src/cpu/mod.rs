@@ -20,6 +20,9 @@ pub struct AttnDims {
     pub q_len: usize,
     /// Key rows.
     pub kv_len: usize,
+    /// Rows from one key/value head to the next in `k`, `v` and the grouped keys: `kv_len`
+    /// when packed, a KV cache's capacity when they are views of its buffer (written in place).
+    pub kv_stride: usize,
     /// Head width.
     pub dim: usize,
 }
@@ -63,6 +66,7 @@ pub fn attention(
         kv_heads,
         q_len,
         kv_len,
+        kv_stride,
         dim,
     } = dims;
     let n_rep = heads / kv_heads;
@@ -76,7 +80,7 @@ pub fn attention(
     for b in 0..batch {
         for h in 0..heads {
             let kh = h / n_rep;
-            let kbase = (b * kv_heads + kh) * kv_len * dim;
+            let kbase = (b * kv_heads + kh) * kv_stride * dim;
             for r in 0..q_len {
                 let qoff = ((b * heads + h) * q_len + r) * dim;
                 let qrow = &q[qoff..qoff + dim];

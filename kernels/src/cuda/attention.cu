@@ -10,7 +10,9 @@
 #define NEG_INF __int_as_float(0xff800000)
 
 struct AttnArgs {
-    int batch, heads, kv_heads, q_len, kv_len, dim;
+    int batch, heads, kv_heads, q_len, kv_len;
+    int kv_stride;           // rows from one kv head to the next (a KV cache's capacity)
+    int dim;
     long long q_pos0, k_pos0;
     float scale;
     int pattern;
@@ -114,7 +116,7 @@ __device__ void attention(const typename L::T* __restrict__ q, const typename L:
         }
     }
     float m = NEG_INF, l = 0.f;
-    const size_t kbase = ((size_t)b * a.kv_heads + kh) * (size_t)a.kv_len * a.dim;
+    const size_t kbase = ((size_t)b * a.kv_heads + kh) * (size_t)a.kv_stride * a.dim;
     if (bhi > blo) {
         const int first = (int)(blo - a.k_pos0), last = (int)(bhi - a.k_pos0);
         for (int t0 = first - first % TILE; t0 < last; t0 += TILE) {

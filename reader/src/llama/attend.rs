@@ -160,45 +160,14 @@ pub(super) fn attend_heads(
     probs.to_dtype(v.dtype())?.matmul(v)
 }
 
-/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache and returns views of all cached
-/// keys and values. The cache is a buffer with room to spare, written in place (no copy of the
-/// whole cache per step); it grows by half when full.
+/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache (in place) and returns views
+/// of all cached keys and values.
 pub(super) fn append_kv(
     kv: &mut Option<LayerKv>,
     k: &Tensor,
     v: &Tensor,
 ) -> CResult<(Tensor, Tensor)> {
-    let s = k.dim(2)?;
-    let (len, cap) = kv
-        .as_ref()
-        .map_or((0, 0), |c| (c.len, c.k.dim(2).unwrap_or(0)));
-    let need = len + s;
-    match kv {
-        Some(c) if need <= cap => {
-            c.k.slice_set(k, 2, len)?;
-            c.v.slice_set(v, 2, len)?;
-            c.len = need;
-        }
-        _ => {
-            let new_cap = (need + need / 2).next_multiple_of(64);
-            let grow = |old: Option<&Tensor>, new: &Tensor| -> CResult<Tensor> {
-                let (b, h, _, d) = new.dims4()?;
-                let pad = Tensor::zeros((b, h, new_cap - need, d), new.dtype(), new.device())?;
-                match old {
-                    Some(o) => Tensor::cat(&[&o.narrow(2, 0, len)?, new, &pad], 2),
-                    None => Tensor::cat(&[new, &pad], 2),
-                }
-            };
-            let old = kv.take();
-            *kv = Some(LayerKv {
-                k: grow(old.as_ref().map(|c| &c.k), k)?,
-                v: grow(old.as_ref().map(|c| &c.v), v)?,
-                k_grouped: None,
-                start: 0,
-                len: need,
-            });
-        }
-    }
-    let c = kv.as_ref().expect("set above");
-    Ok((c.k.narrow(2, 0, need)?, c.v.narrow(2, 0, need)?))
+    LayerKv::append(kv, k, v, None)?;
+    let view = kv.as_ref().expect("appended above").view()?;
+    Ok((view.k, view.v))
 }

@@ -2,24 +2,34 @@
 
 use candle_core::Tensor;
 
-use super::Llama;
+use super::{CResult, Llama};
 use crate::error::{Error, Result};
 
-/// One layer's KV cache: keys (post-RoPE), values, SelfExtend's grouped keys, and the index of
-/// the first cached position (local layers drop old keys).
+/// One layer's KV cache, the same on both attention paths: keys (post-RoPE), values and
+/// SelfExtend's grouped keys in buffers `(b, kv_heads, capacity, d)` written in place. The
+/// cached keys are the buffer rows `offset..offset + len`, at absolute positions from `start`:
+/// windowed layers (Zebra's local layers, SCCA) forget their oldest keys by moving `offset`,
+/// not by copying, and a full buffer is compacted or grown by half, so a decoding step copies
+/// nothing but its own new row (amortised).
 #[derive(Debug)]
 pub(super) struct LayerKv {
-    /// `(b, kv_heads, capacity, d)`: on the reference path a buffer of which the first `len`
-    /// positions are filled ([`append_kv`]); on the kernels' path exactly `len` positions.
-    pub(super) k: Tensor,
-    pub(super) v: Tensor,
-    pub(super) k_grouped: Option<Tensor>,
+    k: Tensor,
+    v: Tensor,
+    k_grouped: Option<Tensor>,
     pub(super) start: usize,
+    offset: usize,
     pub(super) len: usize,
 }
 
+/// Keys and values as views of a layer's cache buffers (no copies).
+pub(super) struct KvView {
+    pub(super) k: Tensor,
+    pub(super) v: Tensor,
+    pub(super) k_grouped: Option<Tensor>,
+}
+
 impl Clone for LayerKv {
-    /// A copy with buffers of its own: the reference path appends in place.
+    /// A copy with buffers of its own: the cache is written in place.
     fn clone(&self) -> Self {
         let own = |t: &Tensor| t.copy().expect("copying a KV-cache buffer");
         Self {
@@ -27,8 +37,132 @@ impl Clone for LayerKv {
             v: own(&self.v),
             k_grouped: self.k_grouped.as_ref().map(own),
             start: self.start,
+            offset: self.offset,
             len: self.len,
         }
+    }
+}
+
+/// Buffer rows for `rows` cached keys: room for half as many again, in multiples of 64.
+fn capacity_for(rows: usize) -> usize {
+    (rows + rows / 2).next_multiple_of(64)
+}
+
+impl LayerKv {
+    /// Rows in the buffers.
+    pub(super) fn capacity(&self) -> usize {
+        self.k.dim(2).unwrap_or(0)
+    }
+
+    /// Appends `k`, `v` (and SelfExtend's grouped keys) `(b, kv_heads, s, d)` after the cached
+    /// rows, in place when the buffer has room; else the cached rows move to the front of a
+    /// buffer of the same capacity if they fill at most two thirds of it, or of one half again
+    /// as large.
+    pub(super) fn append(
+        kv: &mut Option<Self>,
+        k: &Tensor,
+        v: &Tensor,
+        k_grouped: Option<&Tensor>,
+    ) -> CResult<()> {
+        let s = k.dim(2)?;
+        let Some(c) = kv else {
+            let cap = capacity_for(s);
+            let fresh = |t: &Tensor| relocated(None, t, cap);
+            *kv = Some(Self {
+                k: fresh(k)?,
+                v: fresh(v)?,
+                k_grouped: k_grouped.map(fresh).transpose()?,
+                start: 0,
+                offset: 0,
+                len: s,
+            });
+            return Ok(());
+        };
+        let (k, v) = (&k.contiguous()?, &v.contiguous()?);
+        let k_grouped = k_grouped.map(Tensor::contiguous).transpose()?;
+        let k_grouped = k_grouped.as_ref();
+        if c.k_grouped.is_some() != k_grouped.is_some() {
+            candle_core::bail!("KV cache: grouped keys given to a cache without them, or missing")
+        }
+        let cap = c.capacity();
+        let end = c.offset + c.len;
+        if end + s <= cap {
+            c.k.slice_set(k, 2, end)?;
+            c.v.slice_set(v, 2, end)?;
+            if let (Some(buf), Some(g)) = (&c.k_grouped, k_grouped) {
+                buf.slice_set(g, 2, end)?;
+            }
+            c.len += s;
+            return Ok(());
+        }
+        let need = c.len + s;
+        let new_cap = if 3 * need <= 2 * cap {
+            cap
+        } else {
+            capacity_for(need)
+        };
+        c.relocate(new_cap, Some((k, v, k_grouped)))
+    }
+
+    /// Forgets the oldest `n` cached keys (a windowed layer's keys no later query sees). The
+    /// buffer shrinks when the rest would fill less than a quarter of it.
+    pub(super) fn drop_front(&mut self, n: usize) -> CResult<()> {
+        let n = n.min(self.len);
+        self.offset += n;
+        self.start += n;
+        self.len -= n;
+        let small = capacity_for(2 * self.len.max(1));
+        if 4 * small <= self.capacity() {
+            self.relocate(small, None)?;
+        }
+        Ok(())
+    }
+
+    /// Moves the cached rows (and `new` rows after them) to the front of fresh buffers of
+    /// `cap` rows.
+    fn relocate(
+        &mut self,
+        cap: usize,
+        new: Option<(&Tensor, &Tensor, Option<&Tensor>)>,
+    ) -> CResult<()> {
+        let (offset, len) = (self.offset, self.len);
+        let keep = |t: &Tensor, add: Option<&Tensor>| -> CResult<Tensor> {
+            let old = t.narrow(2, offset, len)?;
+            match add {
+                Some(a) => relocated(Some(&old), a, cap),
+                None => relocated(None, &old, cap),
+            }
+        };
+        let added = new.map(|(k, v, g)| (k.dim(2).unwrap_or(0), k, v, g));
+        self.k = keep(&self.k, added.map(|a| a.1))?;
+        self.v = keep(&self.v, added.map(|a| a.2))?;
+        if let Some(g) = &self.k_grouped {
+            self.k_grouped = Some(keep(g, added.and_then(|a| a.3))?);
+        }
+        self.offset = 0;
+        self.len = len + added.map_or(0, |a| a.0);
+        Ok(())
+    }
+
+    /// The cached keys and values, as views of the buffers.
+    pub(super) fn view(&self) -> CResult<KvView> {
+        let rows = |t: &Tensor| t.narrow(2, self.offset, self.len);
+        Ok(KvView {
+            k: rows(&self.k)?,
+            v: rows(&self.v)?,
+            k_grouped: self.k_grouped.as_ref().map(rows).transpose()?,
+        })
+    }
+}
+
+/// A fresh `(b, h, cap, d)` buffer holding `front` (if any) then `rows`, zeros after.
+fn relocated(front: Option<&Tensor>, rows: &Tensor, cap: usize) -> CResult<Tensor> {
+    let (b, h, s, d) = rows.dims4()?;
+    let used = s + front.map_or(0, |f| f.dim(2).unwrap_or(0));
+    let pad = Tensor::zeros((b, h, cap - used, d), rows.dtype(), rows.device())?;
+    match front {
+        Some(f) => Tensor::cat(&[f, rows, &pad], 2),
+        None => Tensor::cat(&[rows, &pad], 2),
     }
 }
 /// Per-layer cross-attention keys and values of the encoder context.
@@ -45,6 +179,8 @@ pub(super) struct CrossContext {
     pub(super) layers: Vec<Option<CrossLayerState>>,
     /// Additive f32 padding mask `(b, 1, 1, n)`.
     pub(super) mask: Tensor,
+    /// The same as u8 `(b, n)`, 0 for padding: the attention kernel's key mask.
+    pub(super) key_mask: Tensor,
     /// `(b, 1, 1)`: 0 for rows without any encoder token (they then run as plain Llama).
     pub(super) row_gate: Option<Tensor>,
 }
@@ -124,4 +260,74 @@ pub struct EncodedChunks {
     pub hidden_states: Tensor,
     /// `mask[c][i]`: position `i` of chunk `c` is a real token (false: left padding).
     pub mask: Vec<Vec<bool>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::LayerKv;
+
+    /// Rows `(1, 2, s, 3)` numbered from `first`, so every cached row says where it came from.
+    fn rows(first: usize, s: usize) -> Tensor {
+        let data: Vec<f32> = (0..2 * s * 3)
+            .map(|i| {
+                let (h, r, c) = (i / (s * 3), (i / 3) % s, i % 3);
+                (h * 100_000 + (first + r) * 10 + c) as f32
+            })
+            .collect();
+        Tensor::from_vec(data, (1, 2, s, 3), &Device::Cpu).unwrap()
+    }
+
+    /// The in-place cache holds exactly what concatenating every chunk and keeping the last
+    /// `window` rows holds (the cache this one replaced), through appends that fit, compactions,
+    /// growth and shrinking; its buffer stays within a few times the kept rows.
+    #[test]
+    fn in_place_cache_equals_concatenation() {
+        for window in [None, Some(5), Some(40), Some(100)] {
+            let mut kv: Option<LayerKv> = None;
+            let mut reference: Option<Tensor> = None;
+            let mut pos = 0;
+            let sizes = [11, 1, 1, 70, 1, 1, 1, 3, 130, 1, 2, 1, 1, 64, 1, 1, 1, 1];
+            for (step, &s) in sizes.iter().cycle().take(60).enumerate() {
+                let new = rows(pos, s);
+                let grouped = (new.clone() + 0.5).unwrap();
+                LayerKv::append(&mut kv, &new, &(&new * 2.0).unwrap(), Some(&grouped)).unwrap();
+                pos += s;
+                let all = match reference.take() {
+                    Some(r) => Tensor::cat(&[&r, &new], 2).unwrap(),
+                    None => new.clone(),
+                };
+                let c = kv.as_mut().unwrap();
+                let view = c.view().unwrap();
+                let want_v = (&all * 2.0).unwrap();
+                let want_g = (&all + 0.5).unwrap();
+                for (got, want, what) in [
+                    (&view.k, &all, "keys"),
+                    (&view.v, &want_v, "values"),
+                    (view.k_grouped.as_ref().unwrap(), &want_g, "grouped keys"),
+                ] {
+                    let (g, w) = (
+                        got.squeeze(0).unwrap().to_vec3::<f32>().unwrap(),
+                        want.squeeze(0).unwrap().to_vec3::<f32>().unwrap(),
+                    );
+                    assert_eq!(g, w, "{what} after step {step}, window {window:?}");
+                }
+                assert_eq!(c.start + c.len, pos);
+                let len = all.dim(2).unwrap();
+                let drop = window.map_or(0, |w| len.saturating_sub(w));
+                c.drop_front(drop).unwrap();
+                let kept = len - drop;
+                reference = Some(all.narrow(2, drop, kept).unwrap());
+                if let Some(w) = window {
+                    let bound = super::capacity_for(4 * (w + 130));
+                    assert!(
+                        c.capacity() <= bound,
+                        "capacity {} for window {w}",
+                        c.capacity()
+                    );
+                }
+            }
+        }
+    }
 }

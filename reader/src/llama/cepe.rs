@@ -45,10 +45,20 @@ impl Llama {
             .collect();
         let add_mask = Tensor::from_vec(add_mask, (n, 1, 1, len), &self.device)?;
         let positions = vec![(0..len as u32).collect::<Vec<u32>>()];
-        let rope = enc.rope.cos_sin(&positions, self.dtype, &self.device)?;
+        let rope = enc
+            .rope
+            .rotary(&positions, self.fused_kernels, self.dtype, &self.device)?;
         let mut x = enc.embed_tokens.forward(&ids)?;
         for layer in &enc.layers {
-            x = layer.forward(&x, &rope, Some(&add_mask), &mut None, None, None)?;
+            x = layer.forward(
+                &x,
+                &rope,
+                Some(&add_mask),
+                &mut None,
+                None,
+                None,
+                self.fused_kernels,
+            )?;
         }
         let hidden_states = enc.norm.forward(&x)?;
         Ok(EncodedChunks {
@@ -84,6 +94,11 @@ impl Llama {
             .flat_map(|r| r.iter().map(|&m| if m { 0.0 } else { MASKED }))
             .collect();
         let mask = Tensor::from_vec(add, (b, 1, 1, n_ctx * len), &self.device)?;
+        let key_mask: Vec<u8> = flat
+            .iter()
+            .flat_map(|r| r.iter().map(|&m| m as u8))
+            .collect();
+        let key_mask = Tensor::from_vec(key_mask, (b, n_ctx * len), &self.device)?;
         let gates: Vec<f32> = flat
             .iter()
             .map(|r| if r.iter().any(|&m| m) { 1.0 } else { 0.0 })
@@ -110,6 +125,7 @@ impl Llama {
         cache.cross = Some(CrossContext {
             layers,
             mask,
+            key_mask,
             row_gate,
         });
         Ok(())

@@ -8,7 +8,7 @@ use capstan_kernels::{AttentionOptions, Pattern};
 use super::attend::{append_kv, attend};
 use super::cache::{CrossContext, CrossLayerState, LayerKv};
 use super::packed::Span;
-use super::rope::Rope;
+use super::rope::{Rope, Rotary};
 use super::weights::{Proj, Weights};
 use super::CResult;
 use crate::config::LlamaConfig;
@@ -67,15 +67,14 @@ impl SelfAttention {
     pub(super) fn forward(
         &self,
         x: &Tensor,
-        rope: &(Tensor, Tensor),
+        rope: &Rotary,
         mask: Option<&Tensor>,
         kv: &mut Option<LayerKv>,
         pattern: Option<&LayerAttention>,
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
         let (q_raw, k_raw, v) = self.project_heads(x)?;
-        let q = candle_nn::rotary_emb::rope(&q_raw, &rope.0, &rope.1)?;
-        let k = candle_nn::rotary_emb::rope(&k_raw, &rope.0, &rope.1)?;
+        let (q, k) = rope.apply(&q_raw, &k_raw)?;
         let Some(la) = pattern.filter(|la| la.use_kernels) else {
             let (k, v) = match pattern {
                 Some(_) => append_kv(kv, &k, &v)?,
@@ -87,30 +86,15 @@ impl SelfAttention {
         };
         // SelfExtend: the query and key rotated at grouped positions as well.
         let grouped = match &la.grouped_rope {
-            Some((rq, rk)) => Some((
-                candle_nn::rotary_emb::rope(&q_raw, &rq.0, &rq.1)?,
-                candle_nn::rotary_emb::rope(&k_raw, &rk.0, &rk.1)?,
-            )),
+            Some((rq, rk)) => Some((rq.apply(&q_raw, &k_raw)?.0, rk.apply(&q_raw, &k_raw)?.1)),
             None => None,
         };
-        let (k, v, kg, start) = match kv.take() {
-            Some(c) => {
-                let kg = match (&c.k_grouped, &grouped) {
-                    (Some(pk), Some((_, gk))) => Some(Tensor::cat(&[pk, gk], 2)?),
-                    _ => grouped.as_ref().map(|(_, gk)| gk.clone()),
-                };
-                (
-                    Tensor::cat(&[&c.k, &k], 2)?,
-                    Tensor::cat(&[&c.v, &v], 2)?,
-                    kg,
-                    c.start,
-                )
-            }
-            None => (k, v, grouped.as_ref().map(|(_, gk)| gk.clone()), 0),
-        };
-        let len = k.dim(2)?;
-        // Attention over the full new chunk first, then the cache keeps only what later
-        // queries can see (Zebra local layers: the last `window` keys).
+        LayerKv::append(kv, &k, &v, grouped.as_ref().map(|(_, gk)| gk))?;
+        let cache = kv.as_mut().expect("appended above");
+        let (start, len) = (cache.start, cache.len);
+        let view = cache.view()?;
+        // Attention over the full new chunk first, then the cache forgets what later queries
+        // cannot see (Zebra local layers: all but the last `window` keys).
         let key_mask = match &la.key_mask {
             Some(m) => Some(m.narrow(1, start, len)?),
             None => None,
@@ -121,28 +105,14 @@ impl SelfAttention {
             k_pos0: start as u64,
             scale: None,
             q_grouped: grouped.as_ref().map(|(gq, _)| gq.clone()),
-            k_grouped: kg.clone(),
+            k_grouped: view.k_grouped,
             key_mask,
         };
-        let out = capstan_kernels::attention(&q, &k, &v, opts)?;
+        let out = capstan_kernels::attention(&q, &view.k, &view.v, opts)?;
         let out = out
             .transpose(1, 2)?
             .reshape((b, s, self.n_heads * self.head_dim))?;
-        let drop = la.kept.map_or(0, |keep| len.saturating_sub(keep));
-        let trim = |t: Tensor| -> CResult<Tensor> {
-            if drop == 0 {
-                Ok(t)
-            } else {
-                t.narrow(2, drop, len - drop)?.contiguous()
-            }
-        };
-        *kv = Some(LayerKv {
-            k: trim(k)?,
-            v: trim(v)?,
-            k_grouped: kg.map(trim).transpose()?,
-            start: start + drop,
-            len: len - drop,
-        });
+        cache.drop_front(la.kept.map_or(0, |keep| len.saturating_sub(keep)))?;
         self.o_proj.forward(&out)
     }
 }
@@ -153,13 +123,12 @@ impl SelfAttention {
     pub(super) fn forward_packed(
         &self,
         x: &Tensor,
-        rope: &(Tensor, Tensor),
+        rope: &Rotary,
         spans: &[Span],
         kvs: &mut [&mut Option<LayerKv>],
     ) -> CResult<Tensor> {
         let (q, k, v) = self.project_heads(x)?;
-        let q = candle_nn::rotary_emb::rope(&q, &rope.0, &rope.1)?;
-        let k = candle_nn::rotary_emb::rope(&k, &rope.0, &rope.1)?;
+        let (q, k) = rope.apply(&q, &k)?;
         let outs = spans
             .iter()
             .zip(kvs.iter_mut())
@@ -183,8 +152,8 @@ pub(super) struct LayerAttention {
     pub(super) kept: Option<usize>,
     /// Absolute index of the first query row.
     pub(super) q_pos0: usize,
-    /// SelfExtend: RoPE tables at the grouped query and key positions.
-    pub(super) grouped_rope: Option<((Tensor, Tensor), (Tensor, Tensor))>,
+    /// SelfExtend: the rotations at the grouped query and key positions.
+    pub(super) grouped_rope: Option<(Rotary, Rotary)>,
     /// `(b, cached + new)` u8 key padding mask, when any row is padded.
     pub(super) key_mask: Option<Tensor>,
 }
@@ -237,27 +206,47 @@ impl CrossAttention {
         ))
     }
 
+    /// Cross-attention of the decoder states `x` (before this layer's norm).
     pub(super) fn forward(
         &self,
         x: &Tensor,
-        ctx: &CrossLayerState,
-        mask: &Tensor,
+        state: &CrossLayerState,
+        ctx: &CrossContext,
+    ) -> CResult<Tensor> {
+        self.forward_normed(&self.layernorm.forward(x)?, state, ctx, false)
+    }
+
+    /// Cross-attention of states already normed by this layer's RMSNorm; `fused`: through
+    /// Capstan's attention kernel with the encoder's key padding mask.
+    pub(super) fn forward_normed(
+        &self,
+        x: &Tensor,
+        state: &CrossLayerState,
+        ctx: &CrossContext,
+        fused: bool,
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
-        let x = self.layernorm.forward(x)?;
         let q = self
             .q_proj
-            .forward(&x)?
+            .forward(x)?
             .reshape((b, s, self.n_heads, self.head_dim))?
             .transpose(1, 2)?
             .contiguous()?;
-        let out = attend(
-            &q,
-            ctx.k.clone(),
-            ctx.v.clone(),
-            Some(mask),
-            self.n_heads / self.n_kv_heads,
-        )?;
+        let out = if fused {
+            let mut opts = AttentionOptions::new(Pattern::Cross);
+            opts.key_mask = Some(ctx.key_mask.clone());
+            capstan_kernels::attention(&q, &state.k, &state.v, opts)?
+                .transpose(1, 2)?
+                .reshape((b, s, self.n_heads * self.head_dim))?
+        } else {
+            attend(
+                &q,
+                state.k.clone(),
+                state.v.clone(),
+                Some(&ctx.mask),
+                self.n_heads / self.n_kv_heads,
+            )?
+        };
         self.o_proj.forward(&out)
     }
 }
@@ -315,28 +304,43 @@ impl Layer {
         })
     }
 
+    /// `fused`: RMSNorm with the residual add as one kernel, and cross-attention through the
+    /// attention kernel (the CUDA path); else candle's ops as the reference computes them.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn forward(
         &self,
         x: &Tensor,
-        rope: &(Tensor, Tensor),
+        rope: &Rotary,
         mask: Option<&Tensor>,
         kv: &mut Option<LayerKv>,
         cross: Option<(&CrossLayerState, &CrossContext)>,
         pattern: Option<&LayerAttention>,
+        fused: bool,
     ) -> CResult<Tensor> {
         let h = self.input_layernorm.forward(x)?;
-        let mut x = (x + self.self_attn.forward(&h, rope, mask, kv, pattern)?)?;
+        let mut delta = self.self_attn.forward(&h, rope, mask, kv, pattern)?;
+        let mut x = x.clone();
         if let (Some(ca), Some((state, ctx))) = (&self.cross_attn, cross) {
-            let mut h = ca.forward(&x, state, &ctx.mask)?;
+            let (sum, normed) = add_norm(&x, &delta, &ca.layernorm, fused)?;
+            let mut h = ca.forward_normed(&normed, state, ctx, fused)?;
             if let Some(gate) = &ctx.row_gate {
                 h = h.broadcast_mul(gate)?;
             }
-            x = (x + h)?;
+            (x, delta) = (sum, h);
         }
-        let h = self
-            .mlp
-            .forward(&self.post_attention_layernorm.forward(&x)?)?;
-        x + h
+        let (x, normed) = add_norm(&x, &delta, &self.post_attention_layernorm, fused)?;
+        x + self.mlp.forward(&normed)?
+    }
+}
+
+/// `(x + delta, norm(x + delta))`: one kernel when `fused` (the norm from the unrounded sum).
+fn add_norm(x: &Tensor, delta: &Tensor, norm: &RmsNorm, fused: bool) -> CResult<(Tensor, Tensor)> {
+    if fused {
+        capstan_kernels::rms_norm_residual(delta, x, norm.weight(), norm.eps())
+    } else {
+        let sum = (x + delta)?;
+        let normed = norm.forward(&sum)?;
+        Ok((sum, normed))
     }
 }
 
@@ -346,7 +350,7 @@ impl Layer {
     pub(super) fn forward_packed(
         &self,
         x: &Tensor,
-        rope: &(Tensor, Tensor),
+        rope: &Rotary,
         spans: &[Span],
         kvs: &mut [&mut Option<LayerKv>],
         cross: &[Option<(&CrossLayerState, &CrossContext)>],
@@ -363,7 +367,7 @@ impl Layer {
                         let Some((state, ctx)) = c else {
                             return Ok(xi);
                         };
-                        let mut h = ca.forward(&xi, state, &ctx.mask)?;
+                        let mut h = ca.forward(&xi, state, ctx)?;
                         if let Some(gate) = &ctx.row_gate {
                             h = h.broadcast_mul(gate)?;
                         }

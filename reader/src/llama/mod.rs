@@ -88,6 +88,10 @@ pub struct Llama {
     attention: AttentionPattern,
     device: Device,
     dtype: DType,
+    /// RoPE, RMSNorm with the residual and cross-attention as Capstan's kernels (the default
+    /// on CUDA); candle's ops otherwise. Attention patterns other than full causal always run
+    /// the attention kernel.
+    fused_kernels: bool,
 }
 
 impl Llama {
@@ -138,6 +142,7 @@ impl Llama {
             attention,
             device: vb.vb().device().clone(),
             dtype: vb.vb().dtype(),
+            fused_kernels: vb.vb().device().is_cuda(),
         })
     }
 
@@ -162,6 +167,19 @@ impl Llama {
         pattern.validate(&self.cfg)?;
         self.attention = pattern;
         Ok(())
+    }
+
+    /// Whether RoPE, RMSNorm with the residual and cross-attention run as Capstan's kernels
+    /// (default: on CUDA devices).
+    pub fn fused_kernels(&self) -> bool {
+        self.fused_kernels
+    }
+
+    /// Runs RoPE, RMSNorm with the residual and cross-attention as Capstan's kernels (`true`)
+    /// or as candle's ops (`false`): on the CPU the kernels run their references, which is how
+    /// the CUDA path's model code is tested without a GPU.
+    pub fn set_fused_kernels(&mut self, fused: bool) {
+        self.fused_kernels = fused;
     }
 
     /// Device of the weights.
@@ -304,15 +322,13 @@ impl Llama {
         } else {
             None
         };
-        let rope = if b > 1 && positions.iter().all(|p| *p == positions[0]) {
-            self.decoder
-                .rope
-                .cos_sin(&positions[..1], self.dtype, &self.device)?
-        } else {
-            self.decoder
-                .rope
-                .cos_sin(&positions, self.dtype, &self.device)?
-        };
+        let shared = b > 1 && positions.iter().all(|p| *p == positions[0]);
+        let rows = if shared { &positions[..1] } else { &positions };
+        let fused = self.fused_kernels;
+        let rope = self
+            .decoder
+            .rope
+            .rotary(rows, fused, self.dtype, &self.device)?;
         let kernel_key_mask = if any_pad {
             let m: Vec<u8> = cache
                 .key_mask
@@ -337,8 +353,8 @@ impl Llama {
                     .collect();
                 let rope = &self.decoder.rope;
                 Some((
-                    rope.cos_sin(&qp, self.dtype, &self.device)?,
-                    rope.cos_sin(&kp, self.dtype, &self.device)?,
+                    rope.rotary(&qp, fused, self.dtype, &self.device)?,
+                    rope.rotary(&kp, fused, self.dtype, &self.device)?,
                 ))
             }
             _ => None,
@@ -367,6 +383,7 @@ impl Llama {
                 &mut cache.kv[i],
                 cross,
                 Some(&la),
+                fused,
             )?;
         }
         if !all {

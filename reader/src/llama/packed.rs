@@ -96,10 +96,10 @@ impl Llama {
         }
         let total = ids.len();
         let ids = Tensor::from_vec(ids, (1, total), &self.device)?;
-        let rope = self
-            .decoder
-            .rope
-            .cos_sin(&[positions], self.dtype, &self.device)?;
+        let rope =
+            self.decoder
+                .rope
+                .rotary(&[positions], self.fused_kernels, self.dtype, &self.device)?;
         let mut x = self.decoder.embed_tokens.forward(&ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
             // Disjoint fields of each cache: this layer's KV (written) and the encoder context.

@@ -3,6 +3,7 @@
 //! divisors a GGUF file stores (`rope_freqs.weight`).
 
 use candle_core::{DType, Device, Tensor};
+use capstan_kernels::RopeParams;
 
 use super::CResult;
 use crate::config::{LlamaConfig, RopeScaling};
@@ -59,6 +60,36 @@ impl Rope {
         Ok(Self { inv_freq, factor })
     }
 
+    /// The rotation at `positions` (one row per batch row, or one shared row): Capstan's fused
+    /// q/k kernel at those positions when `fused`, else candle's `rope` with cos/sin tables.
+    pub(super) fn rotary(
+        &self,
+        positions: &[Vec<u32>],
+        fused: bool,
+        dtype: DType,
+        dev: &Device,
+    ) -> CResult<Rotary> {
+        if !fused {
+            let (cos, sin) = self.cos_sin(positions, dtype, dev)?;
+            return Ok(Rotary::Tables { cos, sin });
+        }
+        let rows = positions.len();
+        let seq = positions.first().map_or(0, |p| p.len());
+        let flat: Vec<u32> = positions.concat();
+        let shape = if rows == 1 {
+            vec![seq]
+        } else {
+            vec![rows, seq]
+        };
+        Ok(Rotary::Kernel {
+            positions: Tensor::from_vec(flat, shape.as_slice(), dev)?,
+            params: RopeParams {
+                inv_freq: self.inv_freq.clone(),
+                factor: self.factor,
+            },
+        })
+    }
+
     /// cos and sin of shape `(rows, seq, d/2)` (or `(seq, d/2)` for one shared row).
     pub(super) fn cos_sin(
         &self,
@@ -93,6 +124,35 @@ impl Rope {
         let cos = Tensor::from_vec(cos, shape.as_slice(), dev)?.to_dtype(dtype)?;
         let sin = Tensor::from_vec(sin, shape.as_slice(), dev)?.to_dtype(dtype)?;
         Ok((cos, sin))
+    }
+}
+
+/// The rotation of one forward pass (see [`Rope::rotary`]).
+#[derive(Debug, Clone)]
+pub(super) enum Rotary {
+    /// candle's `rope` with cos/sin tables `(rows, seq, d/2)` or `(seq, d/2)`.
+    Tables { cos: Tensor, sin: Tensor },
+    /// Capstan's fused kernel at u32 positions `(rows, seq)` or `(seq)`.
+    Kernel {
+        positions: Tensor,
+        params: RopeParams,
+    },
+}
+
+impl Rotary {
+    /// `q` `(b, h, s, d)` and `k` `(b, kv_heads, s, d)` rotated.
+    pub(super) fn apply(&self, q: &Tensor, k: &Tensor) -> CResult<(Tensor, Tensor)> {
+        match self {
+            Self::Tables { cos, sin } => Ok((
+                candle_nn::rotary_emb::rope(q, cos, sin)?,
+                candle_nn::rotary_emb::rope(k, cos, sin)?,
+            )),
+            Self::Kernel { positions, params } => {
+                // Views of one (b, h + kv_heads, s, d) output: packed already when b = 1.
+                let (q, k) = capstan_kernels::rope_qk(q, k, positions, params)?;
+                Ok((q.contiguous()?, k.contiguous()?))
+            }
+        }
     }
 }
 
