@@ -144,6 +144,11 @@ enum Command {
         #[arg(long)]
         model: PathBuf,
     },
+    /// The GPU benchmarks of scripts/gpu-check.sh (each also runs on the CPU at tiny shapes).
+    Gpu {
+        #[command(subcommand)]
+        command: gpu::GpuCommand,
+    },
     /// Generation throughput of the continuous-batching scheduler against one sequence at a
     /// time (`max_batch` 1), on the same model, prompts and token counts in one run: at each
     /// concurrency, that many client threads submit short chat prompts and decode exactly
@@ -186,6 +191,7 @@ struct QueryLine {
 
 mod batching;
 mod crossover;
+mod gpu;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -264,6 +270,7 @@ fn main() -> anyhow::Result<()> {
             new_tokens,
             f32,
         } => batching::run(&model, &concurrency, sequences, new_tokens, f32)?,
+        Command::Gpu { command } => gpu::run(command)?,
     };
     println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())

@@ -210,6 +210,32 @@ impl Cache {
         }
     }
 
+    /// A batch-1 cache holding `len` positions of random keys and values (N(0, 1) in the
+    /// model's dtype), as if a `len`-token prompt had been read: what one decoding step costs at
+    /// that context, without the prefill. For benchmarks (`capstan-bench gpu decode`), not for
+    /// generating text; models with full attention only.
+    pub fn synthetic(model: &Llama, len: usize) -> Result<Self> {
+        if model.attention != crate::AttentionPattern::Full {
+            return Err(Error::invalid(
+                "a synthetic cache is for models with full attention",
+            ));
+        }
+        let cfg = model.config();
+        let shape = (1, cfg.kv_heads(), len, cfg.head_size());
+        let mut cache = Self::new(model);
+        cache.ensure_batch(1)?;
+        let random = || -> CResult<Tensor> {
+            Tensor::randn(0f32, 1.0, shape, model.device())?.to_dtype(model.dtype())
+        };
+        for kv in cache.kv.iter_mut() {
+            LayerKv::append(kv, &random()?, &random()?, None)?;
+        }
+        cache.key_mask = vec![vec![true; len]];
+        cache.real = vec![len as u32];
+        cache.seq_len = len;
+        Ok(cache)
+    }
+
     /// Number of positions (including padding) in the cache.
     pub fn seq_len(&self) -> usize {
         self.seq_len

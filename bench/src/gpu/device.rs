@@ -1,0 +1,129 @@
+//! The device, timing with synchronisation, copy bandwidth and peak device memory.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use candle_core::{DType, Device, Tensor};
+
+/// `cpu` or `cuda` (device 0): the check script runs every step on the CPU at tiny shapes to
+/// prove it runs, and on the GPU for the figures.
+pub fn open(name: &str) -> anyhow::Result<Device> {
+    match name {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Device::new_cuda(0)
+            .context("opening CUDA device 0 (capstan-bench must be built with --features cuda)"),
+        other => bail!("--device {other:?}: expected cpu or cuda"),
+    }
+}
+
+/// `f32`, `bf16` or `f16`.
+pub fn dtype(name: &str) -> anyhow::Result<DType> {
+    match name {
+        "f32" => Ok(DType::F32),
+        "bf16" => Ok(DType::BF16),
+        "f16" => Ok(DType::F16),
+        other => bail!("--dtype {other:?}: expected f32, bf16 or f16"),
+    }
+}
+
+/// A short name of the device for the results.
+pub fn describe(device: &Device) -> String {
+    match device {
+        Device::Cpu => format!(
+            "cpu ({} threads)",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        ),
+        Device::Cuda(_) => "cuda:0".into(),
+        Device::Metal(_) => "metal".into(),
+    }
+}
+
+/// Seconds `f` takes, the device synchronised before and after.
+pub fn timed<T>(
+    device: &Device,
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, f64)> {
+    device.synchronize()?;
+    let start = Instant::now();
+    let out = f()?;
+    device.synchronize()?;
+    Ok((out, start.elapsed().as_secs_f64()))
+}
+
+/// Device-to-device copy bandwidth in bytes/s, counting bytes read and written (the way the
+/// device tool's notes and gpt-fast's roofline count it): the best of 5 copies of `bytes`.
+pub fn copy_bandwidth(device: &Device, bytes: usize) -> anyhow::Result<f64> {
+    let src = Tensor::zeros(bytes / 2, DType::BF16, device)?;
+    let _ = src.copy()?; // warm-up
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let (_, s) = timed(device, || Ok(src.copy()?))?;
+        best = best.min(s);
+    }
+    Ok(2.0 * bytes as f64 / best)
+}
+
+/// Peak device memory in use while it runs, sampled every half millisecond from the driver's
+/// free/total (so it counts every allocation of the process, the memory pool's included).
+pub struct MemoryPeak {
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<usize>>,
+    baseline: usize,
+}
+
+impl MemoryPeak {
+    /// Starts sampling; `None` on a device without such a counter (the CPU).
+    pub fn start(device: &Device) -> anyhow::Result<Option<Self>> {
+        let Some(used) = used_fn(device) else {
+            return Ok(None);
+        };
+        let baseline = used()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(Ordering::Relaxed) {
+                peak = peak.max(used().unwrap_or(0));
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            peak.max(used().unwrap_or(0))
+        });
+        Ok(Some(Self {
+            stop,
+            handle: Some(handle),
+            baseline,
+        }))
+    }
+
+    /// Bytes in use before sampling started.
+    pub fn baseline(&self) -> usize {
+        self.baseline
+    }
+
+    /// Stops sampling: the peak bytes in use.
+    pub fn finish(mut self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.handle.take().map_or(0, |h| h.join().unwrap_or(0))
+    }
+}
+
+type UsedFn = Box<dyn Fn() -> anyhow::Result<usize> + Send>;
+
+#[cfg(feature = "cuda")]
+fn used_fn(device: &Device) -> Option<UsedFn> {
+    let Device::Cuda(dev) = device else {
+        return None;
+    };
+    let ctx = dev.cuda_stream().context().clone();
+    Some(Box::new(move || {
+        let (free, total) = ctx.mem_get_info()?;
+        Ok(total - free)
+    }))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn used_fn(_: &Device) -> Option<UsedFn> {
+    None
+}

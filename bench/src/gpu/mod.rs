@@ -1,0 +1,189 @@
+//! `capstan-bench gpu ...`: the Capstan side of scripts/gpu-check.sh (issue 10). Every
+//! subcommand takes `--device cpu|cuda` and prints one JSON object; on the CPU, at the tiny
+//! shapes, they prove the check runs on a machine without a GPU.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+mod cape;
+mod decode;
+mod device;
+mod encode;
+mod parity;
+mod prefill;
+mod shapes;
+
+#[derive(Subcommand)]
+pub enum GpuCommand {
+    /// The reader's parity fixtures on the device, in f32 and bf16.
+    Parity {
+        /// reader/tests/fixtures (or the bundle's copy).
+        #[arg(long)]
+        fixtures: PathBuf,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+    },
+    /// Batch-1 decoding tokens/s of a model shape with random weights made on the device, at
+    /// each context (a synthetic KV cache), against the copy-bandwidth roofline.
+    Decode {
+        /// llama2-7b, llama3-8b (or llama2-tiny, llama3-tiny on the CPU).
+        #[arg(long)]
+        shape: String,
+        #[arg(long, value_delimiter = ',', default_value = "1024,32768")]
+        contexts: Vec<usize>,
+        #[arg(long, default_value_t = 64)]
+        steps: usize,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+    },
+    /// Causal attention kernel TFLOP/s at each context, and (with --shape) a model's prefill
+    /// tokens/s at --model-contexts.
+    Prefill {
+        #[arg(long, value_delimiter = ',', default_value = "8192,32768")]
+        contexts: Vec<usize>,
+        #[arg(long, default_value_t = 32)]
+        heads: usize,
+        #[arg(long, default_value_t = 8)]
+        kv_heads: usize,
+        #[arg(long, default_value_t = 128)]
+        dim: usize,
+        #[arg(long)]
+        shape: Option<String>,
+        #[arg(long, value_delimiter = ',', default_value = "8192")]
+        model_contexts: Vec<usize>,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+    },
+    /// CAPE against full context (the CAPE paper's Table 1 protocol): peak memory and
+    /// throughput ratios at each total number of tokens.
+    Cape {
+        /// cepe-7b (or cepe-tiny on the CPU).
+        #[arg(long, default_value = "cepe-7b")]
+        shape: String,
+        #[arg(long, value_delimiter = ',', default_value = "8192,32768,131072")]
+        totals: Vec<usize>,
+        #[arg(long, default_value_t = 4096)]
+        decoder_tokens: usize,
+        #[arg(long, default_value_t = 256)]
+        chunk: usize,
+        /// Run the full-context pass only up to this many tokens (past it, its memory is
+        /// reported as weights + KV cache, a lower bound, and no throughput).
+        #[arg(long, default_value_t = 32768)]
+        full_max: usize,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+    },
+    /// The dense encoder on the device: passages/s and its vectors against the CPU path.
+    Encode {
+        /// JSONL passages with `text` (and `title`).
+        #[arg(long)]
+        passages: PathBuf,
+        #[arg(long, env = "CAPSTAN_ENCODER")]
+        encoder: PathBuf,
+        #[arg(long, default_value_t = 5000)]
+        n: usize,
+        /// Passages also embedded on the CPU (f32) to compare.
+        #[arg(long, default_value_t = 256)]
+        check: usize,
+        /// Write the vectors here (little-endian f32 rows) for the peer's comparison.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "f16")]
+        dtype: String,
+    },
+    /// Decoding tokens/s of a GGUF checkpoint, quantized, on the device.
+    Gguf {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long, default_value_t = 128)]
+        new_tokens: usize,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+    },
+}
+
+pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
+    match command {
+        GpuCommand::Parity { fixtures, device } => parity::run(&fixtures, &device::open(&device)?),
+        GpuCommand::Decode {
+            shape,
+            contexts,
+            steps,
+            device,
+            dtype,
+        } => decode::run(
+            &shape,
+            &contexts,
+            steps,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::Prefill {
+            contexts,
+            heads,
+            kv_heads,
+            dim,
+            shape,
+            model_contexts,
+            device,
+            dtype,
+        } => prefill::run(
+            &contexts,
+            heads,
+            kv_heads,
+            dim,
+            shape.as_deref(),
+            &model_contexts,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::Cape {
+            shape,
+            totals,
+            decoder_tokens,
+            chunk,
+            full_max,
+            device,
+            dtype,
+        } => cape::run(
+            &shape,
+            &totals,
+            decoder_tokens,
+            chunk,
+            full_max,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::Encode {
+            passages,
+            encoder,
+            n,
+            check,
+            out,
+            device,
+            dtype,
+        } => encode::run(
+            &passages,
+            &encoder,
+            n,
+            check,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+            out.as_deref(),
+        ),
+        GpuCommand::Gguf {
+            model,
+            new_tokens,
+            device,
+        } => decode::gguf(&model, new_tokens, &device::open(&device)?),
+    }
+}
