@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""results.json and results.md of scripts/gpu-check.sh from its raw step outputs.
+
+results.json holds issue 10's fields: device, date, parity {fixtures_equal, fixtures_total,
+kernels_ok}, decode {shape: {context: {tokens_per_s, roofline_fraction, ...}}}, prefill
+{context: {attention_tflops, sdpa_tflops, ...}}, cape {total: {memory_ratio, throughput_ratio,
+...}}, encoder {passages_per_s, sentence_transformers_passages_per_s, ...}, gguf, goals, steps.
+"""
+import argparse
+import datetime
+import glob
+import json
+import os
+
+
+def load(raw, name):
+    try:
+        with open(os.path.join(raw, f"{name}.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def status(raw, name):
+    try:
+        with open(os.path.join(raw, f"{name}.status")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"rc": None, "seconds": None}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--raw", required=True)
+    ap.add_argument("--device-file")
+    ap.add_argument("--cpu", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    raw = a.raw
+    device = "cpu (no GPU: a run of the check's CPU side, tiny shapes, no figures)" if a.cpu else "unknown GPU"
+    if a.device_file and os.path.exists(a.device_file) and not a.cpu:
+        text = open(a.device_file).read().strip()
+        if text:
+            device = text.splitlines()[0]
+    steps = {os.path.basename(p)[:-7]: status(raw, os.path.basename(p)[:-7])
+             for p in sorted(glob.glob(os.path.join(raw, "*.status")))}
+    res = {"device": device, "date": datetime.date.today().isoformat(), "cpu_only": bool(a.cpu),
+           "steps": steps}
+
+    parity = load(raw, "parity") or {}
+    res["parity"] = {"fixtures_equal": parity.get("fixtures_equal"),
+                     "fixtures_total": parity.get("fixtures_total"),
+                     "kernels_ok": steps.get("kernels", {}).get("rc") == 0,
+                     "failures": [r for r in parity.get("results", []) if not r.get("ok")]}
+
+    res["decode"] = {}
+    for p in sorted(glob.glob(os.path.join(raw, "decode_*.json"))):
+        name = os.path.basename(p)[:-5]
+        if name.startswith("decode_peer_"):
+            continue
+        shape = name[len("decode_"):]
+        ours, peer = load(raw, name) or {}, load(raw, f"decode_peer_{shape}") or {}
+        rows = {}
+        for key, r in ours.get("contexts", {}).items():
+            pr = peer.get("contexts", {}).get(key, {})
+            rows[key] = {"tokens_per_s": r["tokens_per_s"], "roofline_fraction": r["roofline_fraction"],
+                         "roofline_tokens_per_s": r["roofline_tokens_per_s"],
+                         "transformers_tokens_per_s": pr.get("tokens_per_s")}
+        rows["copy_bandwidth_tb_per_s"] = ours.get("copy_bandwidth_bytes_per_s", 0) / 1e12
+        res["decode"][shape] = rows
+
+    pre, sd = load(raw, "prefill") or {}, load(raw, "prefill_peer") or {}
+    res["prefill"] = {}
+    for key, r in pre.get("kernel", {}).items():
+        s = sd.get("contexts", {}).get(key, {})
+        m = pre.get("model", {}).get(key, {})
+        res["prefill"][key] = {"attention_tflops": r["attention_tflops"], "sdpa_tflops": s.get("sdpa_tflops"),
+                               "ratio": (r["attention_tflops"] / s["sdpa_tflops"]) if s.get("sdpa_tflops") else None,
+                               "model_prefill_tokens_per_s": m.get("tokens_per_s"),
+                               "model_shape": pre.get("model_shape")}
+
+    cape = load(raw, "cape") or {}
+    res["cape"] = {k: {f: v.get(f) for f in ("memory_ratio", "throughput_ratio", "cape_memory_bytes",
+                                             "full_memory_bytes", "full_memory", "cape_seconds", "full_seconds",
+                                             "decoder_tokens", "encoder_chunks")}
+                   for k, v in cape.get("totals", {}).items()}
+
+    enc, encp = load(raw, "encode") or {}, load(raw, "encode_peer") or {}
+    res["encoder"] = {"passages_per_s": enc.get("passages_per_s"),
+                      "sentence_transformers_passages_per_s": encp.get("passages_per_s"),
+                      "dtype": enc.get("dtype"), "passages": enc.get("passages"),
+                      "min_cosine_vs_cpu": enc.get("min_cosine_vs_cpu"),
+                      "max_abs_diff_vs_cpu": enc.get("max_abs_diff_vs_cpu"),
+                      "min_cosine_vs_sentence_transformers": encp.get("min_cosine_vs_capstan")}
+    res["gguf"] = load(raw, "gguf")
+
+    def ge(x, y):
+        return None if x is None or y is None else x >= y
+
+    dec_1k = [v.get("1k", {}).get("roofline_fraction") for v in res["decode"].values()]
+    big = max(res["cape"].items(), key=lambda kv: int(kv[0].rstrip("k")) if kv[0].rstrip("k").isdigit() else 0,
+              default=(None, {}))[1]
+    e = res["encoder"]
+    res["goals"] = {
+        "decode_1k_at_least_70pct_roofline": None if not dec_1k or None in dec_1k else all(f >= 0.7 for f in dec_1k),
+        "prefill_attention_at_least_half_sdpa": None if not res["prefill"] else all(
+            (r["ratio"] or 0) >= 0.5 for r in res["prefill"].values()),
+        "cape_memory_at_most_eighth_at_largest": None if big.get("memory_ratio") is None else big["memory_ratio"] <= 1 / 8,
+        "cape_throughput_at_least_12x_at_largest": ge(big.get("throughput_ratio"), 12),
+        "encoder_at_least_2x_sentence_transformers": None if not e["sentence_transformers_passages_per_s"] or not e["passages_per_s"]
+        else e["passages_per_s"] >= 2 * e["sentence_transformers_passages_per_s"],
+    }
+
+    md = [f"# gpu-check results: {res['device']}, {res['date']}", ""]
+    if a.cpu:
+        md += ["CPU run at tiny shapes: proves every step runs; the figures mean nothing for a GPU.", ""]
+    p = res["parity"]
+    md += [f"Parity: {p['fixtures_equal']}/{p['fixtures_total']} fixture runs within tolerance; kernels "
+           f"{'ok' if p['kernels_ok'] else 'FAILED'} (outputs NaN-filled before each kernel).", ""]
+    md += ["| decode | context | tokens/s | roofline tokens/s | fraction | transformers tokens/s |", "|---|---|---|---|---|---|"]
+    for shape, rows in res["decode"].items():
+        for k, r in rows.items():
+            if isinstance(r, dict):
+                t = r["transformers_tokens_per_s"]
+                md.append(f"| {shape} | {k} | {r['tokens_per_s']:.1f} | {r['roofline_tokens_per_s']:.1f} | "
+                          f"{r['roofline_fraction']:.2f} | {t and f'{t:.1f}'} |")
+    md += ["", "| prefill | attention TFLOP/s | SDPA TFLOP/s | ratio | model prefill tokens/s |", "|---|---|---|---|---|"]
+    for k, r in res["prefill"].items():
+        ratio, sdpa, tok = r["ratio"], r["sdpa_tflops"], r["model_prefill_tokens_per_s"]
+        md.append(f"| {k} | {r['attention_tflops']:.2f} | {sdpa and f'{sdpa:.2f}'} | {ratio and f'{ratio:.3f}'} | "
+                  f"{tok and f'{tok:.0f}'} |")
+    md += ["", "| CAPE total tokens | memory CAPE/full | throughput CAPE/full | full context |", "|---|---|---|---|"]
+    for k, r in res["cape"].items():
+        mr, tr = r["memory_ratio"], r["throughput_ratio"]
+        md.append(f"| {k} | {mr and f'{mr:.3f}'} | {tr and f'{tr:.2f}'} | {r['full_memory']} |")
+    fmt = lambda x, p: None if x is None else f"{x:.{p}f}"  # noqa: E731
+    md += ["", f"Encoder ({e['dtype']}, {e['passages']} passages): {fmt(e['passages_per_s'], 1)} passages/s vs "
+           f"sentence-transformers {fmt(e['sentence_transformers_passages_per_s'], 1)}; min cosine vs CPU "
+           f"{fmt(e['min_cosine_vs_cpu'], 5)}, vs sentence-transformers {fmt(e['min_cosine_vs_sentence_transformers'], 5)}.", ""]
+    if res["gguf"]:
+        md += [f"GGUF {res['gguf'].get('model')}: {res['gguf'].get('tokens_per_s'):.1f} tokens/s decoding.", ""]
+    for name, st in steps.items():
+        if st["rc"] != 0:
+            try:
+                with open(os.path.join(raw, f"{name}.log")) as f:
+                    last = [ln.strip() for ln in f if ln.strip()][-1:]
+            except OSError:
+                last = []
+            md.append(f"FAILED {name} (exit {st['rc']}): {last[0] if last else 'no log'}")
+            res.setdefault("failures", {})[name] = last[0] if last else None
+    md += ["", "Goals: " + ", ".join(f"{k} {v}" for k, v in res["goals"].items()), "",
+           "Steps: " + ", ".join(f"{k} rc {v['rc']} ({v['seconds']} s)" for k, v in steps.items())]
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(res, f, indent=2)
+    with open(os.path.join(a.out, "results.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Issue 10's proof on a lent GPU, in one call (under 10 minutes on an H100/H200): CUDA parity
+# (reader fixtures in f32 and bf16, every kernel against its CPU reference with outputs filled
+# with NaN first), the encoder against the CPU path and sentence-transformers, batch-1 decode of
+# Llama-2-7B- and Llama-3-8B-shaped models (random bf16 weights made on the device) against the
+# bandwidth roofline and transformers, prefill attention against PyTorch's flash SDPA, CAPE
+# against full context (the CAPE paper's Table 1 protocol) and a GGUF model's decoding.
+# Writes results.json and results.md (and every step's raw JSON and log) to --out.
+#
+#   scripts/gpu-check.sh --bundle gpu-bundle --out "$OUT"          # on the GPU machine
+#   scripts/gpu-check.sh --cpu --out /tmp/gpu-check-cpu            # here: every step, tiny shapes
+#
+# --bundle: the folder scripts/gpu-bundle.sh made (or --parts DIR: its parts, carried over
+# several calls, reassembled and checked here). --cpu runs the same steps on the CPU with
+# tiny shapes and this checkout's own release build (proof that the script runs; no figures).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+BUNDLE="" PARTS="" OUT="" CPU=0 PY=${PYTHON:-python3}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bundle) BUNDLE=$2; shift 2 ;;
+    --parts) PARTS=$2; shift 2 ;;
+    --out) OUT=$2; shift 2 ;;
+    --cpu) CPU=1; shift ;;
+    --python) PY=$2; shift 2 ;;
+    *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+[ -n "$OUT" ] || { echo "gpu-check: --out DIR is required" >&2; exit 2; }
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+LOG="$OUT/gpu-check.log"
+: >"$LOG"
+say() { echo "gpu-check: $*" | tee -a "$LOG" >&2; }
+
+if [ -n "$PARTS" ]; then
+  BUNDLE="${TMPDIR:-/tmp}/capstan-gpu-bundle"
+  rm -rf "$BUNDLE" && mkdir -p "$BUNDLE"
+  say "reassembling $(ls "$PARTS"/part-* | wc -l) parts from $PARTS"
+  (cd "$PARTS" && sha256sum -c SHA256SUMS --quiet) || { say "a part is missing or damaged"; exit 1; }
+  cat "$PARTS"/part-* | tar -xz -C "$BUNDLE" --strip-components=1 || exit 1
+fi
+
+if [ "$CPU" = 1 ]; then
+  source scripts/env.sh
+  BENCH="$CARGO_TARGET_DIR/release/capstan-bench"
+  [ -x "$BENCH" ] || cargo build --release -p capstan-bench >>"$LOG" 2>&1
+  KTEST=""
+  ENCODER="$CAPSTAN_ENCODER"
+  PASSAGES="$OUT/passages.jsonl"
+  python3 scripts/gpu-passages.py --n 200 >"$PASSAGES"
+  GGUF="$CAPSTAN_LLM"
+  DEV=cpu DT=f32 ENC_DT=f32
+  DECODE_SHAPES="llama2-tiny llama3-tiny" CONTEXTS=64,1024 STEPS=16
+  PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32 --shape llama2-tiny --model-contexts 512"
+  SDPA="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
+  CAPE="--shape cepe-tiny --totals 4096,8192 --decoder-tokens 1024 --chunk 64 --full-max 4096"
+  ENC_N=200 TIMEOUT=900
+  [ -x "${PYTHON:-}" ] || PY="$CAPSTAN_HOME/bench-venv/bin/python3"
+else
+  [ -n "$BUNDLE" ] && [ -d "$BUNDLE" ] || { say "--bundle DIR (or --parts DIR) is required"; exit 2; }
+  BUNDLE=$(cd "$BUNDLE" && pwd)
+  BENCH="$BUNDLE/bin/capstan-bench"
+  KTEST="$BUNDLE/bin/kernels-gpu-test"
+  ENCODER="$BUNDLE/encoder-f16"
+  PASSAGES="$BUNDLE/passages.jsonl"
+  GGUF=$(ls "$BUNDLE"/*.gguf 2>/dev/null | head -1)
+  DEV=cuda DT=bf16 ENC_DT=f16
+  DECODE_SHAPES="llama2-7b llama3-8b" CONTEXTS=1024,32768 STEPS=64
+  PREFILL="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128 --shape llama3-8b --model-contexts 8192"
+  SDPA="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128"
+  CAPE="--shape cepe-7b --totals 8192,32768,131072 --decoder-tokens 4096 --chunk 256 --full-max 32768"
+  ENC_N=5000 TIMEOUT=240
+  # The CUDA 13 libraries (cuBLAS, cuRAND, NVRTC, runtime) of the machine's PyTorch wheels and
+  # toolkit; the driver's libcuda is on the loader's path already.
+  site=$("$PY" -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null || true)
+  for d in $site; do
+    for lib in "$d"/*/lib; do [ -d "$lib" ] && LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"; done
+  done
+  for lib in /usr/local/cuda/lib64 /usr/local/nvidia/lib64; do
+    [ -d "$lib" ] && LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}:$lib"
+  done
+  export LD_LIBRARY_PATH
+  nvidia-smi -L >"$OUT/device.txt" 2>/dev/null || echo "unknown GPU (no nvidia-smi)" >"$OUT/device.txt"
+fi
+export CAPSTAN_KERNELS_POISON=1
+W="$OUT/raw"
+mkdir -p "$W"
+say "device ${DEV}; bundle ${BUNDLE:-(this checkout)}; raw results in $W"
+
+# step NAME COMMAND...: runs under a time limit, stdout to raw/NAME.json, stderr to the log; a
+# failed step is recorded and the others still run.
+step() {
+  local name=$1; shift
+  say "step $name"
+  local start=$SECONDS
+  timeout "$TIMEOUT" "$@" >"$W/$name.json" 2>>"$W/$name.log"
+  local rc=$?
+  echo "{\"rc\": $rc, \"seconds\": $((SECONDS - start))}" >"$W/$name.status"
+  [ $rc = 0 ] || say "step $name failed (exit $rc; log $W/$name.log)"
+}
+
+if [ -n "$KTEST" ]; then
+  step kernels env CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1
+else
+  # No GPU: the kernels' CPU-reference suite stands in (the GPU suite needs a device).
+  step kernels cargo test --release -p capstan-kernels --quiet
+fi
+step parity "$BENCH" gpu parity --fixtures reader/tests/fixtures --device "$DEV"
+step encode "$BENCH" gpu encode --passages "$PASSAGES" --encoder "$ENCODER" --n "$ENC_N" \
+  --device "$DEV" --dtype "$ENC_DT" --out "$W/encoder-vectors.f32"
+step encode_peer "$PY" bench/gpu_peers.py encode --passages "$PASSAGES" --encoder "$ENCODER" \
+  --n "$ENC_N" --device "$DEV" --dtype "$ENC_DT" --vectors "$W/encoder-vectors.f32"
+rm -f "$W/encoder-vectors.f32"
+for shape in $DECODE_SHAPES; do
+  step "decode_$shape" "$BENCH" gpu decode --shape "$shape" --contexts "$CONTEXTS" --steps "$STEPS" \
+    --device "$DEV" --dtype "$DT"
+  step "decode_peer_$shape" "$PY" bench/gpu_peers.py decode --shape "$shape" --contexts "$CONTEXTS" \
+    --steps "$STEPS" --device "$DEV" --dtype "$DT"
+done
+# shellcheck disable=SC2086
+step prefill "$BENCH" gpu prefill $PREFILL --device "$DEV" --dtype "$DT"
+# shellcheck disable=SC2086
+step prefill_peer "$PY" bench/gpu_peers.py sdpa $SDPA --device "$DEV" --dtype "$DT"
+# shellcheck disable=SC2086
+step cape "$BENCH" gpu cape $CAPE --device "$DEV" --dtype "$DT"
+if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
+  step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --device "$DEV"
+else
+  say "no GGUF model in the bundle: step gguf not run"
+fi
+
+"$PY" bench/gpu_report.py --raw "$W" --device-file "$OUT/device.txt" --cpu "$CPU" --out "$OUT"
+say "results: $OUT/results.json, $OUT/results.md"
