@@ -53,7 +53,7 @@ pub use generate::{
 };
 pub use gguf::{GgufArch, GgufFile, GgufVocab};
 pub use language_model::{LanguageModel, LoadOptions};
-pub use llama::{Architecture, Cache, EncodedChunks, Llama, PackedInput};
+pub use llama::{Architecture, Cache, CrossKv, EncodedChunks, Llama, PackedInput};
 pub use prompt::{
     cepe_prompt, llama_prompt, lost_in_the_middle_order, CepeInputs, CepePrompt, Passage,
     PromptOptions, CEPE_CHUNK_TOKENS, CEPE_DECODER_MAX_TOKENS, CEPE_DECODER_PASSAGES,

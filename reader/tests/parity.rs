@@ -59,15 +59,21 @@ fn encoder_chunks(inputs: &Value) -> Vec<Vec<u32>> {
 /// Logits of every position of batch-1 `prompt` (with optional encoder chunks).
 /// Checks logits and greedy tokens of a batch-1 fixture against one expected file.
 fn check_decoder(name: &str, expected_file: &str, with_encoder: bool) -> f32 {
-    check_decoder_with(name, expected_file, with_encoder, false)
+    check_decoder_with(name, expected_file, with_encoder, &|_| {})
 }
 
-/// [`check_decoder`]; `fused`: RoPE, RMSNorm + residual and cross-attention through Capstan's
-/// kernels (the model code of the CUDA path, here with the kernels' CPU references).
-fn check_decoder_with(name: &str, expected_file: &str, with_encoder: bool, fused: bool) -> f32 {
+/// [`check_decoder`] with the model set up by `configure` first (fused kernels, where the
+/// cross-attention keys and values live).
+fn check_decoder_with(
+    name: &str,
+    expected_file: &str,
+    with_encoder: bool,
+    configure: &dyn Fn(&mut Llama),
+) -> f32 {
     let dir = fixture(name);
     let (_, mut model) = load(&dir);
-    model.set_fused_kernels(fused);
+    configure(&mut model);
+    let fused = model.fused_kernels();
     let inputs = json(&dir.join("inputs.json"));
     let expected = json(&dir.join(expected_file));
     let prompt = ids(&inputs["input_ids"][0]);
@@ -111,8 +117,47 @@ fn fused_kernels_match_the_references() {
         ("llama3-rope-tiny", "expected.json", false),
         ("qwen2-tiny", "expected.json", false),
     ] {
-        check_decoder_with(name, file, with_encoder, true);
+        check_decoder_with(name, file, with_encoder, &|m| m.set_fused_kernels(true));
     }
+}
+
+/// CEPE's cross-attention keys and values projected as each layer runs (the memory the CAPE
+/// paper counts) instead of cached: the same logits and tokens, fused or not; and a budget
+/// too small to cache them chooses that form.
+#[test]
+fn cepe_cross_kv_projected_per_layer_matches_reference() {
+    for fused in [false, true] {
+        check_decoder_with("cepe-tiny", "expected.json", true, &|m| {
+            m.set_fused_kernels(fused);
+            m.set_cross_kv(capstan_reader::CrossKv::Projected);
+        });
+    }
+    check_decoder_with("cepe-tiny", "expected.json", true, &|m| {
+        m.set_cross_kv(capstan_reader::CrossKv::Auto { max_bytes: 1 });
+    });
+    // What each form holds: every cross layer's keys and values, or the encoder states.
+    let dir = fixture("cepe-tiny");
+    let (_, mut model) = load(&dir);
+    let inputs = json(&dir.join("inputs.json"));
+    let chunks = encoder_chunks(&inputs);
+    let held = |model: &Llama| {
+        let mut cache = Cache::new(model);
+        model
+            .set_encoder_context(std::slice::from_ref(&chunks), 2, &mut cache)
+            .unwrap();
+        cache.encoder_context_bytes()
+    };
+    let cfg = model.config().clone();
+    let enc = cfg.encoder_config.as_ref().unwrap();
+    let n: usize = chunks.len() * chunks.iter().map(Vec::len).max().unwrap();
+    let kv_width = cfg.kv_heads() * (cfg.hidden_size / cfg.num_attention_heads);
+    model.set_cross_kv(capstan_reader::CrossKv::Cached);
+    assert_eq!(
+        held(&model),
+        n * cfg.num_cross_attn_layers * 2 * kv_width * 4
+    );
+    model.set_cross_kv(capstan_reader::CrossKv::Projected);
+    assert_eq!(held(&model), n * enc.hidden_size * 4);
 }
 
 #[test]

@@ -16,24 +16,26 @@ use super::shapes::{kv_bytes, model_bytes, random_model};
 const FULL_CHUNK: usize = 4096;
 
 /// Seconds of one pass, and the bytes it used beyond what was in use before (`None` on the CPU).
-fn measured(
+fn measured<T>(
     device: &Device,
-    f: impl FnOnce() -> anyhow::Result<()>,
-) -> anyhow::Result<(f64, Option<usize>)> {
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, f64, Option<usize>)> {
     let peak = MemoryPeak::start(device)?;
-    let (_, seconds) = timed(device, f)?;
+    let (out, seconds) = timed(device, f)?;
     let extra = peak.map(|p| {
         let base = p.baseline();
         p.finish().saturating_sub(base)
     });
-    Ok((seconds, extra))
+    Ok((out, seconds, extra))
 }
 
-fn cape_pass(model: &Llama, chunks: &[Vec<u32>], decoder: &Tensor) -> anyhow::Result<()> {
+/// One CAPE pass: the bytes its encoder context held (cross-attention keys and values cached,
+/// or the encoder states: `capstan_reader::CrossKv`, the model's default).
+fn cape_pass(model: &Llama, chunks: &[Vec<u32>], decoder: &Tensor) -> anyhow::Result<usize> {
     let mut cache = Cache::new(model);
     model.set_encoder_context(&[chunks.to_vec()], 0, &mut cache)?;
     model.forward_last(decoder, None, &mut cache)?;
-    Ok(())
+    Ok(cache.encoder_context_bytes())
 }
 
 fn full_pass(model: &Llama, ids: &Tensor) -> anyhow::Result<()> {
@@ -89,11 +91,12 @@ pub fn run(
         let n_chunks = (total - in_decoder) / chunk;
         let chunks: Vec<Vec<u32>> = (0..n_chunks).map(|_| ids(chunk)).collect();
         let decoder = Tensor::new(ids(in_decoder).as_slice(), device)?.unsqueeze(0)?;
-        let (cape_s, cape_extra) = measured(device, || cape_pass(&model, &chunks, &decoder))?;
+        let (context_bytes, cape_s, cape_extra) =
+            measured(device, || cape_pass(&model, &chunks, &decoder))?;
         let cape_bytes = cape_extra.map(|b| b + cape_weights);
         let (full_s, full_bytes, full_note) = if total <= full_max {
             let all = Tensor::new(ids(total).as_slice(), device)?.unsqueeze(0)?;
-            let (s, extra) = measured(device, || full_pass(&model, &all))?;
+            let ((), s, extra) = measured(device, || full_pass(&model, &all))?;
             (Some(s), extra.map(|b| b + full_weights), "measured")
         } else {
             // Not run (past --full-max: it would not fit, or not in the time): its keys and
@@ -114,6 +117,7 @@ pub fn run(
                 "cape_seconds": cape_s,
                 "full_seconds": full_s,
                 "cape_memory_bytes": cape_bytes,
+                "cape_encoder_context_bytes": context_bytes,
                 "full_memory_bytes": full_bytes,
                 "full_memory": full_note,
                 "memory_ratio": ratio(cape_bytes.map(|b| b as f64), full_bytes.map(|b| b as f64)),

@@ -1,7 +1,10 @@
 //! The caller-owned decoding state.
 
+use std::borrow::Cow;
+
 use candle_core::Tensor;
 
+use super::layers::Layer;
 use super::{CResult, Llama};
 use crate::error::{Error, Result};
 
@@ -175,14 +178,64 @@ pub(super) struct CrossLayerState {
 /// The encoder context of a request: computed once, used at every decoding step.
 #[derive(Debug, Clone)]
 pub(super) struct CrossContext {
-    /// Indexed by decoder layer; `None` for layers without cross-attention.
+    /// Indexed by decoder layer: the projected keys and values ([`CrossKv::Cached`]); `None`
+    /// for layers without cross-attention, and for every layer when they are projected as
+    /// each layer runs.
     pub(super) layers: Vec<Option<CrossLayerState>>,
+    /// The encoder's last hidden states `(b, n, encoder width)` when keys and values are
+    /// projected as each layer runs.
+    pub(super) states: Option<Tensor>,
     /// Additive f32 padding mask `(b, 1, 1, n)`.
     pub(super) mask: Tensor,
     /// The same as u8 `(b, n)`, 0 for padding: the attention kernel's key mask.
     pub(super) key_mask: Tensor,
     /// `(b, 1, 1)`: 0 for rows without any encoder token (they then run as plain Llama).
     pub(super) row_gate: Option<Tensor>,
+}
+
+impl CrossContext {
+    /// Layer `i`'s cross-attention keys and values: cached, or projected now from the states.
+    pub(super) fn layer<'a>(
+        &'a self,
+        i: usize,
+        layer: &Layer,
+    ) -> CResult<Option<Cow<'a, CrossLayerState>>> {
+        Ok(match (&self.layers[i], &self.states, &layer.cross_attn) {
+            (Some(state), _, _) => Some(Cow::Borrowed(state)),
+            (None, Some(states), Some(ca)) => {
+                let (k, v) = ca.project_kv(states)?;
+                Some(Cow::Owned(CrossLayerState { k, v }))
+            }
+            _ => None,
+        })
+    }
+}
+
+/// Where CEPE's cross-attention keys and values live during a request
+/// ([`Llama::set_cross_kv`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrossKv {
+    /// Projected for every layer once, when the encoder context is set: the fastest decoding,
+    /// but per encoder token it holds `layers x 2 x kv width` values (0.5 MB in bf16 for
+    /// CEPE-LLaMA-2-7B, as much as the decoder's own KV cache per token).
+    Cached,
+    /// Only the encoder's last hidden states are kept (1,024 values per token for CEPE: 1/64 of
+    /// the cached form) and each layer projects its keys and values when it runs: the memory
+    /// the CAPE paper counts (O(md + nLD)), paid for with two projections per layer per step.
+    Projected,
+    /// Cached while that takes at most `max_bytes` per request, projected past it.
+    Auto {
+        /// The largest cached keys and values, in bytes.
+        max_bytes: usize,
+    },
+}
+
+impl Default for CrossKv {
+    /// [`CrossKv::Auto`] with 1 GiB: 2,048 encoder tokens of CEPE-LLaMA-2-7B in bf16 cached
+    /// (8 passages of 256 tokens), more projected as they are used.
+    fn default() -> Self {
+        Self::Auto { max_bytes: 1 << 30 }
+    }
 }
 
 /// Caller-owned decoding state: self-attention KV cache, per-row positions and padding, and the
@@ -239,6 +292,21 @@ impl Cache {
     /// Number of positions (including padding) in the cache.
     pub fn seq_len(&self) -> usize {
         self.seq_len
+    }
+
+    /// Bytes the encoder context holds: the cached cross-attention keys and values, or the
+    /// encoder states they are projected from ([`CrossKv`]); 0 without a context.
+    pub fn encoder_context_bytes(&self) -> usize {
+        let bytes = |t: &Tensor| t.elem_count() * t.dtype().size_in_bytes();
+        self.cross.as_ref().map_or(0, |c| {
+            let cached: usize = c
+                .layers
+                .iter()
+                .flatten()
+                .map(|l| bytes(&l.k) + bytes(&l.v))
+                .sum();
+            cached + c.states.as_ref().map_or(0, bytes)
+        })
     }
 
     /// Whether encoder context was set with [`Llama::set_encoder_context`].

@@ -2,7 +2,7 @@
 
 use candle_core::{Module, Tensor};
 
-use super::cache::{Cache, CrossContext, CrossLayerState, EncodedChunks};
+use super::cache::{Cache, CrossContext, CrossKv, CrossLayerState, EncodedChunks};
 use super::{CResult, Llama, MASKED};
 use crate::error::{Error, Result};
 
@@ -108,22 +108,45 @@ impl Llama {
         } else {
             Some(Tensor::from_vec(gates, (b, 1, 1), &self.device)?.to_dtype(self.dtype)?)
         };
-        let layers = self
+        let cross = self
             .decoder
             .layers
             .iter()
-            .map(|l| {
-                l.cross_attn
-                    .as_ref()
-                    .map(|ca| {
-                        ca.project_kv(&states)
-                            .map(|(k, v)| CrossLayerState { k, v })
-                    })
-                    .transpose()
-            })
-            .collect::<CResult<Vec<_>>>()?;
+            .filter(|l| l.cross_attn.is_some());
+        let cached_bytes: usize = cross
+            .filter_map(|l| l.cross_attn.as_ref())
+            .map(|ca| 2 * ca.n_kv_heads * ca.head_dim)
+            .sum::<usize>()
+            * b
+            * n_ctx
+            * len
+            * self.dtype.size_in_bytes();
+        let cache_all = match self.cross_kv {
+            CrossKv::Cached => true,
+            CrossKv::Projected => false,
+            CrossKv::Auto { max_bytes } => cached_bytes <= max_bytes,
+        };
+        let layers = if cache_all {
+            self.decoder
+                .layers
+                .iter()
+                .map(|l| {
+                    l.cross_attn
+                        .as_ref()
+                        .map(|ca| {
+                            ca.project_kv(&states)
+                                .map(|(k, v)| CrossLayerState { k, v })
+                        })
+                        .transpose()
+                })
+                .collect::<CResult<Vec<_>>>()?
+        } else {
+            vec![None; self.decoder.layers.len()]
+        };
+        let states = (!cache_all).then_some(states);
         cache.cross = Some(CrossContext {
             layers,
+            states,
             mask,
             key_mask,
             row_gate,

@@ -32,7 +32,7 @@ use crate::attention::AttentionPattern;
 use crate::config::LlamaConfig;
 use crate::error::{Error, Result};
 
-pub use cache::{Cache, EncodedChunks};
+pub use cache::{Cache, CrossKv, EncodedChunks};
 use layers::{LayerAttention, Stack};
 pub use packed::PackedInput;
 use weights::Proj;
@@ -92,6 +92,8 @@ pub struct Llama {
     /// on CUDA); candle's ops otherwise. Attention patterns other than full causal always run
     /// the attention kernel.
     fused_kernels: bool,
+    /// Where CEPE's cross-attention keys and values live.
+    cross_kv: CrossKv,
 }
 
 impl Llama {
@@ -143,6 +145,7 @@ impl Llama {
             device: vb.vb().device().clone(),
             dtype: vb.vb().dtype(),
             fused_kernels: vb.vb().device().is_cuda(),
+            cross_kv: CrossKv::default(),
         })
     }
 
@@ -180,6 +183,12 @@ impl Llama {
     /// the CUDA path's model code is tested without a GPU.
     pub fn set_fused_kernels(&mut self, fused: bool) {
         self.fused_kernels = fused;
+    }
+
+    /// Where CEPE's cross-attention keys and values live during a request (default
+    /// [`CrossKv::Auto`]); applies to encoder contexts set after the call.
+    pub fn set_cross_kv(&mut self, cross_kv: CrossKv) {
+        self.cross_kv = cross_kv;
     }
 
     /// Device of the weights.
@@ -363,10 +372,11 @@ impl Llama {
         let on_gpu = self.device.is_cuda();
         let mut x = self.decoder.embed_tokens.forward(ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
-            let cross = cache
-                .cross
-                .as_ref()
-                .and_then(|c| c.layers[i].as_ref().map(|st| (st, c)));
+            let state = match &cache.cross {
+                Some(c) => c.layer(i, layer)?,
+                None => None,
+            };
+            let cross = state.as_deref().zip(cache.cross.as_ref());
             let full = self.attention.is_full(i);
             let la = LayerAttention {
                 use_kernels: !full || on_gpu,

@@ -103,17 +103,21 @@ impl Llama {
         let mut x = self.decoder.embed_tokens.forward(&ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
             // Disjoint fields of each cache: this layer's KV (written) and the encoder context.
-            let (mut kvs, cross): (Vec<_>, Vec<_>) = seqs
-                .iter_mut()
-                .map(|s| {
-                    let cache = &mut *s.cache;
-                    let cross = cache
-                        .cross
-                        .as_ref()
-                        .and_then(|c| c.layers[i].as_ref().map(|st| (st, c)));
-                    (&mut cache.kv[i], cross)
-                })
-                .unzip();
+            let mut kvs = Vec::with_capacity(seqs.len());
+            let mut states = Vec::with_capacity(seqs.len());
+            for s in seqs.iter_mut() {
+                let cache = &mut *s.cache;
+                let state = match &cache.cross {
+                    Some(c) => c.layer(i, layer)?,
+                    None => None,
+                };
+                states.push((state, cache.cross.as_ref()));
+                kvs.push(&mut cache.kv[i]);
+            }
+            let cross: Vec<_> = states
+                .iter()
+                .map(|(state, ctx)| state.as_deref().zip(*ctx))
+                .collect();
             x = layer.forward_packed(&x, &rope, &spans, &mut kvs, &cross)?;
         }
         let last: Vec<u32> = spans.iter().map(|s| (s.start + s.len - 1) as u32).collect();
