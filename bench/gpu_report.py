@@ -61,11 +61,15 @@ def main():
         shape = name[len("decode_"):]
         ours, peer = load(raw, name) or {}, load(raw, f"decode_peer_{shape}") or {}
         rows = {}
+        matmul = ours.get("by_full_attention", {}).get("matmul", {})
         for key, r in ours.get("contexts", {}).items():
             pr = peer.get("contexts", {}).get(key, {})
+            mm = matmul.get(key, {})
             rows[key] = {"tokens_per_s": r["tokens_per_s"], "roofline_fraction": r["roofline_fraction"],
                          "roofline_tokens_per_s": r["roofline_tokens_per_s"],
-                         "transformers_tokens_per_s": pr.get("tokens_per_s")}
+                         "transformers_tokens_per_s": pr.get("tokens_per_s"),
+                         "matmul_tokens_per_s": mm.get("tokens_per_s"),
+                         "matmul_roofline_fraction": mm.get("roofline_fraction")}
         rows["copy_bandwidth_tb_per_s"] = ours.get("copy_bandwidth_bytes_per_s", 0) / 1e12
         res["decode"][shape] = rows
 
@@ -77,6 +81,7 @@ def main():
         res["prefill"][key] = {"attention_tflops": r["attention_tflops"], "sdpa_tflops": s.get("sdpa_tflops"),
                                "ratio": (r["attention_tflops"] / s["sdpa_tflops"]) if s.get("sdpa_tflops") else None,
                                "model_prefill_tokens_per_s": m.get("tokens_per_s"),
+                               "model_prefill_matmul_tokens_per_s": m.get("matmul_tokens_per_s"),
                                "model_shape": pre.get("model_shape")}
 
     cape = load(raw, "cape") or {}
@@ -117,18 +122,21 @@ def main():
     p = res["parity"]
     md += [f"Parity: {p['fixtures_equal']}/{p['fixtures_total']} fixture runs within tolerance; kernels "
            f"{'ok' if p['kernels_ok'] else 'FAILED'} (outputs NaN-filled before each kernel).", ""]
-    md += ["| decode | context | tokens/s | roofline tokens/s | fraction | transformers tokens/s |", "|---|---|---|---|---|---|"]
+    md += ["| decode | context | tokens/s (kernel) | roofline tokens/s | fraction | tokens/s (matmul) | fraction | transformers tokens/s |",
+           "|---|---|---|---|---|---|---|---|"]
     for shape, rows in res["decode"].items():
         for k, r in rows.items():
             if isinstance(r, dict):
-                t = r["transformers_tokens_per_s"]
+                t, mt, mf = r["transformers_tokens_per_s"], r["matmul_tokens_per_s"], r["matmul_roofline_fraction"]
                 md.append(f"| {shape} | {k} | {r['tokens_per_s']:.1f} | {r['roofline_tokens_per_s']:.1f} | "
-                          f"{r['roofline_fraction']:.2f} | {t and f'{t:.1f}'} |")
-    md += ["", "| prefill | attention TFLOP/s | SDPA TFLOP/s | ratio | model prefill tokens/s |", "|---|---|---|---|---|"]
+                          f"{r['roofline_fraction']:.2f} | {mt and f'{mt:.1f}'} | {mf and f'{mf:.2f}'} | {t and f'{t:.1f}'} |")
+    md += ["", "| prefill | attention TFLOP/s | SDPA TFLOP/s | ratio | model prefill tokens/s (kernel) | (matmul) |",
+           "|---|---|---|---|---|---|"]
     for k, r in res["prefill"].items():
         ratio, sdpa, tok = r["ratio"], r["sdpa_tflops"], r["model_prefill_tokens_per_s"]
+        mtok = r["model_prefill_matmul_tokens_per_s"]
         md.append(f"| {k} | {r['attention_tflops']:.2f} | {sdpa and f'{sdpa:.2f}'} | {ratio and f'{ratio:.3f}'} | "
-                  f"{tok and f'{tok:.0f}'} |")
+                  f"{tok and f'{tok:.0f}'} | {mtok and f'{mtok:.0f}'} |")
     md += ["", "| CAPE total tokens | memory CAPE/full | throughput CAPE/full | full context |", "|---|---|---|---|"]
     for k, r in res["cape"].items():
         mr, tr = r["memory_ratio"], r["throughput_ratio"]

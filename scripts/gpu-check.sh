@@ -54,7 +54,7 @@ if [ "$CPU" = 1 ]; then
   GGUF="$CAPSTAN_LLM"
   DEV=cpu DT=f32 ENC_DT=f32
   DECODE_SHAPES="llama2-tiny llama3-tiny" CONTEXTS=64,1024 STEPS=16
-  PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32 --shape llama2-tiny --model-contexts 512"
+  PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32 --shape llama2-tiny --model-contexts 1024"
   SDPA="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
   CAPE="--shape cepe-tiny --totals 4096,8192 --decoder-tokens 1024 --chunk 64 --full-max 4096"
   ENC_N=200 TIMEOUT=900

@@ -17,53 +17,67 @@ fn step(model: &Llama, cache: &mut Cache, token: u32) -> anyhow::Result<u32> {
 }
 
 /// Tokens/s of `steps` greedy steps after `context` positions (a synthetic cache), for each
-/// context, with the roofline: the copy bandwidth over the bytes a step must read (weights
-/// plus keys and values).
+/// context and each way full attention runs on CUDA (`kernel`: Capstan's attention kernel;
+/// `matmul`: cuBLAS products, the CPU's path), with the roofline: the copy bandwidth over the
+/// bytes a step must read (weights plus keys and values).
 pub fn run(
     shape: &str,
     contexts: &[usize],
     steps: usize,
+    paths: &[String],
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
-    let (model, cfg) = random_model(shape, dtype, device)?;
+    let (mut model, cfg) = random_model(shape, dtype, device)?;
     let probe = if device.is_cuda() { 1 << 30 } else { 64 << 20 };
     let bandwidth = copy_bandwidth(device, probe)?;
-    let mut rows = serde_json::Map::new();
-    for &context in contexts {
-        let mut cache = Cache::synthetic(&model, context)?;
-        let mut token = 1;
-        for _ in 0..3 {
-            token = step(&model, &mut cache, token)?;
-        }
-        let (_, seconds) = timed(device, || {
-            for _ in 0..steps {
+    let mut by_path = serde_json::Map::new();
+    for path in paths {
+        model.set_full_attention_kernel(match path.as_str() {
+            "kernel" => true,
+            "matmul" => false,
+            other => anyhow::bail!("--full-attention {other:?}: expected kernel or matmul"),
+        });
+        let mut rows = serde_json::Map::new();
+        for &context in contexts {
+            let mut cache = Cache::synthetic(&model, context)?;
+            let mut token = 1;
+            for _ in 0..3 {
                 token = step(&model, &mut cache, token)?;
             }
-            Ok(())
-        })?;
-        let tokens_per_s = steps as f64 / seconds;
-        let bytes =
-            decode_weight_bytes(&cfg, dtype) + kv_bytes(&cfg, context + 3 + steps / 2, dtype);
-        let roofline = bandwidth / bytes as f64;
-        rows.insert(
-            context_key(context),
-            json!({
-                "context": context,
-                "steps": steps,
-                "tokens_per_s": tokens_per_s,
-                "bytes_per_token": bytes,
-                "roofline_tokens_per_s": roofline,
-                "roofline_fraction": tokens_per_s / roofline,
-            }),
-        );
+            let (_, seconds) = timed(device, || {
+                for _ in 0..steps {
+                    token = step(&model, &mut cache, token)?;
+                }
+                Ok(())
+            })?;
+            let tokens_per_s = steps as f64 / seconds;
+            let bytes =
+                decode_weight_bytes(&cfg, dtype) + kv_bytes(&cfg, context + 3 + steps / 2, dtype);
+            let roofline = bandwidth / bytes as f64;
+            rows.insert(
+                context_key(context),
+                json!({
+                    "context": context,
+                    "steps": steps,
+                    "tokens_per_s": tokens_per_s,
+                    "bytes_per_token": bytes,
+                    "roofline_tokens_per_s": roofline,
+                    "roofline_fraction": tokens_per_s / roofline,
+                }),
+            );
+        }
+        by_path.insert(path.clone(), Value::Object(rows));
     }
+    let first = paths.first().map(String::as_str).unwrap_or("kernel");
     Ok(json!({
         "shape": shape,
         "dtype": format!("{dtype:?}").to_lowercase(),
         "device": describe(device),
         "copy_bandwidth_bytes_per_s": bandwidth,
-        "contexts": rows,
+        "full_attention": first,
+        "contexts": by_path.get(first).cloned().unwrap_or(Value::Null),
+        "by_full_attention": by_path,
     }))
 }
 

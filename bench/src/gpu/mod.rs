@@ -34,6 +34,10 @@ pub enum GpuCommand {
         contexts: Vec<usize>,
         #[arg(long, default_value_t = 64)]
         steps: usize,
+        /// How full attention runs on CUDA, each measured: `kernel` (Capstan's attention
+        /// kernel, the default) and `matmul` (cuBLAS products with the softmax between).
+        #[arg(long, value_delimiter = ',', default_value = "kernel,matmul")]
+        full_attention: Vec<String>,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -118,12 +122,14 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             shape,
             contexts,
             steps,
+            full_attention,
             device,
             dtype,
         } => decode::run(
             &shape,
             &contexts,
             steps,
+            &full_attention,
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),

@@ -53,7 +53,7 @@ pub fn run(
     }
     let mut model_rows = serde_json::Map::new();
     if let Some(shape) = shape {
-        let (model, cfg) = random_model(shape, dtype, device)?;
+        let (mut model, cfg) = random_model(shape, dtype, device)?;
         let mut rng = rand::rngs::StdRng::seed_from_u64(5);
         for &s in model_contexts {
             let ids: Vec<u32> = (0..s)
@@ -61,14 +61,18 @@ pub fn run(
                 .collect();
             let x = Tensor::new(ids.as_slice(), device)?.unsqueeze(0)?;
             let warm = x.narrow(1, 0, s.min(128))?;
-            model.forward_last(&warm, None, &mut Cache::new(&model))?;
-            let (_, seconds) = timed(device, || {
-                Ok(model.forward_last(&x, None, &mut Cache::new(&model))?)
-            })?;
-            model_rows.insert(
-                context_key(s),
-                json!({"context": s, "seconds": seconds, "tokens_per_s": s as f64 / seconds}),
-            );
+            let mut row = json!({"context": s});
+            // Full attention through the kernel, then through cuBLAS products (on CUDA).
+            for (path, kernel) in [("kernel", true), ("matmul", false)] {
+                model.set_full_attention_kernel(kernel);
+                model.forward_last(&warm, None, &mut Cache::new(&model))?;
+                let (_, seconds) = timed(device, || {
+                    Ok(model.forward_last(&x, None, &mut Cache::new(&model))?)
+                })?;
+                row[format!("{path}_tokens_per_s")] = json!(s as f64 / seconds);
+            }
+            row["tokens_per_s"] = row["kernel_tokens_per_s"].clone();
+            model_rows.insert(context_key(s), row);
         }
     }
     Ok(json!({

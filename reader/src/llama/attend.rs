@@ -10,6 +10,10 @@ use super::{CResult, MASKED};
 /// queries (bounds the attention-score memory and skips keys no query of the block sees).
 pub(super) const QUERY_BLOCK: usize = 256;
 
+/// On a GPU (the matrix-product path), per block of this many queries: 32 heads x 1,024 rows x
+/// 32K keys of f32 scores are 4 GiB.
+const GPU_QUERY_BLOCK: usize = 1024;
+
 /// In place on f32 scores `(b, h, s, t)`: `softmax(scores * scale)` over the causal keys of
 /// each query row (row `i` sees keys `..= t - s + i`), zero beyond. What scaling, adding the
 /// causal mask and `softmax_last_dim` compute, in one pass over cache-resident rows, without
@@ -114,12 +118,17 @@ pub(super) fn attend_heads(
             .collect::<CResult<Vec<_>>>()?;
         return Tensor::cat(&heads, 1);
     }
-    if mask.is_none() && q.device().is_cpu() && s > QUERY_BLOCK {
+    let block = if q.device().is_cpu() {
+        QUERY_BLOCK
+    } else {
+        GPU_QUERY_BLOCK
+    };
+    if mask.is_none() && s > block {
         // Causal blocks of queries: each block's products stop at its last visible key.
         let blocks = (0..s)
-            .step_by(QUERY_BLOCK)
+            .step_by(block)
             .map(|r0| {
-                let n = QUERY_BLOCK.min(s - r0);
+                let n = block.min(s - r0);
                 let seen = t - s + r0 + n;
                 attend_heads(
                     &q.narrow(2, r0, n)?,
@@ -149,15 +158,28 @@ pub(super) fn attend_heads(
             scores
         }
         None => {
-            let m: Vec<f32> = (0..s)
-                .flat_map(|i| (0..t).map(move |j| if j <= t - s + i { 0.0 } else { MASKED }))
-                .collect();
-            let m = Tensor::from_vec(m, (s, t), scores.device())?;
             let scores = (scores / scale)?.to_dtype(DType::F32)?;
-            candle_nn::ops::softmax_last_dim(&scores.broadcast_add(&m)?)?
+            // One query (a decoding step) sees every key; a block of them, built on the
+            // device: query i sees keys ..= t - s + i.
+            let scores = if s == 1 {
+                scores
+            } else {
+                scores.broadcast_add(&causal_mask(s, t, scores.device())?)?
+            };
+            candle_nn::ops::softmax_last_dim(&scores)?
         }
     };
     probs.to_dtype(v.dtype())?.matmul(v)
+}
+
+/// The additive causal mask `(s, t)` of `s` queries ending a `t`-key sequence (query `i` sees
+/// keys `..= t - s + i`), built on the device.
+fn causal_mask(s: usize, t: usize, dev: &candle_core::Device) -> CResult<Tensor> {
+    let last = Tensor::arange((t - s) as u32, t as u32, dev)?.reshape((s, 1))?;
+    let keys = Tensor::arange(0u32, t as u32, dev)?.reshape((1, t))?;
+    let seen = keys.broadcast_le(&last)?.to_dtype(DType::F32)?;
+    // 1 -> 0, 0 -> MASKED.
+    seen.affine(-(MASKED as f64), MASKED as f64)
 }
 
 /// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache (in place) and returns views
@@ -170,4 +192,51 @@ pub(super) fn append_kv(
     LayerKv::append(kv, k, v, None)?;
     let view = kv.as_ref().expect("appended above").view()?;
     Ok((view.k, view.v))
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::{Device, Tensor};
+
+    use super::{attend_heads, causal_mask, MASKED};
+
+    #[test]
+    fn device_causal_mask_is_the_causal_rule() {
+        for (s, t) in [(1, 1), (3, 3), (4, 9), (1, 5)] {
+            let got = causal_mask(s, t, &Device::Cpu)
+                .unwrap()
+                .to_vec2::<f32>()
+                .unwrap();
+            for (i, row) in got.iter().enumerate() {
+                for (j, &m) in row.iter().enumerate() {
+                    let want = if j <= t - s + i { 0.0 } else { MASKED };
+                    assert_eq!(m, want, "s {s} t {t} query {i} key {j}");
+                }
+            }
+        }
+    }
+
+    /// The masked path (what a GPU runs with that mask) equals the CPU's fused causal softmax.
+    #[test]
+    fn masked_and_fused_causal_attention_agree() {
+        let dev = Device::Cpu;
+        let (h, s, t, d) = (2, 5, 12, 8);
+        let q = Tensor::randn(0f32, 1.0, (1, h, s, d), &dev).unwrap();
+        let k = Tensor::randn(0f32, 1.0, (1, h, t, d), &dev).unwrap();
+        let v = Tensor::randn(0f32, 1.0, (1, h, t, d), &dev).unwrap();
+        let mask = causal_mask(s, t, &dev).unwrap();
+        let masked = attend_heads(&q, &k, &v, Some(&mask)).unwrap();
+        let fused = attend_heads(&q, &k, &v, None).unwrap();
+        let diff = (masked - fused)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(0)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap();
+        assert!(diff < 1e-6, "{diff}");
+    }
 }

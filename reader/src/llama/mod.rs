@@ -92,6 +92,9 @@ pub struct Llama {
     /// on CUDA); candle's ops otherwise. Attention patterns other than full causal always run
     /// the attention kernel.
     fused_kernels: bool,
+    /// On CUDA, full-attention layers through the attention kernel (true) or through cuBLAS
+    /// matrix products with the softmax between (false, the CPU's path).
+    full_attention_kernel: bool,
     /// Where CEPE's cross-attention keys and values live.
     cross_kv: CrossKv,
 }
@@ -145,6 +148,7 @@ impl Llama {
             device: vb.vb().device().clone(),
             dtype: vb.vb().dtype(),
             fused_kernels: vb.vb().device().is_cuda(),
+            full_attention_kernel: true,
             cross_kv: CrossKv::default(),
         })
     }
@@ -183,6 +187,14 @@ impl Llama {
     /// the CUDA path's model code is tested without a GPU.
     pub fn set_fused_kernels(&mut self, fused: bool) {
         self.fused_kernels = fused;
+    }
+
+    /// On CUDA, runs full-attention layers through Capstan's attention kernel (`true`, the
+    /// default) or through cuBLAS matrix products with the softmax between (`false`: the path
+    /// the CPU takes, blocked by queries). Which is faster is what `capstan-bench gpu decode
+    /// --full-attention` measures; other patterns always run the kernel.
+    pub fn set_full_attention_kernel(&mut self, kernel: bool) {
+        self.full_attention_kernel = kernel;
     }
 
     /// Where CEPE's cross-attention keys and values live during a request (default
@@ -379,7 +391,7 @@ impl Llama {
             let cross = state.as_deref().zip(cache.cross.as_ref());
             let full = self.attention.is_full(i);
             let la = LayerAttention {
-                use_kernels: !full || on_gpu,
+                use_kernels: !full || (on_gpu && self.full_attention_kernel),
                 pattern: self.attention.layer_pattern(i, n_heads),
                 kept: self.attention.kept_keys(i, n_heads),
                 q_pos0: past,
