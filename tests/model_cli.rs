@@ -220,3 +220,19 @@ fn info_shows_a_gguf_files_quantization() {
         assert!(out.contains(want), "{want} not in:\n{out}");
     }
 }
+
+/// A bad `--cape-cross-kv` is refused before anything is opened, naming the flag and its forms.
+#[test]
+fn bad_cape_cross_kv_is_refused() {
+    let err = common::fails(&[
+        "ask",
+        "/nonexistent-index",
+        "who?",
+        "--cape-cross-kv",
+        "lots",
+    ]);
+    assert!(
+        err.contains("--cape-cross-kv") && err.contains("auto:MIB"),
+        "{err}"
+    );
+}

@@ -44,6 +44,8 @@ pub struct ReaderConfig {
     pub llama_model: Option<PathBuf>,
     /// CEPE checkpoint folder.
     pub cape_model: Option<PathBuf>,
+    /// cached | projected | auto | auto:MIB: where CAPE keeps cross-attention keys and values.
+    pub cape_cross_kv: Option<String>,
     /// cpu | cuda | auto: where the readers and the encoder (questions, sentences) run.
     pub device: Option<String>,
     /// Generated tokens at most.

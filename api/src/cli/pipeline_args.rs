@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use capstan_reader::{GenerationParams, LanguageModel, LoadOptions};
+use capstan_reader::{CrossKv, GenerationParams, LanguageModel, LoadOptions};
 use capstan_retriever::Mode;
 use clap::Args;
 
@@ -48,6 +48,12 @@ pub struct PipelineArgs {
     /// CEPE (CAPE) checkpoint folder.
     #[arg(long, env = "CAPSTAN_CAPE_MODEL")]
     pub cape_model: Option<PathBuf>,
+    /// Where CAPE keeps a request's cross-attention keys and values: `cached` (every layer's,
+    /// fastest decoding), `projected` (only the encoder states, each layer projecting as it runs:
+    /// 1/64 of the memory for CEPE-LLaMA-2-7B), `auto[:MIB]` (cached up to MIB per request,
+    /// default 1024) [default: auto].
+    #[arg(long, env = "CAPSTAN_CAPE_CROSS_KV")]
+    pub cape_cross_kv: Option<String>,
     /// Generated tokens at most [default: 32].
     #[arg(long, env = "CAPSTAN_MAX_NEW_TOKENS")]
     pub max_new_tokens: Option<usize>,
@@ -146,6 +152,20 @@ pub fn build(
     want_llama: bool,
 ) -> anyhow::Result<(Arc<Pipeline>, QaDefaults, FileConfig)> {
     let file = FileConfig::load(args.config.as_deref())?;
+    // Settings checked before anything is opened or loaded.
+    let cross_kv = match (&args.cape_cross_kv, &file.reader.cape_cross_kv) {
+        (Some(v), _) => Some(
+            v.parse()
+                .map_err(anyhow::Error::msg)
+                .context("--cape-cross-kv")?,
+        ),
+        (None, Some(v)) => Some(
+            v.parse()
+                .map_err(anyhow::Error::msg)
+                .context("capstan.toml [reader] cape_cross_kv")?,
+        ),
+        (None, None) => None,
+    };
     let mode = match (&args.mode, &file.retrieval.mode) {
         (Some(m), _) => *m,
         (None, Some(m)) => m.parse().context("capstan.toml [retrieval] mode")?,
@@ -177,10 +197,16 @@ pub fn build(
         no_chat_template: args.no_chat_template,
     };
     let scheduling = args.scheduling.settings();
-    let load = |path: Option<PathBuf>, name: &str| -> anyhow::Result<Option<Scheduler>> {
+    let load = |path: Option<PathBuf>,
+                name: &str,
+                cross_kv: Option<CrossKv>|
+     -> anyhow::Result<Option<Scheduler>> {
         path.map(|p| {
-            let model = LanguageModel::load(&p, &device, opts)
+            let mut model = LanguageModel::load(&p, &device, opts)
                 .with_context(|| format!("loading the model {}", p.display()))?;
+            if let Some(cross_kv) = cross_kv {
+                model.model_mut().set_cross_kv(cross_kv);
+            }
             Ok(Scheduler::start(name, Arc::new(model), scheduling))
         })
         .transpose()
@@ -195,10 +221,11 @@ pub fn build(
             let wanted = !args.no_default_model && (want_llama || reader == ReaderKind::Llama);
             wanted.then(default_llama_model).flatten()
         });
-    let llama = load(llama_path, "llama")?;
+    let llama = load(llama_path, "llama", None)?;
     let cape = load(
         args.cape_model.clone().or(file.reader.cape_model.clone()),
         "cape",
+        cross_kv,
     )?;
     let k = args.k.or(file.retrieval.k).unwrap_or(5);
     let search = args.retrieval.options(mode, k);

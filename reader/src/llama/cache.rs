@@ -238,6 +238,27 @@ impl Default for CrossKv {
     }
 }
 
+impl std::str::FromStr for CrossKv {
+    type Err = String;
+
+    /// `cached`, `projected`, `auto` (1 GiB) or `auto:MIB`.
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cached" => Ok(Self::Cached),
+            "projected" => Ok(Self::Projected),
+            "auto" => Ok(Self::default()),
+            _ => match s.strip_prefix("auto:").map(str::parse::<usize>) {
+                Some(Ok(mib)) => Ok(Self::Auto {
+                    max_bytes: mib << 20,
+                }),
+                _ => Err(format!(
+                    "{s:?}: expected cached, projected, auto or auto:MIB (a budget in MiB)"
+                )),
+            },
+        }
+    }
+}
+
 /// Caller-owned decoding state: self-attention KV cache, per-row positions and padding, and the
 /// encoder context of CEPE models.
 #[derive(Debug, Clone)]
@@ -371,6 +392,23 @@ mod tests {
             })
             .collect();
         Tensor::from_vec(data, (1, 2, s, 3), &Device::Cpu).unwrap()
+    }
+
+    #[test]
+    fn cross_kv_parses() {
+        use super::CrossKv;
+        assert_eq!("cached".parse::<CrossKv>(), Ok(CrossKv::Cached));
+        assert_eq!("projected".parse::<CrossKv>(), Ok(CrossKv::Projected));
+        assert_eq!("auto".parse::<CrossKv>(), Ok(CrossKv::default()));
+        assert_eq!(
+            "auto:512".parse::<CrossKv>(),
+            Ok(CrossKv::Auto {
+                max_bytes: 512 << 20
+            })
+        );
+        for bad in ["", "auto:", "auto:x", "cache"] {
+            assert!(bad.parse::<CrossKv>().is_err(), "{bad:?}");
+        }
     }
 
     /// The in-place cache holds exactly what concatenating every chunk and keeping the last
