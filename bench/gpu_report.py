@@ -84,8 +84,12 @@ def main():
                                "model_prefill_matmul_tokens_per_s": m.get("matmul_tokens_per_s"),
                                "model_shape": pre.get("model_shape")}
 
-    cape = load(raw, "cape") or {}
+    totals = {}
+    for p in sorted(glob.glob(os.path.join(raw, "cape*.json"))):
+        totals.update((load(raw, os.path.basename(p)[:-5]) or {}).get("totals", {}))
+    cape = {"totals": dict(sorted(totals.items(), key=lambda kv: kv[1].get("total_tokens", 0)))}
     res["cape"] = {k: {f: v.get(f) for f in ("memory_ratio", "throughput_ratio", "cape_memory_bytes",
+                                             "cape_encoder_context_bytes",
                                              "full_memory_bytes", "full_memory", "cape_seconds", "full_seconds",
                                              "decoder_tokens", "encoder_chunks")}
                    for k, v in cape.get("totals", {}).items()}
@@ -148,7 +152,10 @@ def main():
     if res["gguf"]:
         md += [f"GGUF {res['gguf'].get('model')}: {res['gguf'].get('tokens_per_s'):.1f} tokens/s decoding.", ""]
     for name, st in steps.items():
-        if st["rc"] != 0:
+        if isinstance(st["rc"], str):
+            md.append(f"SKIPPED {name}: {st['rc']}")
+            res.setdefault("failures", {})[name] = st["rc"]
+        elif st["rc"] != 0:
             try:
                 with open(os.path.join(raw, f"{name}.log")) as f:
                     last = [ln.strip() for ln in f if ln.strip()][-1:]

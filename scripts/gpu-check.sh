@@ -18,6 +18,10 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
 BUNDLE="" PARTS="" OUT="" CPU=0 PY=${PYTHON:-python3}
+# The whole check must end inside the device tool's 10 minutes a call: steps get what is left
+# of this budget (seconds), and the report is rewritten after each, so a cut-off run still
+# leaves results.json.
+BUDGET=${CAPSTAN_GPU_CHECK_SECONDS:-540}
 while [ $# -gt 0 ]; do
   case "$1" in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -56,8 +60,9 @@ if [ "$CPU" = 1 ]; then
   DECODE_SHAPES="llama2-tiny llama3-tiny" CONTEXTS=64,1024 STEPS=16
   PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32 --shape llama2-tiny --model-contexts 1024"
   SDPA="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
-  CAPE="--shape cepe-tiny --totals 4096,8192 --decoder-tokens 1024 --chunk 64 --full-max 4096"
-  ENC_N=200 TIMEOUT=900
+  CAPE="--shape cepe-tiny --decoder-tokens 1024 --chunk 64 --full-max 4096"
+  CAPE_TOTALS="4096 8192"
+  ENC_N=200 TIMEOUT=900 BUDGET=${CAPSTAN_GPU_CHECK_SECONDS:-1800}
   [ -x "${PYTHON:-}" ] || PY="$CAPSTAN_HOME/bench-venv/bin/python3"
 else
   [ -n "$BUNDLE" ] && [ -d "$BUNDLE" ] || { say "--bundle DIR (or --parts DIR) is required"; exit 2; }
@@ -71,8 +76,9 @@ else
   DECODE_SHAPES="llama2-7b llama3-8b" CONTEXTS=1024,32768 STEPS=64
   PREFILL="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128 --shape llama3-8b --model-contexts 8192"
   SDPA="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128"
-  CAPE="--shape cepe-7b --totals 8192,32768,131072 --decoder-tokens 4096 --chunk 256 --full-max 32768"
-  ENC_N=5000 TIMEOUT=240
+  CAPE="--shape cepe-7b --decoder-tokens 4096 --chunk 256 --full-max 32768"
+  CAPE_TOTALS="8192 32768 131072"
+  ENC_N=5000 TIMEOUT=180
   # The CUDA 13 libraries (cuBLAS, cuRAND, NVRTC, runtime) of the machine's PyTorch wheels and
   # toolkit; the driver's libcuda is on the loader's path already.
   site=$("$PY" -c 'import nvidia, os; print(" ".join(nvidia.__path__))' 2>/dev/null || true)
@@ -90,16 +96,30 @@ W="$OUT/raw"
 mkdir -p "$W"
 say "device ${DEV}; bundle ${BUNDLE:-(this checkout)}; raw results in $W"
 
-# step NAME COMMAND...: runs under a time limit, stdout to raw/NAME.json, stderr to the log; a
-# failed step is recorded and the others still run.
+report() {
+  "$PY" bench/gpu_report.py --raw "$W" --device-file "$OUT/device.txt" --cpu "$CPU" --out "$OUT" \
+    2>>"$LOG" || say "the report failed (see $LOG)"
+}
+
+# step NAME COMMAND...: runs under a time limit (its own, or what is left of the budget),
+# stdout to raw/NAME.json, stderr to raw/NAME.log; a failed step is recorded and the others
+# still run; a step with under 20 s of budget left is skipped and recorded as such.
 step() {
   local name=$1; shift
-  say "step $name"
+  local left=$((BUDGET - SECONDS))
+  if [ "$left" -lt 20 ]; then
+    say "step $name skipped: the time budget is spent"
+    echo '{"rc": "skipped: time budget spent", "seconds": 0}' >"$W/$name.status"
+    return
+  fi
+  local limit=$((left < TIMEOUT ? left : TIMEOUT))
+  say "step $name (limit ${limit} s)"
   local start=$SECONDS
-  timeout "$TIMEOUT" "$@" >"$W/$name.json" 2>>"$W/$name.log"
+  timeout "$limit" "$@" >"$W/$name.json" 2>>"$W/$name.log"
   local rc=$?
   echo "{\"rc\": $rc, \"seconds\": $((SECONDS - start))}" >"$W/$name.status"
   [ $rc = 0 ] || say "step $name failed (exit $rc; log $W/$name.log)"
+  report
 }
 
 if [ -n "$KTEST" ]; then
@@ -124,13 +144,16 @@ done
 step prefill "$BENCH" gpu prefill $PREFILL --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step prefill_peer "$PY" bench/gpu_peers.py sdpa $SDPA --device "$DEV" --dtype "$DT"
-# shellcheck disable=SC2086
-step cape "$BENCH" gpu cape $CAPE --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --device "$DEV"
 else
   say "no GGUF model in the bundle: step gguf not run"
 fi
+# CAPE last, one total per step (the largest is the longest).
+for total in $CAPE_TOTALS; do
+  # shellcheck disable=SC2086
+  step "cape_$total" "$BENCH" gpu cape $CAPE --totals "$total" --device "$DEV" --dtype "$DT"
+done
 
-"$PY" bench/gpu_report.py --raw "$W" --device-file "$OUT/device.txt" --cpu "$CPU" --out "$OUT"
-say "results: $OUT/results.json, $OUT/results.md"
+report
+say "results: $OUT/results.json, $OUT/results.md (${SECONDS} s)"
