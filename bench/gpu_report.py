@@ -29,6 +29,13 @@ def status(raw, name):
         return {"rc": None, "seconds": None}
 
 
+def tokens(key):
+    """`8k` -> 8192, `256` -> 256 (the keys `capstan-bench gpu` writes)."""
+    if key.endswith("k") and key[:-1].isdigit():
+        return int(key[:-1]) * 1024
+    return int(key) if key.isdigit() else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--raw", required=True)
@@ -74,15 +81,21 @@ def main():
         res["decode"][shape] = rows
 
     pre, sd = load(raw, "prefill") or {}, load(raw, "prefill_peer") or {}
+    model_rows, model_shape = dict(pre.get("model", {})), pre.get("model_shape")
+    for p in sorted(glob.glob(os.path.join(raw, "prefill_model_*.json"))):
+        part = load(raw, os.path.basename(p)[:-5]) or {}
+        model_rows.update(part.get("model", {}))
+        model_shape = part.get("model_shape") or model_shape
     res["prefill"] = {}
-    for key, r in pre.get("kernel", {}).items():
+    for key in sorted(set(pre.get("kernel", {})) | set(model_rows), key=tokens):
+        r = pre.get("kernel", {}).get(key, {"attention_tflops": None})
         s = sd.get("contexts", {}).get(key, {})
-        m = pre.get("model", {}).get(key, {})
+        m = model_rows.get(key, {})
         res["prefill"][key] = {"attention_tflops": r["attention_tflops"], "sdpa_tflops": s.get("sdpa_tflops"),
-                               "ratio": (r["attention_tflops"] / s["sdpa_tflops"]) if s.get("sdpa_tflops") else None,
+                               "ratio": (r["attention_tflops"] / s["sdpa_tflops"]) if s.get("sdpa_tflops") and r["attention_tflops"] else None,
                                "model_prefill_tokens_per_s": m.get("tokens_per_s"),
                                "model_prefill_matmul_tokens_per_s": m.get("matmul_tokens_per_s"),
-                               "model_shape": pre.get("model_shape")}
+                               "model_shape": model_shape}
 
     totals = {}
     for p in sorted(glob.glob(os.path.join(raw, "cape*.json"))):
@@ -107,13 +120,12 @@ def main():
         return None if x is None or y is None else x >= y
 
     dec_1k = [v.get("1k", {}).get("roofline_fraction") for v in res["decode"].values()]
-    big = max(res["cape"].items(), key=lambda kv: int(kv[0].rstrip("k")) if kv[0].rstrip("k").isdigit() else 0,
-              default=(None, {}))[1]
+    big = max(res["cape"].items(), key=lambda kv: tokens(kv[0]), default=(None, {}))[1]
     e = res["encoder"]
+    ratios = [r["ratio"] for r in res["prefill"].values() if r["ratio"] is not None]
     res["goals"] = {
         "decode_1k_at_least_70pct_roofline": None if not dec_1k or None in dec_1k else all(f >= 0.7 for f in dec_1k),
-        "prefill_attention_at_least_half_sdpa": None if not res["prefill"] else all(
-            (r["ratio"] or 0) >= 0.5 for r in res["prefill"].values()),
+        "prefill_attention_at_least_half_sdpa": None if not ratios else all(x >= 0.5 for x in ratios),
         "cape_memory_at_most_eighth_at_largest": None if big.get("memory_ratio") is None else big["memory_ratio"] <= 1 / 8,
         "cape_throughput_at_least_12x_at_largest": ge(big.get("throughput_ratio"), 12),
         "encoder_at_least_2x_sentence_transformers": None if not e["sentence_transformers_passages_per_s"] or not e["passages_per_s"]
@@ -139,7 +151,8 @@ def main():
     for k, r in res["prefill"].items():
         ratio, sdpa, tok = r["ratio"], r["sdpa_tflops"], r["model_prefill_tokens_per_s"]
         mtok = r["model_prefill_matmul_tokens_per_s"]
-        md.append(f"| {k} | {r['attention_tflops']:.2f} | {sdpa and f'{sdpa:.2f}'} | {ratio and f'{ratio:.3f}'} | "
+        att = r["attention_tflops"]
+        md.append(f"| {k} | {att and f'{att:.2f}'} | {sdpa and f'{sdpa:.2f}'} | {ratio and f'{ratio:.3f}'} | "
                   f"{tok and f'{tok:.0f}'} | {mtok and f'{mtok:.0f}'} |")
     md += ["", "| CAPE total tokens | memory CAPE/full | throughput CAPE/full | full context |", "|---|---|---|---|"]
     for k, r in res["cape"].items():

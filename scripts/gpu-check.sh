@@ -58,7 +58,8 @@ if [ "$CPU" = 1 ]; then
   GGUF="$CAPSTAN_LLM"
   DEV=cpu DT=f32 ENC_DT=f32
   DECODE_SHAPES="llama2-tiny llama3-tiny" CONTEXTS=64,1024 STEPS=16
-  PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32 --shape llama2-tiny --model-contexts 1024"
+  PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
+  PREFILL_MODEL="--shape llama3-tiny" PREFILL_MODEL_CONTEXTS="1024 2048"
   SDPA="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
   CAPE="--shape cepe-tiny --decoder-tokens 1024 --chunk 64 --full-max 4096"
   CAPE_TOTALS="4096 8192"
@@ -74,7 +75,8 @@ else
   GGUF=$(ls "$BUNDLE"/*.gguf 2>/dev/null | head -1)
   DEV=cuda DT=bf16 ENC_DT=f16
   DECODE_SHAPES="llama2-7b llama3-8b" CONTEXTS=1024,32768 STEPS=64
-  PREFILL="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128 --shape llama3-8b --model-contexts 8192"
+  PREFILL="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128"
+  PREFILL_MODEL="--shape llama3-8b" PREFILL_MODEL_CONTEXTS="8192 32768"
   SDPA="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128"
   CAPE="--shape cepe-7b --decoder-tokens 4096 --chunk 256 --full-max 32768"
   CAPE_TOTALS="8192 32768 131072"
@@ -149,7 +151,12 @@ if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
 else
   say "no GGUF model in the bundle: step gguf not run"
 fi
-# CAPE last, one total per step (the largest is the longest).
+# The model's prefill and CAPE last, one length per step (the largest are the longest).
+for n in $PREFILL_MODEL_CONTEXTS; do
+  # shellcheck disable=SC2086
+  step "prefill_model_$n" "$BENCH" gpu prefill --model-only $PREFILL_MODEL --model-contexts "$n" \
+    --device "$DEV" --dtype "$DT"
+done
 for total in $CAPE_TOTALS; do
   # shellcheck disable=SC2086
   step "cape_$total" "$BENCH" gpu cape $CAPE --totals "$total" --device "$DEV" --dtype "$DT"

@@ -58,6 +58,9 @@ pub enum GpuCommand {
         shape: Option<String>,
         #[arg(long, value_delimiter = ',', default_value = "8192")]
         model_contexts: Vec<usize>,
+        /// Only the model's prefill (no attention-kernel timings).
+        #[arg(long)]
+        model_only: bool,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -140,10 +143,11 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             dim,
             shape,
             model_contexts,
+            model_only,
             device,
             dtype,
         } => prefill::run(
-            &contexts,
+            if model_only { &[] } else { &contexts },
             heads,
             kv_heads,
             dim,
