@@ -341,6 +341,7 @@ impl<'a> Generator<'a> {
         }
         let dev = self.model.device();
         let mut cache = Cache::new(self.model);
+        cache.reserve(request.prompt.len() + params.max_new_tokens);
         if !request.encoder_chunks.is_empty() {
             self.model.set_encoder_context(
                 std::slice::from_ref(&request.encoder_chunks),
@@ -391,6 +392,8 @@ impl<'a> Generator<'a> {
         }
         let dev = self.model.device();
         let mut cache = Cache::new(self.model);
+        let longest = requests.iter().map(|r| r.prompt.len()).max().unwrap_or(0);
+        cache.reserve(longest + params.max_new_tokens);
         if requests.iter().any(|r| !r.encoder_chunks.is_empty()) {
             let rows: Vec<Vec<Vec<u32>>> =
                 requests.iter().map(|r| r.encoder_chunks.clone()).collect();

@@ -163,6 +163,8 @@ type StartError = (usize, mpsc::Sender<Event>, Error);
 fn start(shared: &Shared, w: Waiting) -> Result<Running, StartError> {
     let model = shared.model.model();
     let mut cache = Cache::new(model);
+    // The decoder's share of the reservation: its buffers are allocated once at that size.
+    cache.reserve(w.request.prompt.len() + w.params.max_new_tokens);
     if !w.request.encoder_chunks.is_empty() {
         let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             model.set_encoder_context(

@@ -182,14 +182,15 @@ fn causal_mask(s: usize, t: usize, dev: &candle_core::Device) -> CResult<Tensor>
     seen.affine(-(MASKED as f64), MASKED as f64)
 }
 
-/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache (in place) and returns views
-/// of all cached keys and values.
+/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache (in place; `reserve`: see
+/// [`super::Cache::reserve`]) and returns views of all cached keys and values.
 pub(super) fn append_kv(
     kv: &mut Option<LayerKv>,
     k: &Tensor,
     v: &Tensor,
+    reserve: usize,
 ) -> CResult<(Tensor, Tensor)> {
-    LayerKv::append(kv, k, v, None)?;
+    LayerKv::append(kv, k, v, None, reserve)?;
     let view = kv.as_ref().expect("appended above").view()?;
     Ok((view.k, view.v))
 }

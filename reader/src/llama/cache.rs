@@ -51,6 +51,16 @@ fn capacity_for(rows: usize) -> usize {
     (rows + rows / 2).next_multiple_of(64)
 }
 
+/// Buffer rows for `rows` cached keys when `reserve` positions were asked for
+/// ([`Cache::reserve`]): the reservation (in multiples of 64) while it holds them.
+fn capacity_with(rows: usize, reserve: usize) -> usize {
+    if reserve >= rows {
+        reserve.next_multiple_of(64)
+    } else {
+        capacity_for(rows)
+    }
+}
+
 impl LayerKv {
     /// Rows in the buffers.
     pub(super) fn capacity(&self) -> usize {
@@ -60,16 +70,18 @@ impl LayerKv {
     /// Appends `k`, `v` (and SelfExtend's grouped keys) `(b, kv_heads, s, d)` after the cached
     /// rows, in place when the buffer has room; else the cached rows move to the front of a
     /// buffer of the same capacity if they fill at most two thirds of it, or of one half again
-    /// as large.
+    /// as large. `reserve`: the positions the sequence may reach (0: unknown), allocated at
+    /// once so that the buffer never moves below them.
     pub(super) fn append(
         kv: &mut Option<Self>,
         k: &Tensor,
         v: &Tensor,
         k_grouped: Option<&Tensor>,
+        reserve: usize,
     ) -> CResult<()> {
         let s = k.dim(2)?;
         let Some(c) = kv else {
-            let cap = capacity_for(s);
+            let cap = capacity_with(s, reserve);
             let fresh = |t: &Tensor| relocated(None, t, cap);
             *kv = Some(Self {
                 k: fresh(k)?,
@@ -102,7 +114,7 @@ impl LayerKv {
         let new_cap = if 3 * need <= 2 * cap {
             cap
         } else {
-            capacity_for(need)
+            capacity_with(need, reserve)
         };
         c.relocate(new_cap, Some((k, v, k_grouped)))
     }
@@ -270,6 +282,8 @@ pub struct Cache {
     /// Per row, the number of real tokens so far (the next position id).
     pub(super) real: Vec<u32>,
     pub(super) seq_len: usize,
+    /// Positions to preallocate in full-attention layers ([`Cache::reserve`]).
+    pub(super) reserve: usize,
 }
 
 impl Cache {
@@ -281,7 +295,18 @@ impl Cache {
             key_mask: Vec::new(),
             real: Vec::new(),
             seq_len: 0,
+            reserve: 0,
         }
+    }
+
+    /// Preallocates room for `positions` positions (prompt, padding and new tokens) in every
+    /// full-attention layer's KV buffers: they are allocated once at that size when first used
+    /// and never grow or move below it, so a decoding step writes its row and copies nothing,
+    /// and the memory a sequence holds is what was reserved for it. Windowed layers keep their
+    /// own small buffers. Without a reservation buffers start at 1.5x the first chunk and grow
+    /// by half.
+    pub fn reserve(&mut self, positions: usize) {
+        self.reserve = positions;
     }
 
     /// A batch-1 cache holding `len` positions of random keys and values (N(0, 1) in the
@@ -302,7 +327,7 @@ impl Cache {
             Tensor::randn(0f32, 1.0, shape, model.device())?.to_dtype(model.dtype())
         };
         for kv in cache.kv.iter_mut() {
-            LayerKv::append(kv, &random()?, &random()?, None)?;
+            LayerKv::append(kv, &random()?, &random()?, None, 0)?;
         }
         cache.key_mask = vec![vec![true; len]];
         cache.real = vec![len as u32];
@@ -394,6 +419,37 @@ mod tests {
         Tensor::from_vec(data, (1, 2, s, 3), &Device::Cpu).unwrap()
     }
 
+    /// With a reservation the buffer is allocated once at its size and never moves while the
+    /// sequence stays within it; past it, it grows as without one.
+    #[test]
+    fn a_reserved_cache_never_moves() {
+        let mut kv: Option<LayerKv> = None;
+        let mut pos = 0;
+        for s in [300, 1, 1, 50, 1, 1] {
+            LayerKv::append(&mut kv, &rows(pos, s), &rows(pos, s), None, 400).unwrap();
+            pos += s;
+            assert_eq!(
+                kv.as_ref().unwrap().capacity(),
+                448,
+                "after {pos} positions"
+            );
+            assert_eq!(kv.as_ref().unwrap().offset, 0);
+        }
+        let first = kv.as_ref().unwrap().view().unwrap().k;
+        LayerKv::append(&mut kv, &rows(pos, 100), &rows(pos, 100), None, 400).unwrap();
+        let c = kv.as_ref().unwrap();
+        assert!(
+            c.capacity() >= 454,
+            "grew past the reservation: {}",
+            c.capacity()
+        );
+        let again = c.view().unwrap().k.narrow(2, 0, pos).unwrap();
+        assert_eq!(
+            first.squeeze(0).unwrap().to_vec3::<f32>().unwrap(),
+            again.squeeze(0).unwrap().to_vec3::<f32>().unwrap()
+        );
+    }
+
     #[test]
     fn cross_kv_parses() {
         use super::CrossKv;
@@ -424,7 +480,7 @@ mod tests {
             for (step, &s) in sizes.iter().cycle().take(60).enumerate() {
                 let new = rows(pos, s);
                 let grouped = (new.clone() + 0.5).unwrap();
-                LayerKv::append(&mut kv, &new, &(&new * 2.0).unwrap(), Some(&grouped)).unwrap();
+                LayerKv::append(&mut kv, &new, &(&new * 2.0).unwrap(), Some(&grouped), 0).unwrap();
                 pos += s;
                 let all = match reference.take() {
                     Some(r) => Tensor::cat(&[&r, &new], 2).unwrap(),

@@ -77,7 +77,7 @@ impl SelfAttention {
         let (q, k) = rope.apply(&q_raw, &k_raw)?;
         let Some(la) = pattern.filter(|la| la.use_kernels) else {
             let (k, v) = match pattern {
-                Some(_) => append_kv(kv, &k, &v)?,
+                Some(la) => append_kv(kv, &k, &v, la.reserve)?,
                 // The encoder: nothing to cache.
                 None => (k, v),
             };
@@ -89,7 +89,9 @@ impl SelfAttention {
             Some((rq, rk)) => Some((rq.apply(&q_raw, &k_raw)?.0, rk.apply(&q_raw, &k_raw)?.1)),
             None => None,
         };
-        LayerKv::append(kv, &k, &v, grouped.as_ref().map(|(_, gk)| gk))?;
+        // Windowed layers keep only their window: no reservation.
+        let reserve = if la.kept.is_none() { la.reserve } else { 0 };
+        LayerKv::append(kv, &k, &v, grouped.as_ref().map(|(_, gk)| gk), reserve)?;
         let cache = kv.as_mut().expect("appended above");
         let (start, len) = (cache.start, cache.len);
         let view = cache.view()?;
@@ -134,7 +136,7 @@ impl SelfAttention {
             .zip(kvs.iter_mut())
             .map(|(sp, kv)| {
                 let part = |t: &Tensor| t.narrow(2, sp.start, sp.len)?.contiguous();
-                let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?)?;
+                let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?, sp.reserve)?;
                 attend(&part(&q)?, ck, cv, None, self.n_heads / self.n_kv_heads)
             })
             .collect::<CResult<Vec<_>>>()?;
@@ -156,6 +158,8 @@ pub(super) struct LayerAttention {
     pub(super) grouped_rope: Option<(Rotary, Rotary)>,
     /// `(b, cached + new)` u8 key padding mask, when any row is padded.
     pub(super) key_mask: Option<Tensor>,
+    /// Positions to preallocate in a full-attention layer's KV buffers.
+    pub(super) reserve: usize,
 }
 
 /// Cross-attention to the encoder states (`LlamaCrossAttention` of the CEPE reference): its own

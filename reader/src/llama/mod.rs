@@ -397,6 +397,7 @@ impl Llama {
                 q_pos0: past,
                 grouped_rope: if full { None } else { grouped_rope.clone() },
                 key_mask: kernel_key_mask.clone(),
+                reserve: cache.reserve,
             };
             x = layer.forward(
                 &x,

@@ -26,6 +26,8 @@ pub struct PackedInput<'a> {
 pub(super) struct Span {
     pub(super) start: usize,
     pub(super) len: usize,
+    /// The sequence's KV reservation ([`super::Cache::reserve`]).
+    pub(super) reserve: usize,
 }
 
 impl Llama {
@@ -85,6 +87,7 @@ impl Llama {
             spans.push(Span {
                 start: ids.len(),
                 len: s.tokens.len(),
+                reserve: cache.reserve,
             });
             ids.extend_from_slice(s.tokens);
             for _ in s.tokens {
