@@ -60,7 +60,9 @@ import sys
 from safetensors.numpy import load_file, save_file
 import numpy as np
 t = load_file(sys.argv[1])
-save_file({k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in t.items()}, sys.argv[2])
+# transformers (the sentence-transformers peer) refuses a file without the "format" metadata.
+save_file({k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in t.items()}, sys.argv[2],
+          metadata={"format": "pt"})
 PYEOF
 
 [ -f "$CAPSTAN_HOME/bench/real/rustdoc/corpus.jsonl" ] || python3 bench/real_sets.py

@@ -9,6 +9,7 @@
 #
 #   scripts/gpu-check.sh --bundle gpu-bundle --out "$OUT"          # on the GPU machine
 #   scripts/gpu-check.sh --cpu --out /tmp/gpu-check-cpu            # here: every step, tiny shapes
+#   scripts/gpu-check.sh --cpu --parts gpu-bundle/parts --out /tmp/x  # here, with a bundle's data
 #
 # --bundle: the folder scripts/gpu-bundle.sh made (or --parts DIR: its parts, carried over
 # several calls, reassembled and checked here). --cpu runs the same steps on the CPU with
@@ -54,8 +55,17 @@ if [ "$CPU" = 1 ]; then
   KTEST=""
   ENCODER="$CAPSTAN_ENCODER"
   PASSAGES="$OUT/passages.jsonl"
-  python3 scripts/gpu-passages.py --n 200 >"$PASSAGES"
   GGUF="$CAPSTAN_LLM"
+  if [ -n "$BUNDLE" ]; then
+    # A bundle's data (its f16 encoder, passages, GGUF) with this checkout's CPU binaries:
+    # checks what will travel without a GPU.
+    BUNDLE=$(cd "$BUNDLE" && pwd)
+    ENCODER="$BUNDLE/encoder-f16"
+    head -200 "$BUNDLE/passages.jsonl" >"$PASSAGES"
+    GGUF=$(ls "$BUNDLE"/*.gguf 2>/dev/null | head -1)
+  else
+    python3 scripts/gpu-passages.py --n 200 >"$PASSAGES"
+  fi
   DEV=cpu DT=f32 ENC_DT=f32
   DECODE_SHAPES="llama2-tiny llama3-tiny" CONTEXTS=64,1024 STEPS=16
   PREFILL="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
