@@ -327,11 +327,13 @@ impl Cache {
         let shape = (1, cfg.kv_heads(), len, cfg.head_size());
         let mut cache = Self::new(model);
         cache.ensure_batch(1)?;
+        // Room for 1,024 steps beyond the context, allocated once.
+        cache.reserve(len + 1024);
         let random = || -> CResult<Tensor> {
             Tensor::randn(0f32, 1.0, shape, model.device())?.to_dtype(model.dtype())
         };
         for kv in cache.kv.iter_mut() {
-            LayerKv::append(kv, &random()?, &random()?, None, 0)?;
+            LayerKv::append(kv, &random()?, &random()?, None, len + 1024)?;
         }
         cache.key_mask = vec![vec![true; len]];
         cache.real = vec![len as u32];
