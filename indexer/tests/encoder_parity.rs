@@ -8,16 +8,21 @@ use capstan_indexer::{Encoder, Pooling};
 mod common;
 use common::encoder_dir;
 
-#[test]
-fn embeddings_equal_sentence_transformers() {
-    let fixture: serde_json::Value = serde_json::from_str(
+/// fixtures/minilm_expected.json: sentences, their sentence-transformers vectors, token counts.
+fn expected_fixture() -> serde_json::Value {
+    serde_json::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/fixtures/minilm_expected.json"
         ))
         .unwrap(),
     )
-    .unwrap();
+    .unwrap()
+}
+
+#[test]
+fn embeddings_equal_sentence_transformers() {
+    let fixture = expected_fixture();
     let dir = encoder_dir();
     let encoder =
         Encoder::load(&dir).unwrap_or_else(|e| panic!("{e} (run scripts/setup.sh first)"));
@@ -82,14 +87,7 @@ fn a_missing_or_wrong_encoder_folder_is_a_clear_error() {
 fn the_gpu_path_equals_sentence_transformers_within_its_dtype() {
     use candle_core::{DType, Device};
     use capstan_indexer::EncoderOptions;
-    let fixture: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/minilm_expected.json"
-        ))
-        .unwrap(),
-    )
-    .unwrap();
+    let fixture = expected_fixture();
     let sentences: Vec<String> = serde_json::from_value(fixture["sentences"].clone()).unwrap();
     let expected: Vec<Vec<f32>> = serde_json::from_value(fixture["embeddings"].clone()).unwrap();
     for (dtype, tolerance) in [

@@ -12,16 +12,7 @@ pub(crate) fn cpu_f32(s: &CpuStorage, l: &Layout) -> Result<Vec<f32>> {
     let Some((a, b)) = l.contiguous_offsets() else {
         bail!("capstan-kernels: input must be contiguous, got {:?}", l)
     };
-    Ok(match s {
-        CpuStorage::F32(v) => v[a..b].to_vec(),
-        CpuStorage::BF16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
-        CpuStorage::F16(v) => v[a..b].iter().map(|x| x.to_f32()).collect(),
-        CpuStorage::F64(v) => v[a..b].iter().map(|&x| x as f32).collect(),
-        _ => bail!(
-            "capstan-kernels: expected a float tensor, got {:?}",
-            s.dtype()
-        ),
-    })
+    cpu_f32_at(s, a, b - a)
 }
 
 /// Where the rows of keys or values `(b, kv_heads, t, d)` lie in their storage: the offset of
