@@ -108,12 +108,10 @@ impl Llama {
         } else {
             Some(Tensor::from_vec(gates, (b, 1, 1), &self.device)?.to_dtype(self.dtype)?)
         };
-        let cross = self
+        let cached_bytes: usize = self
             .decoder
             .layers
             .iter()
-            .filter(|l| l.cross_attn.is_some());
-        let cached_bytes: usize = cross
             .filter_map(|l| l.cross_attn.as_ref())
             .map(|ca| 2 * ca.n_kv_heads * ca.head_dim)
             .sum::<usize>()
