@@ -56,6 +56,16 @@ pub struct ReaderConfig {
     pub lost_in_the_middle: Option<bool>,
     /// Question before and after the documents.
     pub query_aware: Option<bool>,
+    /// span | free: a generative answer copied from the passages, or free text.
+    pub answer: Option<String>,
+    /// passages | sentences:N: what the Llama reader reads of each passage.
+    pub context: Option<String>,
+    /// The instruction opening the Llama reader's prompt.
+    pub instruction: Option<String>,
+    /// The best passage last, next to the question.
+    pub best_last: Option<bool>,
+    /// A worked example in the Llama reader's prompt.
+    pub example: Option<bool>,
 }
 
 /// `[server]`

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use capstan_reader::{
-    cepe_prompt, llama_prompt, ExtractivePassage, ExtractiveReader, Flow, GenerationParams,
-    PromptOptions, Request,
+    cepe_prompt, ExtractivePassage, ExtractiveReader, Flow, GenerationParams, Request,
+    ScoredSentence,
 };
 use capstan_retriever::{Filter, Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::context::{resolve_span, AnswerMode, AnswerSpan, Context, ContextMode, PromptStyle};
 use crate::error::{Error, Result};
 use crate::scheduler::Scheduler;
 
@@ -73,6 +74,65 @@ pub struct QaRequest {
     pub decoder_passages: usize,
     /// Metadata conditions the retrieved passages' documents meet.
     pub filter: Option<Filter>,
+    /// A generative answer copied from the passages (span) or free text.
+    pub answer: AnswerMode,
+    /// Whole passages or only their question-relevant sentences (Llama reader).
+    pub context: ContextMode,
+    /// The instruction opening the Llama reader's prompt.
+    pub instruction: String,
+    /// The best passage last, next to the question (Llama reader).
+    pub best_last: bool,
+    /// A worked example in the prompt (Llama reader).
+    pub example: bool,
+}
+
+impl QaRequest {
+    /// A request for `question` with the defaults chosen on the dev splits
+    /// (docs/BENCHMARKS.md).
+    pub fn new(question: impl Into<String>, reader: ReaderKind) -> Self {
+        let style = PromptStyle::default();
+        Self {
+            question: question.into(),
+            k: 5,
+            mode: Mode::Hybrid,
+            reader,
+            generation: GenerationParams::default(),
+            lost_in_the_middle: style.lost_in_the_middle,
+            query_aware: style.query_aware,
+            decoder_passages: capstan_reader::CEPE_DECODER_PASSAGES,
+            filter: None,
+            answer: AnswerMode::default(),
+            context: DEFAULT_CONTEXT,
+            instruction: style.instruction,
+            best_last: style.best_last,
+            example: style.example,
+        }
+    }
+
+    fn prompt_style(&self) -> PromptStyle {
+        PromptStyle {
+            instruction: self.instruction.clone(),
+            best_last: self.best_last,
+            lost_in_the_middle: self.lost_in_the_middle,
+            query_aware: self.query_aware,
+            example: self.example,
+        }
+    }
+}
+
+/// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md).
+pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Sentences(4);
+
+/// What kind of text an answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerKind {
+    /// A whole sentence of a passage (the extractive reader).
+    Sentence,
+    /// A span copied from the passages (grounded decoding).
+    Span,
+    /// Free generated text.
+    Free,
 }
 
 /// The sentence an extractive answer comes from, for highlighting.
@@ -126,6 +186,18 @@ pub struct Answer {
     /// The extractive answer's sentence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub highlight: Option<Highlight>,
+    /// What kind of text the answer is.
+    pub kind: AnswerKind,
+    /// Where a span answer stands in its passages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spans: Vec<AnswerSpan>,
+    /// The reader found no answer (a grounded answer that copied nothing); `answer` is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_answer: bool,
+    /// Why generation ended: `stop` (the answer ended), `length` (the token limit), or
+    /// `cancelled`; absent for the extractive reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<String>,
     /// The reader that answered.
     pub reader: ReaderKind,
     /// Token counts.
@@ -262,25 +334,28 @@ impl Pipeline {
         };
         let mut answer = match self.scheduler(req.reader)? {
             None => self.read_extractive(req, hits, vector, &mut timings, &mut on_text)?,
-            Some(s) => self.read_generative(req, s, hits, &mut timings, &mut on_text)?,
+            Some(s) => self.read_generative(req, s, hits, vector, &mut timings, &mut on_text)?,
         };
         timings.total_ms = ms(start);
         answer.timings = timings;
         Ok(answer)
     }
 
-    fn read_extractive(
+    /// The sentences of `hits` ranked by similarity to the question (its vector computed when
+    /// the caller has none), best first.
+    fn rank_sentences(
         &self,
-        req: &QaRequest,
-        hits: Vec<Hit>,
-        vector: Option<Vec<f32>>,
-        timings: &mut Timings,
-        on_text: &mut impl FnMut(&str) -> Flow,
-    ) -> Result<Answer> {
-        let t = Instant::now();
+        question: &str,
+        hits: &[Hit],
+        vector: Option<&[f32]>,
+    ) -> Result<Vec<ScoredSentence>> {
+        let computed;
         let question = match vector {
             Some(v) => v,
-            None => self.retriever.embed_query(&req.question)?,
+            None => {
+                computed = self.retriever.embed_query(question)?;
+                &computed
+            }
         };
         let store = self.retriever.store();
         let stored: Vec<Vec<(u32, u32, Vec<f32>)>> = hits
@@ -300,9 +375,19 @@ impl Pipeline {
                 sentences: (!s.is_empty()).then_some(s.as_slice()),
             })
             .collect();
-        timings.assemble_ms = ms(t);
+        Ok(self.extractive.rank(question, &passages)?)
+    }
+
+    fn read_extractive(
+        &self,
+        req: &QaRequest,
+        hits: Vec<Hit>,
+        vector: Option<Vec<f32>>,
+        timings: &mut Timings,
+        on_text: &mut impl FnMut(&str) -> Flow,
+    ) -> Result<Answer> {
         let t = Instant::now();
-        let ranked = self.extractive.rank(&question, &passages)?;
+        let ranked = self.rank_sentences(&req.question, &hits, vector.as_deref())?;
         timings.read_ms = ms(t);
         let (answer, citations, highlight) = match ranked.first() {
             None => (String::new(), Vec::new(), None),
@@ -320,10 +405,14 @@ impl Pipeline {
         };
         on_text(&answer);
         Ok(Answer {
+            no_answer: answer.is_empty(),
             answer,
             citations,
             passages: hits,
             highlight,
+            kind: AnswerKind::Sentence,
+            spans: Vec::new(),
+            finish_reason: None,
             reader: ReaderKind::Extractive,
             usage: Usage::default(),
             timings: Timings::default(),
@@ -335,16 +424,31 @@ impl Pipeline {
         req: &QaRequest,
         scheduler: &Scheduler,
         hits: Vec<Hit>,
+        vector: Option<Vec<f32>>,
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
         let model = scheduler.model();
         let t = Instant::now();
-        let passages: Vec<capstan_reader::Passage> = hits
-            .iter()
-            .map(|h| capstan_reader::Passage::new(&h.title, &h.text))
-            .collect();
         let mut params = model.with_stops(req.generation.clone());
+        let span_mode = req.answer == AnswerMode::Span;
+        if span_mode && hits.is_empty() {
+            return Err(capstan_reader::Error::InvalidInput {
+                reason: "a span answer needs passages to copy from, and none was retrieved"
+                    .into(),
+            }
+            .into());
+        }
+        // What the model reads: CAPE reads whole passages (decoder and encoder); the Llama
+        // reader whole passages or their question-relevant sentences.
+        let context = match (req.reader, req.context) {
+            (ReaderKind::Llama, ContextMode::Sentences(n)) => {
+                let ranked = self.rank_sentences(&req.question, &hits, vector.as_deref())?;
+                Context::sentences(&hits, &ranked, n)
+            }
+            _ => Context::whole(&hits),
+        };
+        let passages = context.passages(&hits);
         let (request, usage_in) = match req.reader {
             ReaderKind::Cape => {
                 let inputs = model.cepe_inputs(&cepe_prompt(
@@ -363,23 +467,10 @@ impl Pipeline {
                 )
             }
             _ => {
-                let opts = PromptOptions {
-                    lost_in_the_middle: req.lost_in_the_middle,
-                    query_aware: req.query_aware,
-                    ..PromptOptions::default()
-                };
-                let text = llama_prompt(&req.question, &passages, &opts);
                 // An instruct model reads the documents and the question as a user turn and
                 // ends its answer with an end-of-turn token; a base model continues the text
                 // after "Answer:" and is stopped at the end of the line.
-                let prompt = if model.uses_chat_template() {
-                    model.user_prompt(&text)?
-                } else {
-                    if !params.stop_strings.iter().any(|s| s == "\n") {
-                        params.stop_strings.push("\n".into());
-                    }
-                    model.plain_prompt(&text)?
-                };
+                let prompt = req.prompt_style().prompt(model, &req.question, &passages)?;
                 let n = prompt.len();
                 (
                     Request {
@@ -390,6 +481,28 @@ impl Pipeline {
                 )
             }
         };
+        // A short answer is one line: free text stops at the first line break.
+        if !params.stop_strings.iter().any(|s| s == "\n") {
+            params.stop_strings.push("\n".into());
+        }
+        let pieces = context.pieces();
+        let source = if span_mode {
+            let texts: Vec<&str> = pieces
+                .iter()
+                .map(|p| &hits[p.hit].text[p.start..p.end])
+                .collect();
+            let source = std::sync::Arc::new(model.span_source(&texts)?);
+            params.span = Some(source.clone());
+            Some(source)
+        } else {
+            None
+        };
+        if !span_mode && params.repetition_penalty == 1.0 {
+            // Free answers of small models loop ("Fenskorun Fenskorun Fenskorun"): a mild
+            // penalty, as Hugging Face applies it, breaks the loop without changing short
+            // answers.
+            params.repetition_penalty = FREE_REPETITION_PENALTY;
+        }
         model.check_length(usage_in.0, params.max_new_tokens)?;
         timings.assemble_ms = ms(t);
         let t = Instant::now();
@@ -399,18 +512,40 @@ impl Pipeline {
         })?;
         timings.read_ms = ms(t);
         timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
-        let answer = generation
-            .text
-            .clone()
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        let citations = cite(&answer, &hits);
+        let finish_reason = Some(finish_reason(&generation.stop_reason).to_string());
+        let (answer, citations, spans, kind) = match &source {
+            Some(source) => match resolve_span(source, &pieces, &hits, &generation.span) {
+                Some((text, spans)) => {
+                    let mut citations: Vec<String> = Vec::new();
+                    for s in &spans {
+                        if !citations.contains(&s.passage_id) {
+                            citations.push(s.passage_id.clone());
+                        }
+                    }
+                    (text, citations, spans, AnswerKind::Span)
+                }
+                None => (String::new(), Vec::new(), Vec::new(), AnswerKind::Span),
+            },
+            None => {
+                let answer = generation
+                    .text
+                    .clone()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
+                let citations = cite(&answer, &hits);
+                (answer, citations, Vec::new(), AnswerKind::Free)
+            }
+        };
         Ok(Answer {
+            no_answer: answer.is_empty(),
             answer,
             citations,
             passages: hits,
             highlight: None,
+            kind,
+            spans,
+            finish_reason,
             reader: req.reader,
             usage: Usage {
                 decoder_tokens: usage_in.0,
@@ -419,6 +554,18 @@ impl Pipeline {
             },
             timings: Timings::default(),
         })
+    }
+}
+
+/// The repetition penalty of free answers when the request sets none.
+pub const FREE_REPETITION_PENALTY: f32 = 1.2;
+
+/// OpenAI's name for why generation ended.
+pub fn finish_reason(stop: &capstan_reader::StopReason) -> &'static str {
+    match stop {
+        capstan_reader::StopReason::Length => "length",
+        capstan_reader::StopReason::Cancelled => "cancelled",
+        _ => "stop",
     }
 }
 

@@ -5,6 +5,7 @@
 //! Logit processing follows Hugging Face's `generate` order: repetition penalty, temperature,
 //! top-k, top-p.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use candle_core::{DType, Tensor};
@@ -14,6 +15,7 @@ use rand::SeedableRng;
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
+use crate::grounded::{mask_logits, SpanMatch, SpanSource, SpanState};
 use crate::llama::{Cache, Llama};
 
 /// Decoding parameters.
@@ -36,6 +38,9 @@ pub struct GenerationParams {
     pub stop_strings: Vec<String>,
     /// Seed of the sampler.
     pub seed: u64,
+    /// Grounded decoding: the answer may only copy a span of these passages (and ends with one
+    /// of their end tokens); `None` for free text.
+    pub span: Option<Arc<SpanSource>>,
 }
 
 impl Default for GenerationParams {
@@ -49,6 +54,7 @@ impl Default for GenerationParams {
             stop_token_ids: Vec::new(),
             stop_strings: Vec::new(),
             seed: 0,
+            span: None,
         }
     }
 }
@@ -95,6 +101,9 @@ pub struct Generation {
     pub time_to_first_token: Duration,
     /// Whole call.
     pub elapsed: Duration,
+    /// Where a grounded answer stands in its passages (empty for free text, and for a grounded
+    /// answer that ended before copying anything).
+    pub span: Vec<SpanMatch>,
 }
 
 impl Generation {
@@ -219,6 +228,7 @@ pub struct Decoding {
     tokens: Vec<u32>,
     text: String,
     stop: Option<StopReason>,
+    span: Option<SpanState>,
 }
 
 impl Decoding {
@@ -226,6 +236,7 @@ impl Decoding {
     pub fn new(prompt: &[u32], params: GenerationParams) -> Self {
         let stop = (params.max_new_tokens == 0).then_some(StopReason::Length);
         Self {
+            span: params.span.clone().map(SpanState::new),
             rng: StdRng::seed_from_u64(params.seed),
             params,
             seen: prompt.to_vec(),
@@ -255,7 +266,19 @@ impl Decoding {
         if !self.params.stop_strings.is_empty() && tokenizer.is_none() {
             return Err(Error::NoTokenizer);
         }
+        if let Some(span) = &self.span {
+            let allowed = span.allowed();
+            if allowed.is_empty() {
+                return Err(Error::invalid(
+                    "a grounded answer has nothing in its passages to copy",
+                ));
+            }
+            mask_logits(logits, &allowed);
+        }
         let next = pick(logits, &self.seen, &self.params, &mut self.rng)?;
+        if let Some(span) = &mut self.span {
+            span.advance(next);
+        }
         self.tokens.push(next);
         self.seen.push(next);
         let mut piece = match tokenizer {
@@ -291,6 +314,11 @@ impl Decoding {
             self.stop = Some(StopReason::Length);
         }
         Ok(DecodedToken { token: next, piece })
+    }
+
+    /// Where the grounded answer so far stands in its passages (empty for free text).
+    pub fn span_matches(&self) -> Vec<SpanMatch> {
+        self.span.as_ref().map(SpanState::matches).unwrap_or_default()
     }
 
     /// Ends the sequence early (the client left or asked to stop).
@@ -363,8 +391,10 @@ impl<'a> Generator<'a> {
             }
             input = Tensor::new(&[step.token], dev)?.unsqueeze(0)?;
         }
+        let span = decoding.span_matches();
         let (tokens, text, stop_reason) = decoding.finish();
         Ok(Generation {
+            span,
             tokens,
             text: self.tokenizer.map(|_| text),
             stop_reason,

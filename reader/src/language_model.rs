@@ -3,6 +3,7 @@
 //! endpoint, the evaluation probes).
 
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Device};
 use tokenizers::Tokenizer;
@@ -11,6 +12,7 @@ use crate::chat_template::{ChatMessage, ChatTemplate};
 use crate::checkpoint::Checkpoint;
 use crate::error::{Error, Result};
 use crate::generate::{GenerationParams, Generator};
+use crate::grounded::{SpanSource, TokenBytes};
 use crate::llama::Llama;
 use crate::prompt::{CepeInputs, CepePrompt};
 
@@ -32,6 +34,8 @@ pub struct LanguageModel {
     template: Option<ChatTemplate>,
     stop_ids: Vec<u32>,
     pad_id: u32,
+    /// The vocabulary's bytes, built at the first grounded answer.
+    token_bytes: OnceLock<Arc<TokenBytes>>,
 }
 
 impl LanguageModel {
@@ -68,6 +72,7 @@ impl LanguageModel {
             template,
             stop_ids,
             pad_id,
+            token_bytes: OnceLock::new(),
         })
     }
 
@@ -203,6 +208,24 @@ impl LanguageModel {
             }
         }
         params
+    }
+
+    /// The bytes each token decodes to, in a trie (built once, at first use).
+    pub fn token_bytes(&self) -> &Arc<TokenBytes> {
+        self.token_bytes
+            .get_or_init(|| Arc::new(TokenBytes::from_tokenizer(self.tokenizer())))
+    }
+
+    /// What a grounded answer over `passages` may copy. It ends with the model's stop tokens,
+    /// and, for a model prompted without a chat template (which stops at the end of the line),
+    /// with a line break too.
+    pub fn span_source(&self, passages: &[&str]) -> Result<SpanSource> {
+        let tokens = self.token_bytes().clone();
+        let mut ends = self.stop_ids.clone();
+        if !self.uses_chat_template() {
+            ends.extend((0..tokens.len() as u32).filter(|&id| tokens.piece(id) == b"\n"));
+        }
+        SpanSource::new(tokens, passages, &ends)
     }
 
     /// A generator over this model.

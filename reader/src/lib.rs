@@ -37,6 +37,7 @@ mod error;
 mod extractive;
 mod generate;
 mod gguf;
+mod grounded;
 mod language_model;
 mod llama;
 mod prompt;
@@ -52,6 +53,7 @@ pub use generate::{
     Generator, Request, StopReason,
 };
 pub use gguf::{GgufArch, GgufFile, GgufVocab};
+pub use grounded::{mask_logits, span_text, SpanMatch, SpanSource, SpanState, TokenBytes};
 pub use language_model::{LanguageModel, LoadOptions};
 pub use llama::{Architecture, Cache, CrossKv, EncodedChunks, Llama, PackedInput};
 pub use prompt::{

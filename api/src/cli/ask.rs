@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::pipeline_args::{build, PipelineArgs};
 use super::search::snippet;
+use capstan_engine::pipeline::AnswerKind;
 use capstan_engine::pipeline::ReaderKind;
 
 /// Arguments of `capstan ask`.
@@ -32,7 +33,10 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     let (pipeline, defaults, _) = build(&args.index, &args.pipeline, false)?;
     let mut request = defaults.request;
     request.question = args.question.clone();
-    let stream = !args.json && request.reader != ReaderKind::Extractive;
+    // Free text streams as it comes; a span answer is printed as the passage spells it.
+    let stream = !args.json
+        && request.reader != ReaderKind::Extractive
+        && request.answer == capstan_engine::context::AnswerMode::Free;
     if stream {
         print!("answer: ");
     }
@@ -49,8 +53,26 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     }
     if stream {
         println!();
+    } else if answer.no_answer {
+        println!("answer: (no answer: the reader copied nothing from the passages)");
     } else {
         println!("answer: {}", answer.answer);
+    }
+    let rank = |id: &str| answer.passages.iter().position(|h| h.passage_id == id);
+    match answer.kind {
+        AnswerKind::Sentence => println!("  (a sentence of the passages: the extractive reader)"),
+        AnswerKind::Span => {
+            for s in &answer.spans {
+                println!(
+                    "  (copied from [{}] {}, characters {}..{})",
+                    rank(&s.passage_id).map_or(0, |r| r + 1),
+                    s.passage_id,
+                    s.start,
+                    s.end
+                );
+            }
+        }
+        AnswerKind::Free => {}
     }
     println!("sources:");
     for (i, hit) in answer.passages.iter().enumerate() {

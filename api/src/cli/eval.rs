@@ -258,6 +258,11 @@ fn qa_setup(
         "lost_in_the_middle": request.lost_in_the_middle,
         "query_aware": request.query_aware,
         "decoder_passages": request.decoder_passages,
+        "answer": request.answer.name(),
+        "context": request.context.to_string(),
+        "instruction": request.instruction,
+        "best_last": request.best_last,
+        "example": request.example,
     });
     Ok((pipeline, request, config))
 }
@@ -315,7 +320,12 @@ fn position(args: PositionEvalArgs) -> anyhow::Result<()> {
     pipeline_args.k = Some(pipeline_args.k.unwrap_or(10));
     let (pipeline, mut request, mut config) =
         qa_setup(&args.index, &args.questions, &pipeline_args, "position")?;
+    // The protocol places the passages itself: the model reads them whole, in that order.
     request.lost_in_the_middle = false;
+    request.best_last = false;
+    request.context = capstan_engine::context::ContextMode::Passages;
+    config["context"] = serde_json::json!("passages");
+    config["best_last"] = serde_json::json!(false);
     let positions = eval::position::parse_positions(&args.positions, request.k)?;
     config["positions"] = serde_json::json!(positions);
     let bars = Bars::new(args.run.quiet);

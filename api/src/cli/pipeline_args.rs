@@ -12,6 +12,7 @@ use clap::Args;
 use super::encoder_arg::default_encoder;
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
+use capstan_engine::context::{AnswerMode, ContextMode};
 use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
 use capstan_engine::{Scheduler, SchedulerSettings};
 
@@ -66,6 +67,24 @@ pub struct PipelineArgs {
     /// Ask the question before and after the documents.
     #[arg(long)]
     pub query_aware: bool,
+    /// Generative answers: `span` (copied from the passages the model read, cited where it
+    /// stands) or `free` (free text, first line) [default: span].
+    #[arg(long, env = "CAPSTAN_ANSWER")]
+    pub answer: Option<AnswerMode>,
+    /// What the Llama reader reads: `passages` (whole) or `sentences:N` (the N sentences of
+    /// the passages most similar to the question) [default: sentences:4].
+    #[arg(long, env = "CAPSTAN_CONTEXT")]
+    pub context: Option<ContextMode>,
+    /// The instruction opening the Llama reader's prompt.
+    #[arg(long)]
+    pub instruction: Option<String>,
+    /// The best passage last, next to the question [default: false].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub best_last: Option<bool>,
+    /// A worked example (question, document, short answer) as an earlier turn of the prompt
+    /// [default: true].
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub example: Option<bool>,
     #[command(flatten)]
     pub scheduling: SchedulingArgs,
     #[command(flatten)]
@@ -171,6 +190,22 @@ pub fn build(
         (None, Some(m)) => m.parse().context("capstan.toml [retrieval] mode")?,
         (None, None) => Mode::Hybrid,
     };
+    let answer = match (&args.answer, &file.reader.answer) {
+        (Some(a), _) => *a,
+        (None, Some(a)) => a
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("capstan.toml [reader] answer")?,
+        (None, None) => AnswerMode::default(),
+    };
+    let context = match (&args.context, &file.reader.context) {
+        (Some(c), _) => *c,
+        (None, Some(c)) => c
+            .parse()
+            .map_err(anyhow::Error::msg)
+            .context("capstan.toml [reader] context")?,
+        (None, None) => capstan_engine::pipeline::DEFAULT_CONTEXT,
+    };
     let reader = match (&args.reader, &file.reader.default) {
         (Some(r), _) => *r,
         (None, Some(r)) => r
@@ -237,11 +272,10 @@ pub fn build(
         .max_new_tokens
         .or(file.reader.max_new_tokens)
         .unwrap_or(32);
+    let defaults = QaRequest::new("", reader);
     let request = QaRequest {
-        question: String::new(),
         k,
         mode,
-        reader,
         generation: GenerationParams {
             max_new_tokens,
             ..GenerationParams::default()
@@ -252,8 +286,24 @@ pub fn build(
         decoder_passages: args
             .decoder_passages
             .or(file.reader.decoder_passages)
-            .unwrap_or(10),
+            .unwrap_or(defaults.decoder_passages),
         filter: args.retrieval.filter()?,
+        answer,
+        context,
+        instruction: args
+            .instruction
+            .clone()
+            .or(file.reader.instruction.clone())
+            .unwrap_or(defaults.instruction.clone()),
+        best_last: args
+            .best_last
+            .or(file.reader.best_last)
+            .unwrap_or(defaults.best_last),
+        example: args
+            .example
+            .or(file.reader.example)
+            .unwrap_or(defaults.example),
+        ..defaults
     };
     Ok((pipeline, QaDefaults { request }, file))
 }

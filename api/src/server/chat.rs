@@ -51,6 +51,8 @@ pub struct ChatBody {
     temperature: Option<f64>,
     top_p: Option<f64>,
     n: Option<usize>,
+    /// Not OpenAI's: named only to refuse `"span"` clearly (chat answers are free text).
+    answer: Option<String>,
 }
 
 /// Reader behind a model id: `capstan` or `capstan-extractive`, `capstan-llama`, `capstan-cape`.
@@ -82,6 +84,12 @@ pub async fn completions(
     if body.n.is_some_and(|n| n != 1) {
         return Err(ApiError::invalid("`n` must be 1"));
     }
+    if let Some(a) = body.answer.as_deref().filter(|a| *a != "free") {
+        return Err(ApiError::invalid(format!(
+            "`answer`: chat completions answer in free text only, got `{a}`; \
+             POST /v1/qa answers with a span of the passages"
+        )));
+    }
     let question = body
         .messages
         .iter()
@@ -93,6 +101,7 @@ pub async fn completions(
     check_question(&question, &state.limits)?;
     let mut req = state.defaults.clone();
     req.question = question;
+    req.answer = capstan_engine::context::AnswerMode::Free;
     let model = body
         .model
         .clone()

@@ -17,6 +17,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
+use capstan_engine::context::{AnswerMode, ContextMode};
 use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind};
 
 /// The request body.
@@ -35,6 +36,10 @@ pub struct QaBody {
     lost_in_the_middle: Option<bool>,
     query_aware: Option<bool>,
     decoder_passages: Option<usize>,
+    /// `span` (copied from the passages) or `free` (generative readers).
+    answer: Option<AnswerMode>,
+    /// `passages` or `sentences:N` (the Llama reader).
+    context: Option<ContextMode>,
     /// `{"field": value, ...}`: only documents whose metadata has every field equal.
     filter: Option<capstan_retriever::Filter>,
 }
@@ -74,6 +79,17 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
     req.lost_in_the_middle = body.lost_in_the_middle.unwrap_or(req.lost_in_the_middle);
     req.query_aware = body.query_aware.unwrap_or(req.query_aware);
     req.decoder_passages = body.decoder_passages.unwrap_or(req.decoder_passages);
+    if let Some(a) = body.answer {
+        if req.reader == ReaderKind::Extractive {
+            return Err(ApiError::invalid(format!(
+                "`answer`: \"{}\" needs a generative reader (`reader`: llama or cape); the \
+                 extractive reader answers with a sentence",
+                a.name()
+            )));
+        }
+        req.answer = a;
+    }
+    req.context = body.context.unwrap_or(req.context);
     Ok((req, body.stream.unwrap_or(false)))
 }
 

@@ -73,6 +73,12 @@ struct QaItem {
     prediction: String,
     em: f64,
     f1: f64,
+    /// The normalised prediction contains a normalised gold answer.
+    #[serde(default)]
+    contains: bool,
+    /// The reader gave no answer (an empty span).
+    #[serde(default)]
+    no_answer: bool,
     /// 1-based rank of the first retrieved passage containing a gold answer.
     gold_rank: Option<usize>,
     retrieve_ms: f64,
@@ -86,9 +92,16 @@ struct QaResults {
     questions: usize,
     em: f64,
     f1: f64,
+    contains_gold: f64,
+    no_answer: usize,
+    /// Questions answered per minute of this invocation's wall time (a resumed run counts
+    /// only the questions it answered itself).
+    questions_per_minute: f64,
     answer_recall: BTreeMap<String, f64>,
     latency_ms: BTreeMap<&'static str, Latency>,
     reader: &'static str,
+    answer: &'static str,
+    context: String,
     mode: &'static str,
     k: usize,
 }
@@ -101,7 +114,14 @@ pub fn run(
     spec: &RunSpec,
 ) -> anyhow::Result<()> {
     let items = keyed(questions);
-    let results = resume::run(spec, &items, |q| answer(pipeline, request, q))?;
+    let started = Instant::now();
+    let answered = std::sync::atomic::AtomicUsize::new(0);
+    let results = resume::run(spec, &items, |q| {
+        let item = answer(pipeline, request, q);
+        answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        item
+    })?;
+    let wall = started.elapsed().as_secs_f64();
     let n = results.len() as f64;
     let recall_at = |k: usize| {
         results
@@ -115,6 +135,9 @@ pub fn run(
         questions: results.len(),
         em: results.iter().map(|r| r.em).sum::<f64>() / n,
         f1: results.iter().map(|r| r.f1).sum::<f64>() / n,
+        contains_gold: results.iter().filter(|r| r.contains).count() as f64 / n,
+        no_answer: results.iter().filter(|r| r.no_answer).count(),
+        questions_per_minute: answered.into_inner() as f64 / wall.max(1e-9) * 60.0,
         answer_recall: RECALL_AT
             .iter()
             .map(|&k| (k.to_string(), recall_at(k)))
@@ -126,6 +149,11 @@ pub fn run(
             ("total", stage(|r| r.total_ms)),
         ]),
         reader: request.reader.name(),
+        answer: match request.reader {
+            crate::pipeline::ReaderKind::Extractive => "sentence",
+            _ => request.answer.name(),
+        },
+        context: request.context.to_string(),
         mode: request.mode.name(),
         k: request.k,
     };
@@ -173,6 +201,8 @@ fn answer(pipeline: &Pipeline, request: &QaRequest, q: &Question) -> anyhow::Res
         question: q.question.clone(),
         em: exact_match(&a.answer, &q.answers),
         f1: f1(&a.answer, &q.answers),
+        contains: !a.no_answer && contains_answer(&a.answer, &q.answers),
+        no_answer: a.no_answer,
         prediction: a.answer,
         gold_rank,
         retrieve_ms,
@@ -185,8 +215,11 @@ fn answer(pipeline: &Pipeline, request: &QaRequest, q: &Question) -> anyhow::Res
 fn markdown(r: &QaResults) -> String {
     let mut md = format!(
         "# QA evaluation\n\n{} questions; reader `{}`, retrieval `{}`, k = {} passages to the reader.\n\n\
-         | metric | value |\n|---|---|\n| exact match | {:.4} |\n| F1 | {:.4} |\n",
-        r.questions, r.reader, r.mode, r.k, r.em, r.f1
+         answer `{}`, context `{}`.\n\n\
+         | metric | value |\n|---|---|\n| exact match | {:.4} |\n| F1 | {:.4} |\n\
+         | contains gold | {:.4} |\n| no answer | {} |\n| questions / minute | {:.1} |\n",
+        r.questions, r.reader, r.mode, r.k, r.answer, r.context, r.em, r.f1, r.contains_gold,
+        r.no_answer, r.questions_per_minute
     );
     for k in RECALL_AT {
         md.push_str(&format!(

@@ -40,8 +40,10 @@ impl Running {
         let ttft = self
             .first_token
             .map_or(elapsed, |t| t.duration_since(self.submitted));
+        let span = self.decoding.span_matches();
         let (tokens, text, stop_reason) = self.decoding.finish();
         let generation = Generation {
+            span,
             tokens,
             text: Some(text),
             stop_reason,

@@ -1,0 +1,358 @@
+//! What a generative reader reads, and how a grounded answer maps back to it.
+//!
+//! The retrieved passages go to the model whole, or only their sentences most similar to the
+//! question (query-aware compression with the extractive reader's sentence scores: a small
+//! model answers better from a short, relevant context, and reads it faster). Each piece of a
+//! passage the model sees keeps its byte range in the passage, so a grounded answer, which is
+//! a span of one piece, is cited with its exact place in the retrieved passage.
+
+use capstan_reader::{span_text, ChatMessage, LanguageModel, Passage, ScoredSentence, SpanMatch};
+use capstan_retriever::Hit;
+use serde::{Deserialize, Serialize};
+
+use crate::error::Result;
+
+/// How much of each retrieved passage the generative reader reads; spelled `passages` or
+/// `sentences:N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ContextMode {
+    /// Whole passages.
+    Passages,
+    /// The `n` sentences of all the passages most similar to the question, each in its
+    /// passage's document, in the passage's own order.
+    Sentences(usize),
+}
+
+impl std::fmt::Display for ContextMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ContextMode::Passages => write!(f, "passages"),
+            ContextMode::Sentences(n) => write!(f, "sentences:{n}"),
+        }
+    }
+}
+
+impl TryFrom<String> for ContextMode {
+    type Error = String;
+    fn try_from(s: String) -> std::result::Result<Self, String> {
+        s.parse()
+    }
+}
+
+impl From<ContextMode> for String {
+    fn from(c: ContextMode) -> String {
+        c.to_string()
+    }
+}
+
+impl std::str::FromStr for ContextMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.split_once(':') {
+            None if s == "passages" => Ok(ContextMode::Passages),
+            Some(("sentences", n)) => match n.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(ContextMode::Sentences(n)),
+                _ => Err(format!("`{s}`: the sentence count must be a positive integer")),
+            },
+            _ => Err(format!(
+                "unknown context `{s}` (expected passages or sentences:N)"
+            )),
+        }
+    }
+}
+
+/// Whether a generative answer is free text or a span copied from the passages.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum AnswerMode {
+    /// A span of the passages the model read (grounded decoding), cited where it stands.
+    #[default]
+    Span,
+    /// Free text, stopped at the end of the first line.
+    Free,
+}
+
+impl AnswerMode {
+    /// The mode's name as users spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnswerMode::Span => "span",
+            AnswerMode::Free => "free",
+        }
+    }
+}
+
+impl std::str::FromStr for AnswerMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "span" => Ok(AnswerMode::Span),
+            "free" => Ok(AnswerMode::Free),
+            other => Err(format!("unknown answer mode `{other}` (expected span or free)")),
+        }
+    }
+}
+
+/// A byte range of a retrieved passage that the model reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Index of the passage among the retrieved hits.
+    pub hit: usize,
+    /// Byte offset of the piece in the passage text.
+    pub start: usize,
+    /// Byte offset one past its end.
+    pub end: usize,
+}
+
+/// The documents the model reads, best first: each a retrieved passage's pieces.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// One document per passage that kept a piece, by retrieval rank; its pieces in text order.
+    pub documents: Vec<Vec<Piece>>,
+}
+
+impl Context {
+    /// Every passage whole.
+    pub fn whole(hits: &[Hit]) -> Self {
+        Self {
+            documents: hits
+                .iter()
+                .enumerate()
+                .map(|(i, h)| {
+                    vec![Piece {
+                        hit: i,
+                        start: 0,
+                        end: h.text.len(),
+                    }]
+                })
+                .collect(),
+        }
+    }
+
+    /// The `n` best sentences of `ranked` (best first), grouped by passage.
+    pub fn sentences(hits: &[Hit], ranked: &[ScoredSentence], n: usize) -> Self {
+        let mut by_hit: Vec<Vec<Piece>> = vec![Vec::new(); hits.len()];
+        for s in ranked.iter().take(n) {
+            by_hit[s.passage].push(Piece {
+                hit: s.passage,
+                start: s.start,
+                end: s.end,
+            });
+        }
+        for pieces in &mut by_hit {
+            pieces.sort_by_key(|p| p.start);
+        }
+        Self {
+            documents: by_hit.into_iter().filter(|p| !p.is_empty()).collect(),
+        }
+    }
+
+    /// The documents as prompt passages (a document's pieces joined by spaces).
+    pub fn passages(&self, hits: &[Hit]) -> Vec<Passage> {
+        self.documents
+            .iter()
+            .map(|pieces| {
+                let hit = &hits[pieces[0].hit];
+                let text = pieces
+                    .iter()
+                    .map(|p| hit.text[p.start..p.end].trim())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                Passage::new(&hit.title, text)
+            })
+            .collect()
+    }
+
+    /// Every piece, in document order: what a grounded answer may copy.
+    pub fn pieces(&self) -> Vec<Piece> {
+        self.documents.iter().flatten().copied().collect()
+    }
+}
+
+/// Where a grounded answer stands in a retrieved passage (character offsets).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AnswerSpan {
+    /// The passage.
+    pub passage_id: String,
+    /// Character offset of the answer in the passage text.
+    pub start: usize,
+    /// Character offset one past its end.
+    pub end: usize,
+}
+
+/// A grounded answer's text (copied from its first occurrence) and every place it stands,
+/// from the span matches over `pieces`; `None` when the span is empty.
+pub fn resolve_span(
+    source: &capstan_reader::SpanSource,
+    pieces: &[Piece],
+    hits: &[Hit],
+    matches: &[SpanMatch],
+) -> Option<(String, Vec<AnswerSpan>)> {
+    let mut text = None;
+    let mut spans: Vec<AnswerSpan> = Vec::new();
+    for &m in matches {
+        let Some((t, m)) = span_text(source, m) else {
+            continue;
+        };
+        let piece = pieces[m.passage];
+        let passage = &hits[piece.hit].text;
+        let (start, end) = (piece.start + m.start, piece.start + m.end);
+        let span = AnswerSpan {
+            passage_id: hits[piece.hit].passage_id.clone(),
+            start: passage[..start].chars().count(),
+            end: passage[..end].chars().count(),
+        };
+        if !spans.contains(&span) {
+            spans.push(span);
+        }
+        text.get_or_insert(t);
+    }
+    text.map(|t| (t, spans))
+}
+
+/// The worked example a prompt may carry: a question, its document and its short answer,
+/// shown to the model as an earlier turn of the conversation.
+const EXAMPLE_QUESTION: &str = "Which river flows through the old town of Ardenne?";
+const EXAMPLE_DOCUMENT: (&str, &str) = (
+    "Ardenne",
+    "Ardenne is a market town in the hills. The river Lisse flows through its old town, \
+     past a mill built in 1804.",
+);
+const EXAMPLE_ANSWER: &str = "the river Lisse";
+
+/// How the Llama reader's prompt is made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptStyle {
+    /// The instruction opening the user turn.
+    pub instruction: String,
+    /// The best passage last, next to the question (a small model reads the end of its
+    /// context best), instead of first.
+    pub best_last: bool,
+    /// Lost-in-the-middle order (strongest at both ends).
+    pub lost_in_the_middle: bool,
+    /// The question before the documents too.
+    pub query_aware: bool,
+    /// One worked example as an earlier turn.
+    pub example: bool,
+}
+
+/// The instruction of the default prompt (chosen on the dev split, docs/BENCHMARKS.md).
+pub const SHORT_ANSWER_INSTRUCTION: &str =
+    "Answer the question with a short phrase copied from the documents.";
+
+impl Default for PromptStyle {
+    fn default() -> Self {
+        Self {
+            instruction: SHORT_ANSWER_INSTRUCTION.to_string(),
+            best_last: false,
+            lost_in_the_middle: false,
+            query_aware: false,
+            example: true,
+        }
+    }
+}
+
+impl PromptStyle {
+    fn text(&self, question: &str, passages: &[Passage]) -> String {
+        let mut ordered = passages.to_vec();
+        if self.best_last {
+            ordered.reverse();
+        }
+        capstan_reader::llama_prompt(
+            question,
+            &ordered,
+            &capstan_reader::PromptOptions {
+                instruction: self.instruction.clone(),
+                lost_in_the_middle: self.lost_in_the_middle,
+                query_aware: self.query_aware,
+            },
+        )
+    }
+
+    /// The prompt's token ids: for an instruct model its chat template (the worked example as
+    /// an earlier user turn and its answer), for a base model plain text after BOS.
+    pub fn prompt(
+        &self,
+        model: &LanguageModel,
+        question: &str,
+        passages: &[Passage],
+    ) -> Result<Vec<u32>> {
+        let text = self.text(question, passages);
+        let example = self.example.then(|| {
+            let doc = Passage::new(EXAMPLE_DOCUMENT.0, EXAMPLE_DOCUMENT.1);
+            (self.text(EXAMPLE_QUESTION, &[doc]), EXAMPLE_ANSWER)
+        });
+        let ids = if model.uses_chat_template() {
+            let mut messages = Vec::new();
+            if let Some((q, a)) = example {
+                messages.push(ChatMessage {
+                    role: "user".into(),
+                    content: q,
+                });
+                messages.push(ChatMessage {
+                    role: "assistant".into(),
+                    content: a.into(),
+                });
+            }
+            messages.push(ChatMessage {
+                role: "user".into(),
+                content: text,
+            });
+            model.chat_prompt(&messages)?
+        } else {
+            let text = match example {
+                Some((q, a)) => format!("{q} {a}\n\n{text}"),
+                None => text,
+            };
+            model.plain_prompt(&text)?
+        };
+        Ok(ids)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(id: &str, text: &str) -> Hit {
+        Hit {
+            passage_id: id.into(),
+            doc_id: id.into(),
+            title: format!("T{id}"),
+            text: text.into(),
+            score: 0.0,
+            bm25: None,
+            dense: None,
+        }
+    }
+
+    #[test]
+    fn context_modes_parse_and_print() {
+        for s in ["passages", "sentences:3"] {
+            assert_eq!(s.parse::<ContextMode>().unwrap().to_string(), s);
+        }
+        assert!("sentences:0".parse::<ContextMode>().is_err());
+        assert!("sentences".parse::<ContextMode>().is_err());
+        assert!("span".parse::<AnswerMode>().is_ok() && "x".parse::<AnswerMode>().is_err());
+    }
+
+    #[test]
+    fn sentences_keep_passage_order_and_rank_order_of_documents() {
+        let hits = [hit("a", "One. Two. Three."), hit("b", "Four. Five.")];
+        let s = |passage, start, end, score| ScoredSentence {
+            passage,
+            start,
+            end,
+            score,
+        };
+        let ranked = [s(1, 6, 11, 0.9), s(0, 10, 16, 0.8), s(0, 0, 4, 0.7), s(1, 0, 5, 0.1)];
+        let ctx = Context::sentences(&hits, &ranked, 3);
+        let passages = ctx.passages(&hits);
+        assert_eq!(passages[0].text, "One. Three.");
+        assert_eq!(passages[1].text, "Five.");
+        assert_eq!(ctx.pieces().len(), 3);
+    }
+}

@@ -1,0 +1,645 @@
+//! Grounded answers: decoding constrained to copy a span of the passages the model was given.
+//!
+//! At every step only the tokens that continue some occurrence of the answer so far in a
+//! passage are allowed, plus the end of the answer (the model's stop tokens) where an
+//! occurrence ends on a word boundary. The answer therefore cannot say what no passage says,
+//! and its citation is exactly where the span stands.
+//!
+//! The constraint works on the bytes the tokens decode to, not on the passages' own token ids,
+//! which is what makes copying by tokens hard: the same text is tokenized differently at a
+//! span's start (a word with or without its leading space, a span starting mid-way through the
+//! passage's tokenization), byte-level BPE pieces can be half a UTF-8 character, and the model
+//! may prefer another case. So every vocabulary entry is turned into the bytes it decodes to
+//! (GPT-2 byte-level, SentencePiece `▁` and `<0xNN>` byte fallback, or word-level), lower-cased
+//! (ASCII) and stored in a byte trie; a step walks that trie along the passage bytes that follow
+//! each live occurrence, so a step costs (occurrences × longest token) whatever the vocabulary.
+//! The first token may carry one leading space the passage does not have (a word-initial BPE
+//! piece), and a span starts and ends on word boundaries.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokenizers::Tokenizer;
+
+use crate::error::{Error, Result};
+
+/// The byte string each token id decodes to, and a trie over them (lower-cased ASCII).
+pub struct TokenBytes {
+    /// Lower-cased bytes of each id; empty for ids a span can never use (special tokens).
+    pieces: Vec<Vec<u8>>,
+    trie: Vec<TrieNode>,
+}
+
+#[derive(Default)]
+struct TrieNode {
+    /// Children sorted by byte.
+    children: Vec<(u8, u32)>,
+    /// Token ids whose bytes end at this node.
+    tokens: Vec<u32>,
+}
+
+impl std::fmt::Debug for TokenBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenBytes")
+            .field("vocab", &self.pieces.len())
+            .field("trie_nodes", &self.trie.len())
+            .finish()
+    }
+}
+
+/// How a tokenizer's pieces become text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PieceStyle {
+    /// GPT-2 byte-level BPE: each char of a piece stands for one byte.
+    ByteLevel,
+    /// SentencePiece: `▁` is a space, `<0xNN>` a raw byte.
+    SentencePiece,
+    /// Word-level with no decoder: pieces are joined by spaces.
+    Words,
+}
+
+/// GPT-2's `bytes_to_unicode`, inverted: the byte each printable stand-in char means.
+fn byte_level_decoder() -> HashMap<char, u8> {
+    let mut printable: Vec<u32> = (33..=126).chain(161..=172).chain(174..=255).collect();
+    let mut chars: Vec<u32> = printable.clone();
+    let mut n = 0;
+    for b in 0..=255u32 {
+        if !printable.contains(&b) {
+            printable.push(b);
+            chars.push(256 + n);
+            n += 1;
+        }
+    }
+    printable
+        .into_iter()
+        .zip(chars)
+        .map(|(b, c)| (char::from_u32(c).expect("valid stand-in char"), b as u8))
+        .collect()
+}
+
+fn sentencepiece_byte(piece: &str) -> Option<u8> {
+    let hex = piece.strip_prefix("<0x")?.strip_suffix('>')?;
+    (hex.len() == 2).then(|| u8::from_str_radix(hex, 16).ok())?
+}
+
+impl TokenBytes {
+    /// The pieces of `tokenizer`'s vocabulary; special (added) tokens get no bytes.
+    pub fn from_tokenizer(tokenizer: &Tokenizer) -> Self {
+        let decoder = tokenizer
+            .get_decoder()
+            .and_then(|d| serde_json::to_string(d).ok())
+            .unwrap_or_default();
+        let style = if decoder.contains("\"ByteLevel\"") {
+            PieceStyle::ByteLevel
+        } else if decoder.is_empty() {
+            PieceStyle::Words
+        } else {
+            PieceStyle::SentencePiece
+        };
+        let special: std::collections::HashSet<u32> = tokenizer
+            .get_added_tokens_decoder()
+            .iter()
+            .filter(|(_, t)| t.special)
+            .map(|(&id, _)| id)
+            .collect();
+        let vocab = tokenizer.get_vocab(true);
+        let size = vocab.values().map(|&id| id as usize + 1).max().unwrap_or(0);
+        let byte_level = byte_level_decoder();
+        let mut pieces = vec![Vec::new(); size];
+        for (piece, id) in vocab {
+            if special.contains(&id) {
+                continue;
+            }
+            pieces[id as usize] = match style {
+                PieceStyle::ByteLevel => piece
+                    .chars()
+                    .map(|c| byte_level.get(&c).copied())
+                    .collect::<Option<Vec<u8>>>()
+                    .unwrap_or_else(|| piece.into_bytes()),
+                PieceStyle::SentencePiece => match sentencepiece_byte(&piece) {
+                    Some(b) => vec![b],
+                    None => piece.replace('\u{2581}', " ").into_bytes(),
+                },
+                PieceStyle::Words => format!(" {piece}").into_bytes(),
+            };
+        }
+        Self::from_pieces(pieces)
+    }
+
+    /// From the bytes of each id (index = id; empty = never allowed).
+    pub fn from_pieces(pieces: Vec<Vec<u8>>) -> Self {
+        let pieces: Vec<Vec<u8>> = pieces
+            .into_iter()
+            .map(|p| p.to_ascii_lowercase())
+            .collect();
+        let mut trie = vec![TrieNode::default()];
+        for (id, piece) in pieces.iter().enumerate() {
+            if piece.is_empty() {
+                continue;
+            }
+            let mut node = 0usize;
+            for &b in piece {
+                node = match trie[node].children.binary_search_by_key(&b, |c| c.0) {
+                    Ok(i) => trie[node].children[i].1 as usize,
+                    Err(i) => {
+                        trie.push(TrieNode::default());
+                        let child = trie.len() - 1;
+                        trie[node].children.insert(i, (b, child as u32));
+                        child
+                    }
+                };
+            }
+            trie[node].tokens.push(id as u32);
+        }
+        Self { pieces, trie }
+    }
+
+    /// Vocabulary size (ids `0..len`).
+    pub fn len(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// Whether the vocabulary is empty.
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
+    /// The lower-cased bytes of `id` (empty for special tokens and unknown ids).
+    pub fn piece(&self, id: u32) -> &[u8] {
+        self.pieces.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    fn child(&self, node: usize, b: u8) -> Option<usize> {
+        let children = &self.trie[node].children;
+        children
+            .binary_search_by_key(&b, |c| c.0)
+            .ok()
+            .map(|i| children[i].1 as usize)
+    }
+
+    /// Adds every token whose bytes are a prefix of `prefix ++ text` and reach past `prefix`.
+    fn collect(&self, prefix: &[u8], text: &[u8], out: &mut Vec<u32>) {
+        let mut node = 0;
+        for &b in prefix {
+            match self.child(node, b) {
+                Some(n) => node = n,
+                None => return,
+            }
+        }
+        for &b in text {
+            match self.child(node, b) {
+                Some(n) => node = n,
+                None => return,
+            }
+            out.extend_from_slice(&self.trie[node].tokens);
+        }
+    }
+}
+
+/// What a grounded answer may copy: the passages (as given to the model) and the tokens that
+/// end an answer. Shared by every step of one sequence.
+pub struct SpanSource {
+    tokens: Arc<TokenBytes>,
+    /// Passage texts as given.
+    texts: Vec<String>,
+    /// Lower-cased (ASCII) passage bytes.
+    lowered: Vec<Vec<u8>>,
+    /// Where a span may start, per passage.
+    starts: Vec<Vec<u32>>,
+    end_tokens: Vec<u32>,
+}
+
+impl std::fmt::Debug for SpanSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpanSource")
+            .field("passages", &self.texts.len())
+            .field("end_tokens", &self.end_tokens)
+            .finish()
+    }
+}
+
+impl PartialEq for SpanSource {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.tokens, &other.tokens)
+            && self.texts == other.texts
+            && self.end_tokens == other.end_tokens
+    }
+}
+
+/// Letters, digits and every byte of a multi-byte character.
+fn is_word(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b >= 0x80
+}
+
+fn is_continuation(b: u8) -> bool {
+    (0x80..0xC0).contains(&b)
+}
+
+/// A span may start at `s`: a non-space byte that begins a word or is not part of one.
+fn is_start(p: &[u8], s: usize) -> bool {
+    let b = p[s];
+    !b.is_ascii_whitespace()
+        && !is_continuation(b)
+        && (s == 0 || !is_word(p[s - 1]) || !is_word(b))
+}
+
+/// A span may end at `e`: the end of the passage, or between a word and what is not one.
+fn is_end(p: &[u8], e: usize) -> bool {
+    e == p.len() || (!is_continuation(p[e]) && (!is_word(p[e]) || !is_word(p[e - 1])))
+}
+
+impl SpanSource {
+    /// Spans of `passages`, decoded with `tokens`, ended by any of `end_tokens`.
+    /// Fails when no passage has text to copy or no end token is given.
+    pub fn new(tokens: Arc<TokenBytes>, passages: &[&str], end_tokens: &[u32]) -> Result<Self> {
+        if end_tokens.is_empty() {
+            return Err(Error::invalid(
+                "a grounded answer needs an end token (the model has no stop token)",
+            ));
+        }
+        let lowered: Vec<Vec<u8>> = passages
+            .iter()
+            .map(|p| p.as_bytes().to_ascii_lowercase())
+            .collect();
+        let starts: Vec<Vec<u32>> = lowered
+            .iter()
+            .map(|p| {
+                (0..p.len())
+                    .filter(|&s| is_start(p, s))
+                    .map(|s| s as u32)
+                    .collect()
+            })
+            .collect();
+        if starts.iter().all(Vec::is_empty) {
+            return Err(Error::invalid(
+                "a grounded answer needs passages with text to copy",
+            ));
+        }
+        Ok(Self {
+            tokens,
+            texts: passages.iter().map(|p| p.to_string()).collect(),
+            lowered,
+            starts,
+            end_tokens: end_tokens.to_vec(),
+        })
+    }
+
+    /// The passages' texts, as given.
+    pub fn passages(&self) -> &[String] {
+        &self.texts
+    }
+
+    /// The tokens that end an answer.
+    pub fn end_tokens(&self) -> &[u32] {
+        &self.end_tokens
+    }
+}
+
+/// Where a grounded answer stands: `passages[passage][start..end]` (byte offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SpanMatch {
+    /// Index of the passage in the list given to [`SpanSource::new`].
+    pub passage: usize,
+    /// Byte offset of the span's start.
+    pub start: usize,
+    /// Byte offset one past its end.
+    pub end: usize,
+}
+
+/// One sequence's progress through its passages: the occurrences of the answer so far.
+#[derive(Debug, Clone)]
+pub struct SpanState {
+    source: Arc<SpanSource>,
+    live: Vec<SpanMatch>,
+    started: bool,
+}
+
+impl SpanState {
+    /// Before the first token.
+    pub fn new(source: Arc<SpanSource>) -> Self {
+        Self {
+            source,
+            live: Vec::new(),
+            started: false,
+        }
+    }
+
+    /// Token ids allowed next, sorted and unique: continuations of a live occurrence, and the
+    /// end tokens once some occurrence ends on a word boundary.
+    pub fn allowed(&self) -> Vec<u32> {
+        let src = &*self.source;
+        let mut out = Vec::new();
+        if !self.started {
+            for (p, starts) in src.lowered.iter().zip(&src.starts) {
+                for &s in starts {
+                    let rest = &p[s as usize..];
+                    src.tokens.collect(&[], rest, &mut out);
+                    src.tokens.collect(b" ", rest, &mut out);
+                }
+            }
+        } else {
+            for m in &self.live {
+                let p = &src.lowered[m.passage];
+                src.tokens.collect(&[], &p[m.end..], &mut out);
+                if is_end(p, m.end) {
+                    out.extend_from_slice(&src.end_tokens);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Whether `token` ends the answer.
+    pub fn is_end_token(&self, token: u32) -> bool {
+        self.source.end_tokens.contains(&token)
+    }
+
+    /// Follows `token` (which [`SpanState::allowed`] allowed); an end token changes nothing.
+    pub fn advance(&mut self, token: u32) {
+        if self.is_end_token(token) {
+            return;
+        }
+        let src = &*self.source;
+        let piece = src.tokens.piece(token);
+        if piece.is_empty() {
+            self.live.clear();
+            self.started = true;
+            return;
+        }
+        if !self.started {
+            self.started = true;
+            for (i, (p, starts)) in src.lowered.iter().zip(&src.starts).enumerate() {
+                for &s in starts {
+                    let s = s as usize;
+                    let rest = &p[s..];
+                    let len = if rest.starts_with(piece) {
+                        piece.len()
+                    } else if piece.len() > 1 && piece[0] == b' ' && rest.starts_with(&piece[1..])
+                    {
+                        piece.len() - 1
+                    } else {
+                        continue;
+                    };
+                    self.live.push(SpanMatch {
+                        passage: i,
+                        start: s,
+                        end: s + len,
+                    });
+                }
+            }
+        } else {
+            self.live.retain_mut(|m| {
+                let ok = src.lowered[m.passage][m.end..].starts_with(piece);
+                m.end += piece.len();
+                ok
+            });
+        }
+    }
+
+    /// The occurrences of the answer so far: those ending on a word boundary when there are
+    /// any (an answer that ended normally), otherwise every live one (cut by the token limit).
+    pub fn matches(&self) -> Vec<SpanMatch> {
+        let src = &*self.source;
+        let bounded: Vec<SpanMatch> = self
+            .live
+            .iter()
+            .copied()
+            .filter(|m| is_end(&src.lowered[m.passage], m.end))
+            .collect();
+        if bounded.is_empty() {
+            self.live.clone()
+        } else {
+            bounded
+        }
+    }
+
+    /// The passages this state copies from.
+    pub fn source(&self) -> &Arc<SpanSource> {
+        &self.source
+    }
+}
+
+/// Sets every logit outside `allowed` (sorted) to minus infinity.
+pub fn mask_logits(logits: &mut [f32], allowed: &[u32]) {
+    let mut next = allowed.iter().peekable();
+    for (i, l) in logits.iter_mut().enumerate() {
+        if next.peek().is_some_and(|&&a| a as usize == i) {
+            next.next();
+        } else {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+/// The answer text of a grounded span: the passage's own text, trimmed of surrounding spaces
+/// and trailing `,;:.` (normalisation drops them; a reader does not want them), with the
+/// trimmed span. `None` when nothing is left (an empty span is no answer).
+pub fn span_text(source: &SpanSource, m: SpanMatch) -> Option<(String, SpanMatch)> {
+    let text = &source.texts[m.passage];
+    let mut end = m.end.min(text.len());
+    while end < text.len() && !text.is_char_boundary(end) {
+        end += 1;
+    }
+    let mut start = m.start.min(end);
+    let bytes = text.as_bytes();
+    while start < end && bytes[start].is_ascii_whitespace() {
+        start += 1;
+    }
+    while end > start && (bytes[end - 1].is_ascii_whitespace() || b",;:.".contains(&bytes[end - 1]))
+    {
+        end -= 1;
+    }
+    (start < end).then(|| {
+        (
+            text[start..end].to_string(),
+            SpanMatch {
+                passage: m.passage,
+                start,
+                end,
+            },
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab() -> Arc<TokenBytes> {
+        let pieces: Vec<&str> = vec![
+            "", "", // 0, 1: specials
+            " Fen", "sk", "orun", "Fensk", " fenskorun", ".", " born", " in", " the", " town",
+            " of", "F", "e", "n", "s", "k", "o", "r", "u", " ", "\n", "Th", "alrau", " Thalrau",
+            "ra", "\u{e9}", " caf", " Ca",
+        ];
+        let mut bytes: Vec<Vec<u8>> = pieces.iter().map(|p| p.as_bytes().to_vec()).collect();
+        // A byte-level piece that is half of "é" (0xC3 0xA9).
+        bytes.push(vec![0xC3]);
+        bytes.push(vec![0xA9]);
+        Arc::new(TokenBytes::from_pieces(bytes))
+    }
+
+    const END: u32 = 1;
+
+    /// Tokens allowed after `so_far` by searching every start of every passage for the bytes.
+    fn brute_force(tokens: &TokenBytes, passages: &[&str], so_far: &[u32]) -> Vec<u32> {
+        let answer: Vec<u8> = so_far.iter().flat_map(|&t| tokens.piece(t).to_vec()).collect();
+        let mut out = Vec::new();
+        for id in 0..tokens.len() as u32 {
+            let piece = tokens.piece(id);
+            if piece.is_empty() {
+                continue;
+            }
+            let full: Vec<u8> = answer.iter().chain(piece).copied().collect();
+            let candidates: Vec<&[u8]> = if full.len() > 1 && full[0] == b' ' {
+                vec![&full[..], &full[1..]]
+            } else {
+                vec![&full[..]]
+            };
+            let ok = passages.iter().any(|p| {
+                let p = p.as_bytes().to_ascii_lowercase();
+                (0..p.len())
+                    .filter(|&s| is_start(&p, s))
+                    .any(|s| candidates.iter().any(|c| p[s..].starts_with(c)))
+            });
+            if ok {
+                out.push(id);
+            }
+        }
+        let ends = !so_far.is_empty()
+            && passages.iter().any(|p| {
+                let p = p.as_bytes().to_ascii_lowercase();
+                let cands: Vec<&[u8]> = if answer.first() == Some(&b' ') {
+                    vec![&answer[..], &answer[1..]]
+                } else {
+                    vec![&answer[..]]
+                };
+                (0..p.len()).filter(|&s| is_start(&p, s)).any(|s| {
+                    cands
+                        .iter()
+                        .any(|c| p[s..].starts_with(c) && is_end(&p, s + c.len()))
+                })
+            });
+        if ends {
+            out.push(END);
+        }
+        out.sort_unstable();
+        out
+    }
+
+    #[test]
+    fn the_trie_agrees_with_a_brute_force_search() {
+        let tokens = vocab();
+        let passages = [
+            "He was born in the town of Fenskorun.",
+            "Thalrau (caf\u{e9}) is a town; fenskorun lies near Thalrau.",
+        ];
+        let source = Arc::new(SpanSource::new(tokens.clone(), &passages, &[END]).unwrap());
+        // Walk many paths: at each step try every allowed token, depth-first to depth 4.
+        fn walk(
+            state: &SpanState,
+            so_far: &mut Vec<u32>,
+            tokens: &TokenBytes,
+            passages: &[&str],
+            checked: &mut usize,
+        ) {
+            let allowed = state.allowed();
+            assert_eq!(
+                allowed,
+                brute_force(tokens, passages, so_far),
+                "after {so_far:?}"
+            );
+            *checked += 1;
+            if so_far.len() == 4 {
+                return;
+            }
+            for &t in allowed.iter().filter(|&&t| t != END) {
+                let mut next = state.clone();
+                next.advance(t);
+                so_far.push(t);
+                walk(&next, so_far, tokens, passages, checked);
+                so_far.pop();
+            }
+        }
+        let mut checked = 0;
+        walk(
+            &SpanState::new(source),
+            &mut Vec::new(),
+            &tokens,
+            &passages,
+            &mut checked,
+        );
+        assert!(checked > 100, "only {checked} states walked");
+    }
+
+    #[test]
+    fn a_span_is_copied_whatever_its_tokenization_and_case() {
+        let tokens = vocab();
+        let passages = ["He was born in the town of Fenskorun."];
+        let source = Arc::new(SpanSource::new(tokens.clone(), &passages, &[END]).unwrap());
+        // " Fen" + "sk" + "orun": a leading space the passage has, a split the passage's own
+        // tokenization would not make.
+        for path in [vec![2, 3, 4], vec![5, 4], vec![6]] {
+            let mut state = SpanState::new(source.clone());
+            for &t in &path {
+                assert!(state.allowed().contains(&t), "{path:?}");
+                state.advance(t);
+            }
+            assert!(state.allowed().contains(&END), "{path:?} ends on a word");
+            let m = state.matches();
+            assert_eq!(m.len(), 1);
+            let (text, at) = span_text(&source, m[0]).unwrap();
+            assert_eq!(text, "Fenskorun");
+            assert_eq!(&passages[0][at.start..at.end], "Fenskorun");
+        }
+        // Mid-word: "Fensk" may not end the answer, "orun" may not start one.
+        let mut state = SpanState::new(source.clone());
+        assert!(!state.allowed().contains(&4));
+        state.advance(5);
+        assert!(!state.allowed().contains(&END));
+        // Nothing absent from the passage: " Thalrau" is not in it.
+        assert!(!SpanState::new(source).allowed().contains(&25));
+    }
+
+    #[test]
+    fn byte_level_pieces_copy_multibyte_characters() {
+        let tokens = vocab();
+        let passages = ["Thalrau (caf\u{e9}) is a town."];
+        let source = Arc::new(SpanSource::new(tokens.clone(), &passages, &[END]).unwrap());
+        let mut state = SpanState::new(source.clone());
+        state.advance(28); // " caf" (virtual leading space)
+        let allowed = state.allowed();
+        assert!(allowed.contains(&27) && allowed.contains(&30)); // "é" whole, or its first byte
+        assert!(!allowed.contains(&END));
+        state.advance(30);
+        assert_eq!(state.allowed(), vec![31]); // only the second byte of "é"
+        state.advance(31);
+        assert!(state.allowed().contains(&END));
+        let (text, _) = span_text(&source, state.matches()[0]).unwrap();
+        assert_eq!(text, "caf\u{e9}");
+    }
+
+    #[test]
+    fn masking_keeps_only_allowed_logits() {
+        let mut l = vec![1.0, 2.0, 3.0, 4.0];
+        mask_logits(&mut l, &[1, 3]);
+        assert_eq!(l, vec![f32::NEG_INFINITY, 2.0, f32::NEG_INFINITY, 4.0]);
+    }
+
+    #[test]
+    fn byte_level_decoder_inverts_gpt2() {
+        let d = byte_level_decoder();
+        assert_eq!(d.len(), 256);
+        assert_eq!(d[&'\u{120}'], b' '); // "Ġ"
+        assert_eq!(d[&'\u{10a}'], b'\n'); // "Ċ"
+        assert_eq!(d[&'a'], b'a');
+    }
+
+    #[test]
+    fn no_passages_no_span() {
+        assert!(SpanSource::new(vocab(), &["", "  "], &[END]).is_err());
+        assert!(SpanSource::new(vocab(), &["text"], &[]).is_err());
+    }
+}
