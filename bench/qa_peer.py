@@ -25,10 +25,17 @@ Metrics (SQuAD normalisation: lower case, punctuation and a/an/the dropped,
 spaces collapsed; the best over the gold answers):
   em, f1            exact match and token F1 of the prediction
   contains          the normalised prediction contains a normalised gold answer
-                    as whole words
+                    as whole words (normalising drops the dashes of options, so
+                    a reply that echoes "output ips" counts for gold "--ips");
+                    contains_verbatim: the prediction contains a gold answer as
+                    it is (case-sensitive, as a whole word or option)
   answer_recall@5   a retrieved document (title + whole text) contains a gold
-                    answer, normalised, as whole words; answer_in_prompt@5: the
-                    same on the cut texts the model saw
+                    answer, normalised, as whole words (a plain substring test
+                    would find "-r", normalised to "r", in every document);
+                    answer_in_prompt@5: the same on the document lines the
+                    model saw; answer_verbatim_in_prompt@5: a gold answer as it
+                    is (case-sensitive, not part of a longer word or option)
+                    in those lines
   doc_recall@5      the question's own document (doc_id) is retrieved
   latency           per question, retrieval + generation (mean, p50), and
                     questions per minute over the run; indexing and model
@@ -77,6 +84,13 @@ def contains(text, golds):
     return any(g and f" {g} " in t for g in (normalize(a) for a in golds))
 
 
+def verbatim(text, golds):
+    """A gold answer occurs in the text as it is (case-sensitive), not inside
+    a longer word or option: the stricter test for answers such as "-r",
+    which normalise to one letter."""
+    return any(re.search(r"(?<![\w-])" + re.escape(a) + r"(?![\w-])", text) for a in golds if a)
+
+
 def load_model(path, threads):
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -85,10 +99,10 @@ def load_model(path, threads):
     tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if not config.tie_word_embeddings:
-        # transformers before 4.47 does not tie the output layer to the token
+        # transformers 4.46.3 does not tie the output layer to the token
         # embedding when the GGUF has no output.weight (SmolLM2's has none),
-        # which leaves it random. bench/requirements.txt pins a version that
-        # does; this keeps older ones honest.
+        # and leaves it random; bench/requirements.txt pins 4.57.6, which
+        # does. Tie it here too so that an older install still reads right.
         from gguf import GGUFReader
         if all(t.name != "output.weight" for t in GGUFReader(os.path.join(folder, name)).tensors):
             config.tie_word_embeddings = True
@@ -157,8 +171,10 @@ def main():
             "em": float(max(normalize(pred) == normalize(g) for g in golds)),
             "f1": max(f1(pred, g) for g in golds),
             "contains": float(contains(pred, golds)),
+            "contains_verbatim": float(verbatim(pred, golds)),
             "answer_in_top": float(any(contains(full[i], golds) for i in top)),
-            "answer_in_prompt": float(any(contains(t, golds) for t in shown)),
+            "answer_in_prompt": float(any(contains(l, golds) for l in lines)),
+            "answer_verbatim_in_prompt": float(any(verbatim(l, golds) for l in lines)),
             "doc_in_top": float(q.get("doc_id") in {docs[i]["_id"] for i in top}),
             "latency_s": round(lat, 4),
         }
@@ -173,7 +189,9 @@ def main():
     k = args.k
     metrics = {
         "questions": len(rows), "em": mean("em"), "f1": mean("f1"), "contains": mean("contains"),
+        "contains_verbatim": mean("contains_verbatim"),
         f"answer_recall@{k}": mean("answer_in_top"), f"answer_in_prompt@{k}": mean("answer_in_prompt"),
+        f"answer_verbatim_in_prompt@{k}": mean("answer_verbatim_in_prompt"),
         f"doc_recall@{k}": mean("doc_in_top"),
         "latency_mean_s": round(statistics.mean(latencies), 3) if latencies else 0.0,
         "latency_p50_s": round(statistics.median(latencies), 3) if latencies else 0.0,
@@ -195,8 +213,9 @@ def main():
     with open(os.path.expanduser(args.out), "w") as f:
         json.dump(result, f, indent=1, ensure_ascii=False)
     print(f"qa_peer: {len(rows)} questions, EM {metrics['em']:.3f}, F1 {metrics['f1']:.3f}, "
-          f"contains {metrics['contains']:.3f}, answer recall@{k} {metrics[f'answer_recall@{k}']:.3f} "
-          f"(in prompt {metrics[f'answer_in_prompt@{k}']:.3f}), doc recall@{k} "
+          f"contains {metrics['contains']:.3f} (verbatim {metrics['contains_verbatim']:.3f}), answer recall@{k} {metrics[f'answer_recall@{k}']:.3f} "
+          f"(in prompt {metrics[f'answer_in_prompt@{k}']:.3f}, verbatim "
+          f"{metrics[f'answer_verbatim_in_prompt@{k}']:.3f}), doc recall@{k} "
           f"{metrics[f'doc_recall@{k}']:.3f}, latency mean {metrics['latency_mean_s']:.2f}s "
           f"p50 {metrics['latency_p50_s']:.2f}s, {metrics['questions_per_minute']:.1f} questions/min")
 

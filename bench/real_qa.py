@@ -8,7 +8,8 @@ document, in the NQ-open format that `capstan eval` and bench/qa_peer.py read:
 
   corpus    every manual page of /usr/share/man/man{1,5,8} (rendered with
             groff by real_sets.py; google-cloud-cli's generated pages left out,
-            as there), id = page name and section (`cp.1`), title = the
+            as there, and its dedupe: short pages and copies dropped),
+            id = page name and section (`cp.1`), title = the
             command name(s) of the NAME line, text = the page after its NAME
             section, cut to its first --max-chars characters (whole lines);
             then pages of the Rust books (real_sets.py's rustdoc set, cut the
@@ -21,7 +22,9 @@ document, in the NQ-open format that `capstan eval` and bench/qa_peer.py read:
                copies files and directories?" (answers: the page's names)
     option     an option entry "-R, -r, --recursive  copy directories
                recursively" -> "Which option of cp copies directories
-               recursively?" (answers: the entry's option names)
+               recursively?" (answers: the entry's option names; one glued to its
+               argument, as groff prints "-p prefix" without fonts, both as
+               "-p" and as printed, "-pprefix")
     keyword    a keyword entry of a section-5 page (sshd_config's
                "PermitRootLogin  Specifies whether root can log in ...")
     env        an ENVIRONMENT entry -> "Which environment variable of findmnt
@@ -38,16 +41,18 @@ document, in the NQ-open format that `capstan eval` and bench/qa_peer.py read:
             than", ...).
 
 A question is kept only if
-  - each answer occurs verbatim (case-sensitive) in its document's kept text,
-    and none occurs in the question;
+  - each answer occurs verbatim (case-sensitive, as a whole word or option)
+    in its document's kept text, and none occurs in the question;
   - it shares no run of 6 consecutive words with its document (title + text);
   - its description is not ambiguous: no other entry of the same page has the
     same clause or one containing it, and no other page has the same NAME
     description;
-and among a page's candidates, the template used least so far is taken (then
-the one whose rarest answer occurs in fewest documents), one question per page.
-Pages are split by a seeded shuffle into dev (--dev questions) and test
-(--test questions), so no document is in both.
+Pages are visited in a seeded random order, and from each one question is
+taken: of the template used least so far, preferring one with an answer found
+in at most 20 documents. The questions are shuffled (seeded) and split into
+dev (--dev) and test (--test), one question per page, so no document is in
+both; the files keep that shuffled order, so a prefix (qa_peer.py --limit) is
+a random sample.
 
 Layout:
   OUT/corpus.jsonl                  {"_id","title","text"}
@@ -78,36 +83,34 @@ MAX_CLAUSE_WORDS = 12
 # "Specifies whether ..."); a description that opens with anything else is
 # not turned into a verb question.
 VERBS = set("""
-accept access activate add adjust allow alter append apply archive ask assign assume attach
-attempt authenticate avoid back backup bind block boot bring build bypass cache calculate call
-cancel capture cause change check choose clean clear close collect colorize combine compare
-compile complete compress compute concatenate configure confirm connect consider construct
-contain continue control convert copy correct count create cut deactivate debug decode decompress
-decrease decrypt define delay delete deny describe detach detect determine disable discard
-disconnect display do download drop dump edit eject emit emulate enable encode encrypt end enforce
-ensure enter erase evaluate examine exclude execute exit expand expect explain export extract fail
-fetch fill filter find finish fix flush fold follow force format forward free generate get give
-group halt handle hide hold identify ignore import include increase increment indent indicate
-inhibit initialize insert inspect install interpret invert invoke join keep kill label launch leave
-limit link list listen load locate lock log look lookup make manage map mark match measure merge
-modify monitor mount move negate number omit open operate optimize order output overwrite override
-pack pad parse pass paste pause perform permit pick place play poll prefer prepare prepend preserve
-pretend prevent print probe process produce prompt protect provide prune publish purge push put
-query queue quit rebuild receive recompute record recurse redirect reduce refresh refuse register
-reject release reload remove rename reopen reorder repeat replace report request require reset
-resize resolve restart restore restrict resume retain retrieve retry return reuse reverse rewrite
-rotate run save scan search select send separate serve set setup share shift show shrink shut
-simulate skip sleep sort specify split squeeze start stop store stream strip submit substitute
-summarize supply suppress swap switch symlink sync synchronize take tell terminate test toggle
-trace track transfer translate treat trigger trim truncate try turn unlink unlock unmount unpack
-unset update upgrade upload use validate verify view wait warn watch wipe wrap write zero
-demangle maintain communicate migrate manipulate transform retrieve reformat rebuild reindex
-recover repair resize rescan summarize tune tweak benchmark measure scale split unzip zip
-unpack unshare shutdown reboot power establish manage administer modify edit merge diff patch
-query visualize inspect annotate extract strip convert compress decompress extend
-initiate advance resume begin read analyze allocate gather peek uncompile recompress package
-interact introspect observe columnate disassemble reapply revert reflect stash guess preallocate
-deallocate work advertise
+accept access activate add adjust administer advance advertise allocate allow alter analyze
+annotate append apply archive ask assign assume attach attempt authenticate avoid back backup begin
+benchmark bind block boot bring build bypass cache calculate call cancel capture cause change check
+choose clean clear close collect colorize columnate combine communicate compare compile complete
+compress compute concatenate configure confirm connect consider construct contain continue control
+convert copy correct count create cut deactivate deallocate debug decode decompress decrease
+decrypt define delay delete demangle deny describe detach detect determine diff disable disassemble
+discard disconnect display do download drop dump edit eject emit emulate enable encode encrypt end
+enforce ensure enter erase establish evaluate examine exclude execute exit expand expect explain
+export extend extract fail fetch fill filter find finish fix flush fold follow force format forward
+free gather generate get give group guess halt handle hide hold identify ignore import include
+increase increment indent indicate inhibit initialize initiate insert inspect install interact
+interpret introspect invert invoke join keep kill label launch leave limit link list listen load
+locate lock log look lookup maintain make manage manipulate map mark match measure merge migrate
+modify monitor mount move negate number observe omit open operate optimize order output override
+overwrite pack package pad parse pass paste patch pause peek perform permit pick place play poll
+power preallocate prefer prepare prepend preserve pretend prevent print probe process produce
+prompt protect provide prune publish purge push put query queue quit read reapply reboot rebuild
+receive recompress recompute record recover recurse redirect reduce reflect reformat refresh refuse
+register reindex reject release reload remove rename reopen reorder repair repeat replace report
+request require rescan reset resize resolve restart restore restrict resume retain retrieve retry
+return reuse reverse revert rewrite rotate run save scale scan search select send separate serve
+set setup share shift show shrink shut shutdown simulate skip sleep sort specify split squeeze
+start stash stop store stream strip submit substitute summarize supply suppress swap switch symlink
+sync synchronize take tell terminate test toggle trace track transfer transform translate treat
+trigger trim truncate try tune turn tweak uncompile unlink unlock unmount unpack unset unshare
+unzip update upgrade upload use validate verify view visualize wait warn watch wipe work wrap write
+zero zip
 """.split())
 IRREGULAR_3RD = {"do": "does", "go": "goes", "be": "is", "have": "has"}
 ADVERBS = {"never", "always", "only", "also", "automatically", "just", "silently", "quietly",
@@ -148,8 +151,8 @@ ARTICLES = {"a", "an", "the"}
 NOUN_VERBS = {"group", "list", "set", "number", "name", "log", "map", "key", "order", "record",
               "cache", "view", "file", "index", "lock", "mark", "process", "report", "output",
               "input", "test", "sort", "control", "display", "filter", "format", "link",
-              "trace", "track", "patch", "backup", "label", "queue", "wrap", "share", "zero", "stream",
-              "package", "object", "target", "time", "flow", "file", "heap", "character"}
+              "trace", "track", "patch", "backup", "label", "queue", "wrap", "share", "zero",
+              "stream", "package", "object", "target", "time", "flow", "heap", "character"}
 PREPOSITIONS = {"for", "of", "to", "in", "on", "that", "which", "with", "from", "used", "by",
                 "about", "between", "under", "into", "as"}
 HEAD_NOUNS = set("""
@@ -415,16 +418,15 @@ def option_names(tag, desc=""):
     names = re.findall(r"(?:^|[\s,|\[])(--?[A-Za-z0-9?][A-Za-z0-9_-]*[A-Za-z0-9])", tag)
     names += re.findall(r"(?:^|[\s,|\[])(-[A-Za-z0-9?])(?=$|[\s,|=\[])", tag)
     args = set(re.findall(r"[=\s\[]<?([A-Za-z][\w-]*)", tag))
-    for i, n in enumerate(names):
+    out = []
+    for n in names:
         tail = n[2:]
         if not n.startswith("--") and tail and (tail in args or re.search(
                 r"(?<![\w-])" + re.escape(tail) + r"(?![\w-])", desc)):
-            names[i] = n[:2]
-    seen, out = set(), []
-    for n in names:
-        if n not in seen:
-            seen.add(n)
-            out.append(n)
+            forms = [n[:2], n]  # the option, then as the page prints it
+        else:
+            forms = [n]
+        out += [f for f in forms if f not in out]
     return out
 
 
@@ -438,8 +440,8 @@ def classify(page_section, section, tag, desc):
     if opts:
         if set(opts) & HELP_OPTS:
             return None
-        longest = max(opts, key=len)
-        return "option", opts, longest
+        name = next((o for o in opts if o.startswith("--")), opts[0])
+        return "option", opts, name
     if "ENVIRONMENT" in sec:
         m = re.fullmatch(r"\$?([A-Z][A-Z0-9_]{2,})(?:=\S*)?", tag)
         if m:
@@ -454,6 +456,11 @@ def classify(page_section, section, tag, desc):
             and len(tag) >= 4 and (re.search(r"[a-z][A-Z]", tag) or "_" in tag or "." in tag):
         return "keyword", [tag], tag
     return None
+
+
+def standalone(a, text):
+    """a occurs in text, not as part of a longer word or option."""
+    return re.search(r"(?<![\w-])" + re.escape(a) + r"(?![\w-])", text) is not None
 
 
 def default_value(kind, desc):
@@ -479,7 +486,7 @@ def default_value(kind, desc):
 
 # ---------------------------------------------------------------- candidates
 
-def page_candidates(doc, description, rendered, max_chars):
+def page_candidates(doc, description, rendered):
     """Question candidates of one man page: dicts with template, question,
     answers, key (the reworded description, for ambiguity checks)."""
     text = doc["text"]
@@ -490,7 +497,7 @@ def page_candidates(doc, description, rendered, max_chars):
 
     if description:
         names = [n.strip() for n in doc["title"].split(",") if n.strip()]
-        answers = [n for n in names if re.search(r"(?<![\w-])" + re.escape(n) + r"(?![\w-])", text)]
+        answers = [n for n in names if standalone(n, text)]
         clause = first_clause(description)
         if answers and clause:
             vf = verb_forms(clause)
@@ -520,6 +527,12 @@ def page_candidates(doc, description, rendered, max_chars):
         kind, answers, tagname = c
         # Only what the kept text holds, and answers verbatim in it.
         if desc not in flat or tag not in flat or not all(a in text for a in answers):
+            continue
+        # ... and as a whole word or option, except an option cut from the
+        # form the page prints ("-p" of "-pvarname-prefix", which follows it).
+        if not all(standalone(a, text) or (j + 1 < len(answers) and len(a) == 2
+                                           and answers[j + 1].startswith(a))
+                   for j, a in enumerate(answers)):
             continue
         parsed.append((section, tag, desc, clause, kind, answers, tagname))
     all_descs = [rs.norm(d) for _, _, d in ents]
@@ -665,7 +678,7 @@ def main():
         description = desc_of[d["_id"]]
         if description and shared[rs.norm(description)] > 1:
             description = None
-        cands[d["_id"]] = page_candidates(d, description, raw_of[d["_id"]], args.max_chars)
+        cands[d["_id"]] = page_candidates(d, description, raw_of[d["_id"]])
 
     available = collections.Counter(c["template"] for cs in cands.values() for c in cs)
     adocs = AnswerDocs(docs)

@@ -1557,3 +1557,115 @@ fn work_queued_past_its_deadline_is_answered_503_without_running() {
         assert!(r.text().contains("past its deadline"), "{}", r.text());
     }
 }
+
+/// Checks a span answer: non-empty, and each of its spans is exactly the answer, in a cited
+/// passage at the characters it names. Returns the answer.
+fn check_span_answer(a: &Value) -> String {
+    assert_eq!(a["kind"], "span", "{a}");
+    let answer = a["answer"].as_str().unwrap().to_string();
+    if a["no_answer"] == json!(true) {
+        assert!(answer.is_empty(), "{a}");
+        return answer;
+    }
+    assert!(!answer.is_empty(), "an empty answer must be no_answer: {a}");
+    let spans = a["spans"].as_array().unwrap();
+    assert!(!spans.is_empty(), "{a}");
+    let cited: Vec<&str> = a["citations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for span in spans {
+        let id = span["passage_id"].as_str().unwrap();
+        assert!(cited.contains(&id), "span in an uncited passage: {a}");
+        let passage = a["passages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["passage_id"] == id)
+            .unwrap();
+        let text: Vec<char> = passage["text"].as_str().unwrap().chars().collect();
+        let (start, end) = (
+            span["start"].as_u64().unwrap() as usize,
+            span["end"].as_u64().unwrap() as usize,
+        );
+        let copied: String = text[start..end].iter().collect();
+        assert_eq!(copied, answer, "the span's characters are the answer: {a}");
+    }
+    answer
+}
+
+#[test]
+fn span_answers_stand_in_their_cited_passages_alone_concurrent_and_streamed() {
+    let f = fixture();
+    let srv = Server::start(
+        &f.index,
+        &["--llama-model", s(&smollm2()), "--max-new-tokens", "16"],
+    );
+    let qs = questions(&f.data);
+    let body = |q: &str| json!({"question": q, "k": 3, "reader": "llama", "answer": "span"});
+    // Alone, one after the other.
+    let alone: Vec<String> = qs
+        .iter()
+        .map(|q| check_span_answer(&srv.post("/v1/qa", &body(q)).ok_json()))
+        .collect();
+    assert!(
+        alone.iter().filter(|a| !a.is_empty()).count() >= qs.len() - 1,
+        "{alone:?}"
+    );
+    // All at once: batched by the scheduler, the same greedy answers.
+    let together = burst(srv.port, qs.iter().map(|q| ("/v1/qa", body(q))).collect());
+    for ((_, r), want) in together.iter().zip(&alone) {
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(&check_span_answer(&r.json()), want);
+    }
+    // Streamed: the final answer event is the same answer.
+    let mut streamed = body(&qs[0]);
+    streamed["stream"] = json!(true);
+    let r = srv.post("/v1/qa", &streamed);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let events = r.events();
+    let (name, data) = events.last().unwrap();
+    assert_eq!(name, "answer", "{events:?}");
+    assert_eq!(
+        check_span_answer(&serde_json::from_str(data).unwrap()),
+        alone[0]
+    );
+    // Free answers are one line, with their finish reason.
+    let mut free = body(&qs[0]);
+    free["answer"] = json!("free");
+    let a = srv.post("/v1/qa", &free).ok_json();
+    assert_eq!(a["kind"], "free", "{a}");
+    assert!(!a["answer"].as_str().unwrap().contains('\n'), "{a}");
+    assert!(["stop", "length"].contains(&a["finish_reason"].as_str().unwrap()));
+    // Bad input: span answers need a generative reader and passages; chat is free text.
+    let bad = [
+        (
+            "span with the extractive reader",
+            "/v1/qa",
+            json!({"question": qs[0], "reader": "extractive", "answer": "span"}),
+        ),
+        (
+            "span with nothing retrieved",
+            "/v1/qa",
+            json!({"question": qs[0], "reader": "llama", "answer": "span",
+                   "filter": {"no-such-field": "x"}}),
+        ),
+        (
+            "unknown answer mode",
+            "/v1/qa",
+            json!({"question": qs[0], "reader": "llama", "answer": "poem"}),
+        ),
+        (
+            "span in chat",
+            "/v1/chat/completions",
+            json!({"model": "capstan-llama", "answer": "span",
+                   "messages": [{"role": "user", "content": qs[0]}]}),
+        ),
+    ];
+    for (what, path, b) in bad {
+        let (status, message) = assert_client_error(what, &srv.post(path, &b));
+        assert_eq!(status, 400, "{what}: {message}");
+    }
+}

@@ -213,6 +213,66 @@ pub fn resolve_span(
     text.map(|t| (t, spans))
 }
 
+/// Words a short answer does not start with: English function words (articles, pronouns,
+/// prepositions, auxiliaries, conjunctions, sentence adverbs). A small model copying a passage
+/// likes to start where its sentences start ("During a long journey to", "the following
+/// decades"); an answer starts at what it names ("Fenskorun", "1856", "Nyfenren Institute").
+pub const NON_ANSWER_STARTS: &[&str] = &[
+    "a", "about", "above", "after", "again", "against", "all", "also", "although", "am", "an",
+    "and", "any", "are", "around", "as", "at", "be", "because", "been", "before", "being",
+    "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing",
+    "down", "during", "each", "eventually", "few", "for", "from", "further", "had", "has",
+    "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how",
+    "however", "i", "if", "in", "into", "is", "it", "its", "itself", "later", "least", "may",
+    "me", "might", "more", "most", "must", "my", "no", "nor", "not", "now", "of", "off", "on",
+    "once", "only", "or", "other", "our", "ours", "out", "over", "own", "same", "several",
+    "she", "should", "since", "so", "some", "such", "than", "that", "the", "their", "theirs",
+    "them", "themselves", "then", "there", "these", "they", "this", "those", "though",
+    "through", "thus", "to", "too", "under", "until", "up", "upon", "very", "was", "we",
+    "were", "what", "when", "where", "whether", "which", "while", "who", "whom", "whose",
+    "why", "will", "with", "within", "without", "would", "yet", "you", "your",
+];
+
+/// Re-scores ranked sentences (best first) with their lexical overlap with the question:
+/// `score + weight × (share of the question's content words found in the sentence)`, words
+/// compared by their first five letters (so "founded" meets "founder", "die" meets "died").
+/// The sentence encoder sees every sentence of a biography as about its subject; the words
+/// the question asks with ("founded", "elevation", "capital") tell the sentences apart.
+pub fn add_lexical_overlap(
+    question: &str,
+    hits: &[Hit],
+    ranked: &mut [ScoredSentence],
+    weight: f32,
+) {
+    fn stems(text: &str) -> Vec<String> {
+        text.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(|w| w.to_lowercase().chars().take(5).collect())
+            .collect()
+    }
+    if weight == 0.0 {
+        return;
+    }
+    let wanted: Vec<String> = stems(question)
+        .into_iter()
+        .filter(|w| !NON_ANSWER_STARTS.contains(&w.as_str()))
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    for s in ranked.iter_mut() {
+        let have = stems(&hits[s.passage].text[s.start..s.end]);
+        let found = wanted.iter().filter(|w| have.contains(w)).count();
+        s.score += weight * found as f32 / wanted.len() as f32;
+    }
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(a.passage.cmp(&b.passage))
+            .then(a.start.cmp(&b.start))
+    });
+}
+
 /// The worked example a prompt may carry: a question, its document and its short answer,
 /// shown to the model as an earlier turn of the conversation.
 const EXAMPLE_QUESTION: &str = "Which river flows through the old town of Ardenne?";

@@ -84,6 +84,12 @@ pub struct QaRequest {
     pub best_last: bool,
     /// A worked example in the prompt (Llama reader).
     pub example: bool,
+    /// Added to the end-of-answer logits of a span answer where it may end (> 0: shorter).
+    pub span_end_bias: f32,
+    /// Question words are trimmed from a span answer instead of being barred from starting it.
+    pub span_trim_question: bool,
+    /// Weight of the question's words in choosing sentences (`ContextMode::Sentences`).
+    pub sentence_lexical_weight: f32,
 }
 
 impl QaRequest {
@@ -106,6 +112,9 @@ impl QaRequest {
             instruction: style.instruction,
             best_last: style.best_last,
             example: style.example,
+            span_end_bias: DEFAULT_SPAN_END_BIAS,
+            span_trim_question: false,
+            sentence_lexical_weight: DEFAULT_SENTENCE_LEXICAL_WEIGHT,
         }
     }
 
@@ -119,6 +128,12 @@ impl QaRequest {
         }
     }
 }
+
+/// The end bias of span answers (chosen on the dev splits, docs/BENCHMARKS.md).
+pub const DEFAULT_SPAN_END_BIAS: f32 = 2.0;
+
+/// The weight of lexical overlap in choosing sentences (chosen on the dev splits).
+pub const DEFAULT_SENTENCE_LEXICAL_WEIGHT: f32 = 0.0;
 
 /// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md).
 pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Sentences(4);
@@ -443,7 +458,13 @@ impl Pipeline {
         // reader whole passages or their question-relevant sentences.
         let context = match (req.reader, req.context) {
             (ReaderKind::Llama, ContextMode::Sentences(n)) => {
-                let ranked = self.rank_sentences(&req.question, &hits, vector.as_deref())?;
+                let mut ranked = self.rank_sentences(&req.question, &hits, vector.as_deref())?;
+                crate::context::add_lexical_overlap(
+                    &req.question,
+                    &hits,
+                    &mut ranked,
+                    req.sentence_lexical_weight,
+                );
                 Context::sentences(&hits, &ranked, n)
             }
             _ => Context::whole(&hits),
@@ -471,6 +492,9 @@ impl Pipeline {
                 // ends its answer with an end-of-turn token; a base model continues the text
                 // after "Answer:" and is stopped at the end of the line.
                 let prompt = req.prompt_style().prompt(model, &req.question, &passages)?;
+                if std::env::var_os("CAPSTAN_DEBUG_PROMPT").is_some() {
+                    eprintln!("{}", model.decode(&prompt)?);
+                }
                 let n = prompt.len();
                 (
                     Request {
@@ -491,7 +515,20 @@ impl Pipeline {
                 .iter()
                 .map(|p| &hits[p.hit].text[p.start..p.end])
                 .collect();
-            let source = std::sync::Arc::new(model.span_source(&texts)?);
+            // An answer does not begin by repeating the question ("What did Saquafen Dulcorde
+            // do?" is not answered by "Saquafen Dulcorde died in 1941").
+            // Nor does it start with a function word.
+            let question_words: Vec<&str> = req
+                .question
+                .split(|c: char| !c.is_alphanumeric())
+                .filter(|w| !w.is_empty())
+                .chain(crate::context::NON_ANSWER_STARTS.iter().copied())
+                .collect();
+            let mut source = model.span_source(&texts)?.with_end_bias(req.span_end_bias);
+            if !req.span_trim_question {
+                source = source.avoiding_start_words(&question_words);
+            }
+            let source = std::sync::Arc::new(source);
             params.span = Some(source.clone());
             Some(source)
         } else {

@@ -319,3 +319,74 @@ fn smollm2_chat_requests_together_equal_alone() {
         .collect();
     check_together(lm, cases, 3);
 }
+
+/// Passages of `tN` words (the tiny tokenizer's), avoiding the ids in `avoid` (stop ids).
+fn word_passages(seed: u32, count: usize, vocab: usize, avoid: &[u32]) -> Vec<String> {
+    (0..count as u32)
+        .map(|i| {
+            prompt(seed * 31 + i, 12 + (i as usize * 5) % 9, vocab)
+                .into_iter()
+                .filter(|t| !avoid.contains(t))
+                .map(|t| format!("t{t}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
+/// Grounded (span) decoding through the scheduler: each answer is a span of its passages,
+/// where its matches say, and the tokens are the same alone, batched and streamed, for
+/// decoders and for CAPE (encoder chunks beside the span).
+#[test]
+fn grounded_answers_copy_their_passages_alone_and_batched() {
+    for (name, vocab, chunks) in [("llama3-rope-tiny", 384, false), ("cepe-tiny", 512, true)] {
+        let (_dir, lm) = tiny(name);
+        let mut cases = Vec::new();
+        let mut sources = Vec::new();
+        for seed in 0..8u32 {
+            let passages = word_passages(seed + 1, 1 + seed as usize % 3, vocab, lm.stop_ids());
+            let texts: Vec<&str> = passages.iter().map(String::as_str).collect();
+            let source = Arc::new(
+                lm.span_source(&texts)
+                    .unwrap()
+                    .with_end_bias(seed as f32 * 1.5),
+            );
+            let request = Request {
+                prompt: prompt(seed + 40, 5 + seed as usize * 3, vocab),
+                encoder_chunks: if chunks {
+                    vec![prompt(seed + 60, 6, vocab)]
+                } else {
+                    Vec::new()
+                },
+            };
+            let params = GenerationParams {
+                max_new_tokens: 12,
+                span: Some(source.clone()),
+                ..lm.with_stops(GenerationParams::default())
+            };
+            cases.push((request, params));
+            sources.push(source);
+        }
+        // Alone: every answer stands in its passages where its matches say.
+        let generator = Generator::new(lm.model(), Some(lm.tokenizer()), lm.pad_id());
+        let mut copied = 0;
+        for ((request, params), source) in cases.iter().zip(&sources) {
+            let g = generator.generate(request, params).unwrap();
+            let text = g.text.clone().unwrap();
+            let words = text.split_whitespace().collect::<Vec<_>>().join(" ");
+            assert!(!g.span.is_empty() || g.tokens.len() <= 1, "{name}: {g:?}");
+            for m in &g.span {
+                let passage = &source.passages()[m.passage];
+                assert_eq!(
+                    passage[m.start..m.end].trim(),
+                    words,
+                    "{name}: the match is the decoded answer"
+                );
+                assert!(passage.contains(&words), "{name}: `{words}` not in `{passage}`");
+            }
+            copied += usize::from(!words.is_empty());
+        }
+        assert!(copied >= 6, "{name}: only {copied} answers copied anything");
+        check_together(lm, cases, 4);
+    }
+}

@@ -15,7 +15,7 @@ use rand::SeedableRng;
 use tokenizers::Tokenizer;
 
 use crate::error::{Error, Result};
-use crate::grounded::{mask_logits, SpanMatch, SpanSource, SpanState};
+use crate::grounded::{SpanMatch, SpanSource, SpanState};
 use crate::llama::{Cache, Llama};
 
 /// Decoding parameters.
@@ -267,13 +267,7 @@ impl Decoding {
             return Err(Error::NoTokenizer);
         }
         if let Some(span) = &self.span {
-            let allowed = span.allowed();
-            if allowed.is_empty() {
-                return Err(Error::invalid(
-                    "a grounded answer has nothing in its passages to copy",
-                ));
-            }
-            mask_logits(logits, &allowed);
+            span.constrain(logits)?;
         }
         let next = pick(logits, &self.seen, &self.params, &mut self.rng)?;
         if let Some(span) = &mut self.span {

@@ -207,6 +207,8 @@ pub struct SpanSource {
     /// Where a span may start, per passage.
     starts: Vec<Vec<u32>>,
     end_tokens: Vec<u32>,
+    /// Added to the end tokens' logits where an answer may end (> 0: shorter answers).
+    end_bias: f32,
 }
 
 impl std::fmt::Debug for SpanSource {
@@ -235,12 +237,35 @@ fn is_continuation(b: u8) -> bool {
     (0x80..0xC0).contains(&b)
 }
 
-/// A span may start at `s`: a non-space byte that begins a word or is not part of one.
+/// A span may start at `s`: a non-space byte that begins a word or is not part of one (the
+/// `s` of `Dulcorde's` is not a word of its own).
 fn is_start(p: &[u8], s: usize) -> bool {
     let b = p[s];
+    let after_apostrophe = s >= 2 && p[s - 1] == b'\'' && is_word(p[s - 2]) && is_word(b);
     !b.is_ascii_whitespace()
         && !is_continuation(b)
+        && !after_apostrophe
         && (s == 0 || !is_word(p[s - 1]) || !is_word(b))
+}
+
+/// Whether a span must stop before `p[i]`: a line break, or `.,;:!?` followed by a space or
+/// the end of the passage. A short answer stays within one clause.
+fn is_break(p: &[u8], i: usize) -> bool {
+    match p[i] {
+        b'\n' => true,
+        b'.' | b',' | b';' | b':' | b'!' | b'?' => p.get(i + 1).is_none_or(|b| b.is_ascii_whitespace()),
+        _ => false,
+    }
+}
+
+/// The end of the text a span continuing at `at` may still copy (the next clause break).
+fn clause_end(p: &[u8], at: usize) -> usize {
+    (at..p.len()).find(|&i| is_break(p, i)).unwrap_or(p.len())
+}
+
+/// Whether `piece` continues a span at `at` of `p` without crossing a clause break.
+fn continues(p: &[u8], at: usize, piece: &[u8]) -> bool {
+    p[at..clause_end(p, at)].starts_with(piece)
 }
 
 /// A span may end at `e`: the end of the passage, or between a word and what is not one.
@@ -281,7 +306,49 @@ impl SpanSource {
             lowered,
             starts,
             end_tokens: end_tokens.to_vec(),
+            end_bias: 0.0,
         })
+    }
+
+    /// No span may start with one of `words` (compared lower-cased, ASCII): an answer does not
+    /// begin by repeating the question. Starts inside such a word stay impossible too; every
+    /// other start is kept. Refused when it would leave no start at all.
+    pub fn avoiding_start_words(mut self, words: &[&str]) -> Self {
+        let avoid: std::collections::HashSet<Vec<u8>> = words
+            .iter()
+            .map(|w| w.as_bytes().to_ascii_lowercase())
+            .filter(|w| !w.is_empty())
+            .collect();
+        if avoid.is_empty() {
+            return self;
+        }
+        let kept: Vec<Vec<u32>> = self
+            .lowered
+            .iter()
+            .zip(&self.starts)
+            .map(|(p, starts)| {
+                starts
+                    .iter()
+                    .copied()
+                    .filter(|&s| {
+                        let s = s as usize;
+                        let len = p[s..].iter().take_while(|&&b| is_word(b)).count();
+                        len == 0 || !avoid.contains(&p[s..s + len])
+                    })
+                    .collect()
+            })
+            .collect();
+        if kept.iter().any(|k| !k.is_empty()) {
+            self.starts = kept;
+        }
+        self
+    }
+
+    /// Adds `bias` to the end tokens' logits wherever the answer may end: a positive bias
+    /// makes the model end sooner (a short answer rather than the rest of the clause).
+    pub fn with_end_bias(mut self, bias: f32) -> Self {
+        self.end_bias = bias;
+        self
     }
 
     /// The passages' texts, as given.
@@ -332,7 +399,8 @@ impl SpanState {
         if !self.started {
             for (p, starts) in src.lowered.iter().zip(&src.starts) {
                 for &s in starts {
-                    let rest = &p[s as usize..];
+                    let s = s as usize;
+                    let rest = &p[s..clause_end(p, s)];
                     src.tokens.collect(&[], rest, &mut out);
                     src.tokens.collect(b" ", rest, &mut out);
                 }
@@ -340,7 +408,7 @@ impl SpanState {
         } else {
             for m in &self.live {
                 let p = &src.lowered[m.passage];
-                src.tokens.collect(&[], &p[m.end..], &mut out);
+                src.tokens.collect(&[], &p[m.end..clause_end(p, m.end)], &mut out);
                 if is_end(p, m.end) {
                     out.extend_from_slice(&src.end_tokens);
                 }
@@ -349,6 +417,26 @@ impl SpanState {
         out.sort_unstable();
         out.dedup();
         out
+    }
+
+    /// Masks `logits` to the allowed tokens (see [`SpanState::allowed`]) and adds the source's
+    /// end bias to the end tokens. Fails when nothing is allowed.
+    pub fn constrain(&self, logits: &mut [f32]) -> Result<()> {
+        let allowed = self.allowed();
+        if allowed.is_empty() {
+            return Err(Error::invalid(
+                "a grounded answer has nothing in its passages to copy",
+            ));
+        }
+        mask_logits(logits, &allowed);
+        if self.source.end_bias != 0.0 {
+            for &t in &self.source.end_tokens {
+                if let Some(l) = logits.get_mut(t as usize).filter(|l| l.is_finite()) {
+                    *l += self.source.end_bias;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Whether `token` ends the answer.
@@ -373,11 +461,9 @@ impl SpanState {
             for (i, (p, starts)) in src.lowered.iter().zip(&src.starts).enumerate() {
                 for &s in starts {
                     let s = s as usize;
-                    let rest = &p[s..];
-                    let len = if rest.starts_with(piece) {
+                    let len = if continues(p, s, piece) {
                         piece.len()
-                    } else if piece.len() > 1 && piece[0] == b' ' && rest.starts_with(&piece[1..])
-                    {
+                    } else if piece.len() > 1 && piece[0] == b' ' && continues(p, s, &piece[1..]) {
                         piece.len() - 1
                     } else {
                         continue;
@@ -391,7 +477,7 @@ impl SpanState {
             }
         } else {
             self.live.retain_mut(|m| {
-                let ok = src.lowered[m.passage][m.end..].starts_with(piece);
+                let ok = continues(&src.lowered[m.passage], m.end, piece);
                 m.end += piece.len();
                 ok
             });
@@ -483,6 +569,11 @@ mod tests {
 
     const END: u32 = 1;
 
+    /// `text` stands at `s` of `p` and crosses no clause break.
+    fn copies(p: &[u8], s: usize, text: &[u8]) -> bool {
+        p[s..].starts_with(text) && (s..s + text.len()).all(|i| !is_break(p, i))
+    }
+
     /// Tokens allowed after `so_far` by searching every start of every passage for the bytes.
     fn brute_force(tokens: &TokenBytes, passages: &[&str], so_far: &[u32]) -> Vec<u32> {
         let answer: Vec<u8> = so_far.iter().flat_map(|&t| tokens.piece(t).to_vec()).collect();
@@ -502,7 +593,7 @@ mod tests {
                 let p = p.as_bytes().to_ascii_lowercase();
                 (0..p.len())
                     .filter(|&s| is_start(&p, s))
-                    .any(|s| candidates.iter().any(|c| p[s..].starts_with(c)))
+                    .any(|s| candidates.iter().any(|c| copies(&p, s, c)))
             });
             if ok {
                 out.push(id);
@@ -519,7 +610,7 @@ mod tests {
                 (0..p.len()).filter(|&s| is_start(&p, s)).any(|s| {
                     cands
                         .iter()
-                        .any(|c| p[s..].starts_with(c) && is_end(&p, s + c.len()))
+                        .any(|c| copies(&p, s, c) && is_end(&p, s + c.len()))
                 })
             });
         if ends {
@@ -619,6 +710,31 @@ mod tests {
         assert!(state.allowed().contains(&END));
         let (text, _) = span_text(&source, state.matches()[0]).unwrap();
         assert_eq!(text, "caf\u{e9}");
+    }
+
+    #[test]
+    fn spans_stay_in_one_clause_and_do_not_start_with_the_question() {
+        let tokens = vocab();
+        let passages = ["Born in the town. Fenskorun, the town of Thalrau."];
+        let source = Arc::new(
+            SpanSource::new(tokens.clone(), &passages, &[END])
+                .unwrap()
+                .avoiding_start_words(&["town", "Thalrau"]),
+        );
+        let mut state = SpanState::new(source.clone());
+        let first = state.allowed();
+        assert!(!first.contains(&11) && !first.contains(&25), "{first:?}"); // " town", " Thalrau"
+        assert!(first.contains(&10)); // " the"
+        state.advance(10);
+        state.advance(11); // "the town" (inside a span a question word is fine)
+        // "the town." stops at its full stop (a clause break); "the town of" goes on.
+        assert_eq!(state.allowed(), vec![END, 12, 21]);
+        state.advance(12);
+        state.advance(25);
+        assert_eq!(state.allowed(), vec![END]); // the final full stop
+        let mut state = SpanState::new(source);
+        state.advance(6); // " fenskorun"
+        assert_eq!(state.allowed(), vec![END]); // "," + space breaks the clause
     }
 
     #[test]

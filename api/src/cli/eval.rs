@@ -263,6 +263,8 @@ fn qa_setup(
         "instruction": request.instruction,
         "best_last": request.best_last,
         "example": request.example,
+        "span_end_bias": request.span_end_bias,
+        "sentence_lexical_weight": request.sentence_lexical_weight,
     });
     Ok((pipeline, request, config))
 }
