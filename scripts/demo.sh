@@ -40,8 +40,15 @@ for q in questions:
     print(f"\nQ: {q['question']}   (gold: {', '.join(q['answers'])})")
     answers = [(r, ask(q["question"], r)) for r in ("extractive", "llama")]
     for reader, a in answers:
-        cited = ", ".join(f"[{i}]" for i, p in enumerate(a["passages"], 1) if p["passage_id"] in a["citations"])
-        print(f"  {reader:>10}: {a['answer']}")
+        rank = {p["passage_id"]: i for i, p in enumerate(a["passages"], 1)}
+        if a.get("spans"):
+            cited = ", ".join(f"[{rank[s['passage_id']]}] characters {s['start']}-{s['end']}" for s in a["spans"])
+        else:
+            cited = ", ".join(f"[{rank[c]}]" for c in a["citations"])
+        said = a["answer"].lower().strip(" .")
+        golds = [g.lower() for g in q["answers"]]
+        right = "exact" if said in golds else "holds the gold answer" if any(g in said for g in golds) else "wrong"
+        print(f"  {reader:>10}: {a['answer'] or '(no answer)'}   ({a['kind']}; {right})")
         print(f"  {'':>10}  cites {cited or 'nothing'} · {a['timings']['total_ms']:.0f} ms")
     for i, p in enumerate(answers[0][1]["passages"], 1):
         print(f"    [{i}] {p['title']} ({p['passage_id']})")

@@ -449,8 +449,7 @@ impl Pipeline {
         let span_mode = req.answer == AnswerMode::Span;
         if span_mode && hits.is_empty() {
             return Err(capstan_reader::Error::InvalidInput {
-                reason: "a span answer needs passages to copy from, and none was retrieved"
-                    .into(),
+                reason: "a span answer needs passages to copy from, and none was retrieved".into(),
             }
             .into());
         }
@@ -534,6 +533,7 @@ impl Pipeline {
         } else {
             None
         };
+        params.stop_on_repetition |= !span_mode;
         if !span_mode && params.repetition_penalty == 1.0 {
             // Free answers of small models loop ("Fenskorun Fenskorun Fenskorun"): a mild
             // penalty, as Hugging Face applies it, breaks the loop without changing short

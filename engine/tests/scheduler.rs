@@ -382,7 +382,10 @@ fn grounded_answers_copy_their_passages_alone_and_batched() {
                     words,
                     "{name}: the match is the decoded answer"
                 );
-                assert!(passage.contains(&words), "{name}: `{words}` not in `{passage}`");
+                assert!(
+                    passage.contains(&words),
+                    "{name}: `{words}` not in `{passage}`"
+                );
             }
             copied += usize::from(!words.is_empty());
         }

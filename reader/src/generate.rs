@@ -41,6 +41,9 @@ pub struct GenerationParams {
     /// Grounded decoding: the answer may only copy a span of these passages (and ends with one
     /// of their end tokens); `None` for free text.
     pub span: Option<Arc<SpanSource>>,
+    /// Stop when the text starts to loop: the same run of 1 to 8 tokens three times in a row
+    /// ends generation, and the text keeps only its first occurrence.
+    pub stop_on_repetition: bool,
 }
 
 impl Default for GenerationParams {
@@ -55,6 +58,7 @@ impl Default for GenerationParams {
             stop_strings: Vec::new(),
             seed: 0,
             span: None,
+            stop_on_repetition: false,
         }
     }
 }
@@ -84,6 +88,8 @@ pub enum StopReason {
     StopString(String),
     /// The streaming callback asked to stop.
     Cancelled,
+    /// The text started to loop ([`GenerationParams::stop_on_repetition`]).
+    Repetition,
 }
 
 /// The result of one generation.
@@ -209,6 +215,17 @@ fn pick(
     Ok(cand[dist.sample(rng)].0 as u32)
 }
 
+/// The period of a loop at the end of `tokens`: the same run of 1 to 8 tokens three times.
+fn looping(tokens: &[u32]) -> Option<usize> {
+    (1..=8).find(|&p| {
+        tokens.len() >= 3 * p && {
+            let end = tokens.len();
+            let last = &tokens[end - p..];
+            last == &tokens[end - 2 * p..end - p] && last == &tokens[end - 3 * p..end - 2 * p]
+        }
+    })
+}
+
 /// What one sampled token produced.
 #[derive(Debug, Clone)]
 pub struct DecodedToken {
@@ -304,6 +321,24 @@ impl Decoding {
                 p.truncate(at.saturating_sub(before));
             }
             self.text.truncate(at);
+        } else if let Some(period) = self
+            .params
+            .stop_on_repetition
+            .then(|| looping(&self.tokens))
+            .flatten()
+        {
+            self.stop = Some(StopReason::Repetition);
+            // Keep the first occurrence of the loop; the repeats were streamed already, so the
+            // piece of this token is dropped and the text cut.
+            self.tokens.truncate(self.tokens.len() - 2 * period);
+            if let Some(tok) = tokenizer {
+                self.text = tok
+                    .decode(&self.tokens, true)
+                    .map_err(|e| Error::Tokenizer {
+                        reason: e.to_string(),
+                    })?;
+            }
+            piece = piece.map(|_| String::new());
         } else if self.tokens.len() >= self.params.max_new_tokens {
             self.stop = Some(StopReason::Length);
         }
@@ -312,7 +347,10 @@ impl Decoding {
 
     /// Where the grounded answer so far stands in its passages (empty for free text).
     pub fn span_matches(&self) -> Vec<SpanMatch> {
-        self.span.as_ref().map(SpanState::matches).unwrap_or_default()
+        self.span
+            .as_ref()
+            .map(SpanState::matches)
+            .unwrap_or_default()
     }
 
     /// Ends the sequence early (the client left or asked to stop).
@@ -470,6 +508,30 @@ mod tests {
         let mut l = vec![2.0, -2.0, 1.0];
         apply_repetition_penalty(&mut l, &[0, 1, 1], 2.0);
         assert_eq!(l, vec![1.0, -4.0, 1.0]);
+    }
+
+    #[test]
+    fn loops_are_found_at_the_end_only() {
+        assert_eq!(looping(&[5, 7, 7, 7]), Some(1));
+        assert_eq!(looping(&[1, 2, 3, 2, 3, 2, 3]), Some(2));
+        assert_eq!(looping(&[2, 3, 2, 3, 2, 3, 4]), None);
+        assert_eq!(looping(&[1, 2, 1, 2]), None);
+        let mut d = Decoding::new(
+            &[],
+            GenerationParams {
+                max_new_tokens: 50,
+                stop_on_repetition: true,
+                ..GenerationParams::default()
+            },
+        );
+        for t in [4, 9, 8, 9, 8, 9, 8] {
+            let mut logits = vec![0.0; 10];
+            logits[t] = 1.0;
+            d.push(&mut logits, None).unwrap();
+        }
+        let (tokens, _, reason) = d.finish();
+        assert_eq!(reason, StopReason::Repetition);
+        assert_eq!(tokens, vec![4, 9, 8]);
     }
 
     #[test]

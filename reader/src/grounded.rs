@@ -128,10 +128,7 @@ impl TokenBytes {
 
     /// From the bytes of each id (index = id; empty = never allowed).
     pub fn from_pieces(pieces: Vec<Vec<u8>>) -> Self {
-        let pieces: Vec<Vec<u8>> = pieces
-            .into_iter()
-            .map(|p| p.to_ascii_lowercase())
-            .collect();
+        let pieces: Vec<Vec<u8>> = pieces.into_iter().map(|p| p.to_ascii_lowercase()).collect();
         let mut trie = vec![TrieNode::default()];
         for (id, piece) in pieces.iter().enumerate() {
             if piece.is_empty() {
@@ -253,7 +250,9 @@ fn is_start(p: &[u8], s: usize) -> bool {
 fn is_break(p: &[u8], i: usize) -> bool {
     match p[i] {
         b'\n' => true,
-        b'.' | b',' | b';' | b':' | b'!' | b'?' => p.get(i + 1).is_none_or(|b| b.is_ascii_whitespace()),
+        b'.' | b',' | b';' | b':' | b'!' | b'?' => {
+            p.get(i + 1).is_none_or(|b| b.is_ascii_whitespace())
+        }
         _ => false,
     }
 }
@@ -408,7 +407,8 @@ impl SpanState {
         } else {
             for m in &self.live {
                 let p = &src.lowered[m.passage];
-                src.tokens.collect(&[], &p[m.end..clause_end(p, m.end)], &mut out);
+                src.tokens
+                    .collect(&[], &p[m.end..clause_end(p, m.end)], &mut out);
                 if is_end(p, m.end) {
                     out.extend_from_slice(&src.end_tokens);
                 }
@@ -555,10 +555,36 @@ mod tests {
 
     fn vocab() -> Arc<TokenBytes> {
         let pieces: Vec<&str> = vec![
-            "", "", // 0, 1: specials
-            " Fen", "sk", "orun", "Fensk", " fenskorun", ".", " born", " in", " the", " town",
-            " of", "F", "e", "n", "s", "k", "o", "r", "u", " ", "\n", "Th", "alrau", " Thalrau",
-            "ra", "\u{e9}", " caf", " Ca",
+            "",
+            "", // 0, 1: specials
+            " Fen",
+            "sk",
+            "orun",
+            "Fensk",
+            " fenskorun",
+            ".",
+            " born",
+            " in",
+            " the",
+            " town",
+            " of",
+            "F",
+            "e",
+            "n",
+            "s",
+            "k",
+            "o",
+            "r",
+            "u",
+            " ",
+            "\n",
+            "Th",
+            "alrau",
+            " Thalrau",
+            "ra",
+            "\u{e9}",
+            " caf",
+            " Ca",
         ];
         let mut bytes: Vec<Vec<u8>> = pieces.iter().map(|p| p.as_bytes().to_vec()).collect();
         // A byte-level piece that is half of "é" (0xC3 0xA9).
@@ -576,7 +602,10 @@ mod tests {
 
     /// Tokens allowed after `so_far` by searching every start of every passage for the bytes.
     fn brute_force(tokens: &TokenBytes, passages: &[&str], so_far: &[u32]) -> Vec<u32> {
-        let answer: Vec<u8> = so_far.iter().flat_map(|&t| tokens.piece(t).to_vec()).collect();
+        let answer: Vec<u8> = so_far
+            .iter()
+            .flat_map(|&t| tokens.piece(t).to_vec())
+            .collect();
         let mut out = Vec::new();
         for id in 0..tokens.len() as u32 {
             let piece = tokens.piece(id);
@@ -727,7 +756,7 @@ mod tests {
         assert!(first.contains(&10)); // " the"
         state.advance(10);
         state.advance(11); // "the town" (inside a span a question word is fine)
-        // "the town." stops at its full stop (a clause break); "the town of" goes on.
+                           // "the town." stops at its full stop (a clause break); "the town of" goes on.
         assert_eq!(state.allowed(), vec![END, 12, 21]);
         state.advance(12);
         state.advance(25);
