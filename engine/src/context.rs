@@ -136,22 +136,32 @@ impl Context {
         }
     }
 
-    /// The `n` best sentences of `ranked` (best first), grouped by passage.
-    pub fn sentences(hits: &[Hit], ranked: &[ScoredSentence], n: usize) -> Self {
-        let mut by_hit: Vec<Vec<Piece>> = vec![Vec::new(); hits.len()];
+    /// The `n` best sentences of `ranked` (best first), grouped by passage; documents ordered
+    /// by their best sentence (best first). Within a document the sentences keep the text's
+    /// order, or, with `best_last`, go from the weakest to the best: a small model favours what
+    /// it read last, so the best sentence should end the context.
+    pub fn sentences(hits: &[Hit], ranked: &[ScoredSentence], n: usize, best_last: bool) -> Self {
+        let mut documents: Vec<Vec<Piece>> = Vec::new();
+        let mut slot: Vec<Option<usize>> = vec![None; hits.len()];
         for s in ranked.iter().take(n) {
-            by_hit[s.passage].push(Piece {
+            let i = *slot[s.passage].get_or_insert_with(|| {
+                documents.push(Vec::new());
+                documents.len() - 1
+            });
+            documents[i].push(Piece {
                 hit: s.passage,
                 start: s.start,
                 end: s.end,
             });
         }
-        for pieces in &mut by_hit {
-            pieces.sort_by_key(|p| p.start);
+        for pieces in &mut documents {
+            if best_last {
+                pieces.reverse();
+            } else {
+                pieces.sort_by_key(|p| p.start);
+            }
         }
-        Self {
-            documents: by_hit.into_iter().filter(|p| !p.is_empty()).collect(),
-        }
+        Self { documents }
     }
 
     /// The documents as prompt passages (a document's pieces joined by spaces).
@@ -438,7 +448,7 @@ impl Default for PromptStyle {
     fn default() -> Self {
         Self {
             instruction: SHORT_ANSWER_INSTRUCTION.to_string(),
-            best_last: false,
+            best_last: true,
             lost_in_the_middle: false,
             query_aware: false,
             example: true,
@@ -531,7 +541,7 @@ mod tests {
     }
 
     #[test]
-    fn sentences_keep_passage_order_and_rank_order_of_documents() {
+    fn sentences_are_grouped_by_document_best_document_first() {
         let hits = [hit("a", "One. Two. Three."), hit("b", "Four. Five.")];
         let s = |passage, start, end, score| ScoredSentence {
             passage,
@@ -545,10 +555,16 @@ mod tests {
             s(0, 0, 4, 0.7),
             s(1, 0, 5, 0.1),
         ];
-        let ctx = Context::sentences(&hits, &ranked, 3);
+        let ctx = Context::sentences(&hits, &ranked, 3, false);
         let passages = ctx.passages(&hits);
-        assert_eq!(passages[0].text, "One. Three.");
-        assert_eq!(passages[1].text, "Five.");
+        assert_eq!(passages[0].text, "Five.");
+        assert_eq!(passages[1].text, "One. Three.");
         assert_eq!(ctx.pieces().len(), 3);
+        // Best last: within a document, from the weakest sentence to the best.
+        let ranked = [s(0, 0, 4, 0.9), s(0, 10, 16, 0.7)];
+        let ctx = Context::sentences(&hits, &ranked, 2, true);
+        assert_eq!(ctx.passages(&hits)[0].text, "Three. One.");
+        let ctx = Context::sentences(&hits, &ranked, 2, false);
+        assert_eq!(ctx.passages(&hits)[0].text, "One. Three.");
     }
 }

@@ -136,7 +136,7 @@ pub const DEFAULT_SPAN_END_BIAS: f32 = 2.0;
 pub const DEFAULT_SENTENCE_LEXICAL_WEIGHT: f32 = 0.0;
 
 /// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md).
-pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Sentences(4);
+pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Sentences(3);
 
 /// What kind of text an answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -464,7 +464,7 @@ impl Pipeline {
                     &mut ranked,
                     req.sentence_lexical_weight,
                 );
-                Context::sentences(&hits, &ranked, n)
+                Context::sentences(&hits, &ranked, n, req.best_last)
             }
             _ => Context::whole(&hits),
         };

@@ -414,6 +414,17 @@ impl SpanState {
                 }
             }
         }
+        // An end token only ends: in a vocabulary where it also spells text (a word-level
+        // test tokenizer), copying it would end the answer where no occurrence ends.
+        let may_end = self.started
+            && self
+                .live
+                .iter()
+                .any(|m| is_end(&src.lowered[m.passage], m.end));
+        out.retain(|t| !src.end_tokens.contains(t));
+        if may_end {
+            out.extend_from_slice(&src.end_tokens);
+        }
         out.sort_unstable();
         out.dedup();
         out
@@ -422,7 +433,14 @@ impl SpanState {
     /// Masks `logits` to the allowed tokens (see [`SpanState::allowed`]) and adds the source's
     /// end bias to the end tokens. Fails when nothing is allowed.
     pub fn constrain(&self, logits: &mut [f32]) -> Result<()> {
-        let allowed = self.allowed();
+        let mut allowed = self.allowed();
+        if allowed.is_empty() && self.started {
+            // Every occurrence stopped inside a word no token continues (" t1" copied from
+            // "t12" with a word-level vocabulary): the answer ends where it is.
+            allowed = self.source.end_tokens.clone();
+            allowed.sort_unstable();
+            allowed.dedup();
+        }
         if allowed.is_empty() {
             return Err(Error::invalid(
                 "a grounded answer has nothing in its passages to copy",

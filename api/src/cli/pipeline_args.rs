@@ -72,13 +72,14 @@ pub struct PipelineArgs {
     #[arg(long, env = "CAPSTAN_ANSWER")]
     pub answer: Option<AnswerMode>,
     /// What the Llama reader reads: `passages` (whole) or `sentences:N` (the N sentences of
-    /// the passages most similar to the question) [default: sentences:4].
+    /// the passages most similar to the question) [default: sentences:3].
     #[arg(long, env = "CAPSTAN_CONTEXT")]
     pub context: Option<ContextMode>,
     /// The instruction opening the Llama reader's prompt.
     #[arg(long)]
     pub instruction: Option<String>,
-    /// The best passage last, next to the question [default: false].
+    /// The best document last, next to the question (`--best-last false`: first)
+    /// [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub best_last: Option<bool>,
     /// A worked example (question, document, short answer) as an earlier turn of the prompt
