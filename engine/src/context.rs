@@ -414,6 +414,36 @@ pub fn add_lexical_overlap(
     });
 }
 
+/// Whether the question asks for a number (`Some(true)`: "what year", "how many", "how
+/// much", "how long", "how old", "at what elevation"), for something that is not one
+/// (`Some(false)`: "who", "where", "which person/town/..."), or cannot be told (`None`).
+/// English question words, not the corpus: a span answer then starts with a digit or not.
+pub fn wants_number(question: &str) -> Option<bool> {
+    let q = question.to_lowercase();
+    let words: Vec<&str> = q
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let has = |pair: &[&str]| words.windows(pair.len()).any(|w| w == pair);
+    let numeric = [
+        &["what", "year"][..],
+        &["which", "year"],
+        &["how", "many"],
+        &["how", "much"],
+        &["how", "long"],
+        &["how", "old"],
+        &["what", "elevation"],
+        &["how", "high"],
+    ];
+    if numeric.iter().any(|p| has(p)) {
+        return Some(true);
+    }
+    match words.first().copied() {
+        Some("who" | "whom" | "whose" | "where") => Some(false),
+        _ => None,
+    }
+}
+
 /// The worked example a prompt may carry: a question, its document and its short answer,
 /// shown to the model as an earlier turn of the conversation.
 const EXAMPLE_QUESTION: &str = "Which river flows through the old town of Ardenne?";
@@ -528,6 +558,23 @@ mod tests {
             bm25: None,
             dense: None,
         }
+    }
+
+    #[test]
+    fn number_questions_are_told_apart() {
+        assert_eq!(
+            wants_number("In what year was Skagavey founded?"),
+            Some(true)
+        );
+        assert_eq!(wants_number("How many employees does it have?"), Some(true));
+        assert_eq!(
+            wants_number("At what elevation does Norgwelo lie?"),
+            Some(true)
+        );
+        assert_eq!(wants_number("Where was Urgaud Aelri born?"), Some(false));
+        assert_eq!(wants_number("Who invented the Vebre plough?"), Some(false));
+        assert_eq!(wants_number("Which option of cp copies recursively?"), None);
+        assert_eq!(wants_number("When was it founded?"), None);
     }
 
     #[test]

@@ -527,6 +527,9 @@ impl Pipeline {
             if !req.span_trim_question {
                 source = source.avoiding_start_words(&question_words);
             }
+            if let Some(digit) = crate::context::wants_number(&req.question) {
+                source = source.starting_with_digit(digit);
+            }
             let source = std::sync::Arc::new(source);
             params.span = Some(source.clone());
             Some(source)

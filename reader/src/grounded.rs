@@ -234,22 +234,30 @@ fn is_continuation(b: u8) -> bool {
     (0x80..0xC0).contains(&b)
 }
 
-/// A span may start at `s`: a non-space byte that begins a word or is not part of one (the
-/// `s` of `Dulcorde's` is not a word of its own).
+/// A span may start at `s`: at the start of the passage, after a space, or after an opening
+/// bracket, quote or path separator (`(`, `[`, `{`, `<`, `"`, `'`, `` ` ``, `/`, `=`, `:`,
+/// `,`, `;`). Not inside a word or a hyphenated name (`profgen` of `llvm-profgen`, the second
+/// `-` of `--verify`), nor at the `s` of `Dulcorde's`.
 fn is_start(p: &[u8], s: usize) -> bool {
     let b = p[s];
-    let after_apostrophe = s >= 2 && p[s - 1] == b'\'' && is_word(p[s - 2]) && is_word(b);
-    !b.is_ascii_whitespace()
-        && !is_continuation(b)
-        && !after_apostrophe
-        && (s == 0 || !is_word(p[s - 1]) || !is_word(b))
+    if b.is_ascii_whitespace() || is_continuation(b) {
+        return false;
+    }
+    if s == 0 {
+        return true;
+    }
+    let prev = p[s - 1];
+    let after_apostrophe = prev == b'\'' && s >= 2 && is_word(p[s - 2]);
+    !after_apostrophe && (prev.is_ascii_whitespace() || b"([{<\"'`/=:,;".contains(&prev))
 }
 
-/// Whether a span must stop before `p[i]`: a line break, or `.,;:!?` followed by a space or
+/// Whether a span must stop before `p[i]`: a line break, a tab or a second space in a row
+/// (the columns of a table or of a manual's option list), or `.,;:!?` followed by a space or
 /// the end of the passage. A short answer stays within one clause.
 fn is_break(p: &[u8], i: usize) -> bool {
     match p[i] {
-        b'\n' => true,
+        b'\n' | b'\t' => true,
+        b' ' => i > 0 && p[i - 1] == b' ',
         b'.' | b',' | b';' | b':' | b'!' | b'?' => {
             p.get(i + 1).is_none_or(|b| b.is_ascii_whitespace())
         }
@@ -334,6 +342,28 @@ impl SpanSource {
                         let len = p[s..].iter().take_while(|&&b| is_word(b)).count();
                         len == 0 || !avoid.contains(&p[s..s + len])
                     })
+                    .collect()
+            })
+            .collect();
+        if kept.iter().any(|k| !k.is_empty()) {
+            self.starts = kept;
+        }
+        self
+    }
+
+    /// Keeps only the starts whose first byte is (`digit: true`) or is not (`false`) an ASCII
+    /// digit: "In what year…" is answered by a number, "Where…" and "Who…" are not. Refused
+    /// (left as it was) when it would leave no start at all.
+    pub fn starting_with_digit(mut self, digit: bool) -> Self {
+        let kept: Vec<Vec<u32>> = self
+            .lowered
+            .iter()
+            .zip(&self.starts)
+            .map(|(p, starts)| {
+                starts
+                    .iter()
+                    .copied()
+                    .filter(|&s| p[s as usize].is_ascii_digit() == digit)
                     .collect()
             })
             .collect();
@@ -782,6 +812,27 @@ mod tests {
         let mut state = SpanState::new(source);
         state.advance(6); // " fenskorun"
         assert_eq!(state.allowed(), vec![END]); // "," + space breaks the clause
+    }
+
+    #[test]
+    fn a_number_question_starts_with_a_digit_and_others_do_not() {
+        let pieces: Vec<Vec<u8>> = ["", "", " born", " 1878", "1878", " in", " Thalrau"]
+            .iter()
+            .map(|p| p.as_bytes().to_vec())
+            .collect();
+        let tokens = Arc::new(TokenBytes::from_pieces(pieces));
+        let passages = ["born in 1878 in Thalrau"];
+        let source = || SpanSource::new(tokens.clone(), &passages, &[END]).unwrap();
+        let digits = SpanState::new(Arc::new(source().starting_with_digit(true)));
+        assert_eq!(digits.allowed(), vec![3, 4]);
+        let words = SpanState::new(Arc::new(source().starting_with_digit(false)));
+        assert_eq!(words.allowed(), vec![2, 5, 6]);
+        // No digit anywhere: the filter is not applied.
+        let none = SpanSource::new(tokens.clone(), &["in Thalrau"], &[END]).unwrap();
+        assert_eq!(
+            SpanState::new(Arc::new(none.starting_with_digit(true))).allowed(),
+            vec![5, 6]
+        );
     }
 
     #[test]
