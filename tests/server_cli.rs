@@ -1585,7 +1585,12 @@ fn check_span_answer(a: &Value) -> String {
             .iter()
             .find(|p| p["passage_id"] == id)
             .unwrap();
-        let text: Vec<char> = passage["text"].as_str().unwrap().chars().collect();
+        let field = if span["in_title"] == json!(true) {
+            "title"
+        } else {
+            "text"
+        };
+        let text: Vec<char> = passage[field].as_str().unwrap().chars().collect();
         let (start, end) = (
             span["start"].as_u64().unwrap() as usize,
             span["end"].as_u64().unwrap() as usize,

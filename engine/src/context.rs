@@ -180,9 +180,16 @@ impl Context {
             .collect()
     }
 
-    /// Every piece, in document order: what a grounded answer may copy.
+    /// Every piece, in document order: what a grounded answer may copy, besides the titles.
     pub fn pieces(&self) -> Vec<Piece> {
         self.documents.iter().flatten().copied().collect()
+    }
+
+    /// The hits whose titles the model reads (one per document), in document order: a
+    /// grounded answer may copy a title too ("Which program is the GNU linker?" is answered
+    /// by the title of the page about it).
+    pub fn title_hits(&self) -> Vec<usize> {
+        self.documents.iter().map(|d| d[0].hit).collect()
     }
 }
 
@@ -195,13 +202,18 @@ pub struct AnswerSpan {
     pub start: usize,
     /// Character offset one past its end.
     pub end: usize,
+    /// The offsets are in the passage's title, not its text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_title: bool,
 }
 
 /// A grounded answer's text (copied from its first occurrence) and every place it stands,
-/// from the span matches over `pieces`; `None` when the span is empty.
+/// from the span matches over `pieces` followed by the titles of `title_hits`; `None` when
+/// the span is empty.
 pub fn resolve_span(
     source: &capstan_reader::SpanSource,
     pieces: &[Piece],
+    title_hits: &[usize],
     hits: &[Hit],
     matches: &[SpanMatch],
 ) -> Option<(String, Vec<AnswerSpan>)> {
@@ -211,13 +223,26 @@ pub fn resolve_span(
         let Some((t, m)) = span_text(source, m) else {
             continue;
         };
-        let piece = pieces[m.passage];
-        let passage = &hits[piece.hit].text;
-        let (start, end) = (piece.start + m.start, piece.start + m.end);
-        let span = AnswerSpan {
-            passage_id: hits[piece.hit].passage_id.clone(),
-            start: passage[..start].chars().count(),
-            end: passage[..end].chars().count(),
+        let span = match pieces.get(m.passage) {
+            Some(piece) => {
+                let passage = &hits[piece.hit].text;
+                let (start, end) = (piece.start + m.start, piece.start + m.end);
+                AnswerSpan {
+                    passage_id: hits[piece.hit].passage_id.clone(),
+                    start: passage[..start].chars().count(),
+                    end: passage[..end].chars().count(),
+                    in_title: false,
+                }
+            }
+            None => {
+                let hit = &hits[title_hits[m.passage - pieces.len()]];
+                AnswerSpan {
+                    passage_id: hit.passage_id.clone(),
+                    start: hit.title[..m.start].chars().count(),
+                    end: hit.title[..m.end].chars().count(),
+                    in_title: true,
+                }
+            }
         };
         if !spans.contains(&span) {
             spans.push(span);

@@ -509,10 +509,12 @@ impl Pipeline {
             params.stop_strings.push("\n".into());
         }
         let pieces = context.pieces();
+        let title_hits = context.title_hits();
         let source = if span_mode {
             let texts: Vec<&str> = pieces
                 .iter()
                 .map(|p| &hits[p.hit].text[p.start..p.end])
+                .chain(title_hits.iter().map(|&h| hits[h].title.as_str()))
                 .collect();
             // An answer does not begin by repeating the question ("What did Saquafen Dulcorde
             // do?" is not answered by "Saquafen Dulcorde died in 1941").
@@ -554,18 +556,20 @@ impl Pipeline {
         timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
         let finish_reason = Some(finish_reason(&generation.stop_reason).to_string());
         let (answer, citations, spans, kind) = match &source {
-            Some(source) => match resolve_span(source, &pieces, &hits, &generation.span) {
-                Some((text, spans)) => {
-                    let mut citations: Vec<String> = Vec::new();
-                    for s in &spans {
-                        if !citations.contains(&s.passage_id) {
-                            citations.push(s.passage_id.clone());
+            Some(source) => {
+                match resolve_span(source, &pieces, &title_hits, &hits, &generation.span) {
+                    Some((text, spans)) => {
+                        let mut citations: Vec<String> = Vec::new();
+                        for s in &spans {
+                            if !citations.contains(&s.passage_id) {
+                                citations.push(s.passage_id.clone());
+                            }
                         }
+                        (text, citations, spans, AnswerKind::Span)
                     }
-                    (text, citations, spans, AnswerKind::Span)
+                    None => (String::new(), Vec::new(), Vec::new(), AnswerKind::Span),
                 }
-                None => (String::new(), Vec::new(), Vec::new(), AnswerKind::Span),
-            },
+            }
             None => {
                 let answer = generation
                     .text
