@@ -852,6 +852,20 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_span_is_no_answer() {
+        let source = SpanSource::new(vocab(), &["Fenskorun, Thalrau."], &[END]).unwrap();
+        let m = |start, end| SpanMatch {
+            passage: 0,
+            start,
+            end,
+        };
+        assert_eq!(span_text(&source, m(9, 11)), None); // ", "
+        assert_eq!(span_text(&source, m(0, 0)), None);
+        let (text, at) = span_text(&source, m(0, 10)).unwrap(); // "Fenskorun,"
+        assert_eq!((text.as_str(), at.start, at.end), ("Fenskorun", 0, 9));
+    }
+
+    #[test]
     fn no_passages_no_span() {
         assert!(SpanSource::new(vocab(), &["", "  "], &[END]).is_err());
         assert!(SpanSource::new(vocab(), &["text"], &[]).is_err());
