@@ -90,6 +90,9 @@ pub struct QaRequest {
     pub span_trim_question: bool,
     /// Weight of the question's words in choosing sentences (`ContextMode::Sentences`).
     pub sentence_lexical_weight: f32,
+    /// A free answer is one line, with a repetition penalty (a QA answer); false for a chat
+    /// reply, which may run over several lines.
+    pub short_free_answer: bool,
 }
 
 impl QaRequest {
@@ -115,6 +118,7 @@ impl QaRequest {
             span_end_bias: DEFAULT_SPAN_END_BIAS,
             span_trim_question: false,
             sentence_lexical_weight: DEFAULT_SENTENCE_LEXICAL_WEIGHT,
+            short_free_answer: true,
         }
     }
 
@@ -504,8 +508,10 @@ impl Pipeline {
                 )
             }
         };
-        // A short answer is one line: free text stops at the first line break.
-        if !params.stop_strings.iter().any(|s| s == "\n") {
+        // A short answer is one line: free text stops at the first line break (so does a base
+        // model's continuation after "Answer:").
+        let one_line = req.short_free_answer || !model.uses_chat_template();
+        if one_line && !params.stop_strings.iter().any(|s| s == "\n") {
             params.stop_strings.push("\n".into());
         }
         let pieces = context.pieces();
@@ -539,7 +545,7 @@ impl Pipeline {
             None
         };
         params.stop_on_repetition |= !span_mode;
-        if !span_mode && params.repetition_penalty == 1.0 {
+        if !span_mode && req.short_free_answer && params.repetition_penalty == 1.0 {
             // Free answers of small models loop ("Fenskorun Fenskorun Fenskorun"): a mild
             // penalty, as Hugging Face applies it, breaks the loop without changing short
             // answers.

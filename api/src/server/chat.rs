@@ -102,6 +102,7 @@ pub async fn completions(
     let mut req = state.defaults.clone();
     req.question = question;
     req.answer = capstan_engine::context::AnswerMode::Free;
+    req.short_free_answer = false;
     let model = body
         .model
         .clone()
