@@ -544,13 +544,11 @@ impl Pipeline {
         } else {
             None
         };
+        // Free text that starts to loop ends there. (Hugging Face's repetition penalty is no
+        // cure: it also penalises the prompt's tokens, so a penalised model avoids the very
+        // names it should copy: "The ZebleglassWorksHQSZBWL…" for the Zezel Glassworks at
+        // 1.2, EM 0.000 on the encyclopedia's test split, docs/BENCHMARKS.md.)
         params.stop_on_repetition |= !span_mode;
-        if !span_mode && req.short_free_answer && params.repetition_penalty == 1.0 {
-            // Free answers of small models loop ("Fenskorun Fenskorun Fenskorun"): a mild
-            // penalty, as Hugging Face applies it, breaks the loop without changing short
-            // answers.
-            params.repetition_penalty = FREE_REPETITION_PENALTY;
-        }
         model.check_length(usage_in.0, params.max_new_tokens)?;
         timings.assemble_ms = ms(t);
         let t = Instant::now();
@@ -606,9 +604,6 @@ impl Pipeline {
         })
     }
 }
-
-/// The repetition penalty of free answers when the request sets none.
-pub const FREE_REPETITION_PENALTY: f32 = 1.2;
 
 /// OpenAI's name for why generation ended.
 pub fn finish_reason(stop: &capstan_reader::StopReason) -> &'static str {
