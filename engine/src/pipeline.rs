@@ -86,8 +86,6 @@ pub struct QaRequest {
     pub example: bool,
     /// Added to the end-of-answer logits of a span answer where it may end (> 0: shorter).
     pub span_end_bias: f32,
-    /// Question words are trimmed from a span answer instead of being barred from starting it.
-    pub span_trim_question: bool,
     /// Weight of the question's words in choosing sentences (`ContextMode::Sentences`).
     pub sentence_lexical_weight: f32,
     /// A free answer is one line, with a repetition penalty (a QA answer); false for a chat
@@ -116,7 +114,6 @@ impl QaRequest {
             best_last: style.best_last,
             example: style.example,
             span_end_bias: DEFAULT_SPAN_END_BIAS,
-            span_trim_question: false,
             sentence_lexical_weight: DEFAULT_SENTENCE_LEXICAL_WEIGHT,
             short_free_answer: true,
         }
@@ -531,10 +528,10 @@ impl Pipeline {
                 .filter(|w| !w.is_empty())
                 .chain(crate::context::NON_ANSWER_STARTS.iter().copied())
                 .collect();
-            let mut source = model.span_source(&texts)?.with_end_bias(req.span_end_bias);
-            if !req.span_trim_question {
-                source = source.avoiding_start_words(&question_words);
-            }
+            let mut source = model
+                .span_source(&texts)?
+                .with_end_bias(req.span_end_bias)
+                .avoiding_start_words(&question_words);
             if let Some(digit) = crate::context::wants_number(&req.question) {
                 source = source.starting_with_digit(digit);
             }

@@ -329,6 +329,16 @@ impl SpanSource {
         if avoid.is_empty() {
             return self;
         }
+        self.retain_starts(|p, s| {
+            let len = p[s..].iter().take_while(|&&b| is_word(b)).count();
+            len == 0 || !avoid.contains(&p[s..s + len])
+        });
+        self
+    }
+
+    /// Keeps the starts `keep(passage, start)` accepts, unless that would leave none at all
+    /// (a filter that rules out every span is ignored rather than leaving nothing to copy).
+    fn retain_starts(&mut self, keep: impl Fn(&[u8], usize) -> bool) {
         let kept: Vec<Vec<u32>> = self
             .lowered
             .iter()
@@ -337,39 +347,20 @@ impl SpanSource {
                 starts
                     .iter()
                     .copied()
-                    .filter(|&s| {
-                        let s = s as usize;
-                        let len = p[s..].iter().take_while(|&&b| is_word(b)).count();
-                        len == 0 || !avoid.contains(&p[s..s + len])
-                    })
+                    .filter(|&s| keep(p, s as usize))
                     .collect()
             })
             .collect();
         if kept.iter().any(|k| !k.is_empty()) {
             self.starts = kept;
         }
-        self
     }
 
     /// Keeps only the starts whose first byte is (`digit: true`) or is not (`false`) an ASCII
     /// digit: "In what year…" is answered by a number, "Where…" and "Who…" are not. Refused
     /// (left as it was) when it would leave no start at all.
     pub fn starting_with_digit(mut self, digit: bool) -> Self {
-        let kept: Vec<Vec<u32>> = self
-            .lowered
-            .iter()
-            .zip(&self.starts)
-            .map(|(p, starts)| {
-                starts
-                    .iter()
-                    .copied()
-                    .filter(|&s| p[s as usize].is_ascii_digit() == digit)
-                    .collect()
-            })
-            .collect();
-        if kept.iter().any(|k| !k.is_empty()) {
-            self.starts = kept;
-        }
+        self.retain_starts(|p, s| p[s].is_ascii_digit() == digit);
         self
     }
 

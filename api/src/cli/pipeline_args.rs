@@ -90,9 +90,6 @@ pub struct PipelineArgs {
     /// answers [default: 2].
     #[arg(long, allow_negative_numbers = true)]
     pub span_end_bias: Option<f32>,
-    /// Let a span answer start with the question's words (trimmed afterwards).
-    #[arg(long, hide = true)]
-    pub span_trim_question: bool,
     /// Weight of the question's words when choosing sentences (context sentences:N).
     #[arg(long, hide = true)]
     pub sentence_lexical_weight: Option<f32>,
@@ -315,7 +312,6 @@ pub fn build(
             .or(file.reader.example)
             .unwrap_or(defaults.example),
         span_end_bias: args.span_end_bias.unwrap_or(defaults.span_end_bias),
-        span_trim_question: args.span_trim_question,
         sentence_lexical_weight: args
             .sentence_lexical_weight
             .unwrap_or(defaults.sentence_lexical_weight),
