@@ -31,11 +31,13 @@ pub mod cpu;
 mod cuda;
 mod ops;
 mod pattern;
+mod qmatmul_op;
 
 pub use ops::{attention, rms_norm_residual, rope_qk, AttentionOptions, RopeParams};
 pub use pattern::{
     effective_shift, key_range, scca_rules, visible, HeadRule, Pattern, SccaKind, TILE,
 };
+pub use qmatmul_op::qmatmul;
 
 /// Results of this crate's ops (candle's error type: the ops run inside candle).
 pub type Result<T> = candle_core::Result<T>;

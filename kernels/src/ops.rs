@@ -1,4 +1,5 @@
-//! The kernels as candle custom ops: `cpu_fwd` runs the CPU reference ([`crate::cpu`]),
+//! The kernels as candle custom ops: `cpu_fwd` runs the CPU versions ([`crate::cpu`]; attention
+//! the blocked one, tested equal to the reference),
 //! `cuda_fwd` the NVRTC-compiled CUDA kernel on candle's stream.
 
 use candle_core::backend::BackendStorage;
@@ -48,6 +49,14 @@ pub(crate) fn cpu_f32_at(s: &CpuStorage, start: usize, n: usize) -> Result<Vec<f
             "capstan-kernels: expected a float tensor, got {:?}",
             s.dtype()
         ),
+    })
+}
+
+/// [`cpu_f32_at`] without a copy when the storage is f32.
+fn cpu_f32_ref(s: &CpuStorage, start: usize, n: usize) -> Result<std::borrow::Cow<'_, [f32]>> {
+    Ok(match s {
+        CpuStorage::F32(v) => std::borrow::Cow::Borrowed(&v[start..start + n]),
+        _ => std::borrow::Cow::Owned(cpu_f32_at(s, start, n)?),
     })
 }
 
@@ -180,7 +189,11 @@ impl CustomOp3 for AttentionOp {
         let span = Self::kv_span(&dims);
         let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
         let q = cpu_f32(sq, lq)?;
-        let (k, v) = (cpu_f32_at(sk, at(lk), span)?, cpu_f32_at(sv, at(lv), span)?);
+        // f32 keys and values (a KV cache's buffer) are read in place.
+        let (k, v) = (
+            cpu_f32_ref(sk, at(lk), span)?,
+            cpu_f32_ref(sv, at(lv), span)?,
+        );
         let qg = self.opts.q_grouped.as_ref().map(tensor_f32).transpose()?;
         let kg = match &self.opts.k_grouped {
             Some(t) => {
@@ -203,7 +216,7 @@ impl CustomOp3 for AttentionOp {
             ),
             None => None,
         };
-        let out = cpu::attention(
+        let out = cpu::attention_blocked(
             &q,
             &k,
             &v,

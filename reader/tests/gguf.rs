@@ -139,7 +139,7 @@ fn smollm2_quantized_agrees_with_the_reference_on_top1() {
         "top-1 agreement {frac:.3}"
     );
     assert!(in_top8 as f64 >= 0.99 * got.len() as f64, "top-8 {in_top8}");
-    // Decoding steps run candle's quantized kernels (activations quantized to 8 bits): fed
+    // Decoding steps run Capstan's quantized kernels (activations quantized to 8 bits): fed
     // the reference's greedy tokens one at a time, the next token agrees at nearly every step.
     let want = ids(&expected["greedy_tokens"]);
     let mut cache = Cache::new(&model);

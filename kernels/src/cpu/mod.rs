@@ -3,7 +3,11 @@
 //! accumulation, tiles outside the pattern's key range skipped) so that a GPU result can be
 //! compared with them directly.
 
+mod blocked;
 pub mod math;
+pub mod qmatmul;
+
+pub use blocked::attention_blocked;
 
 use crate::pattern::{key_range, visible, Pattern, TILE};
 

@@ -2,6 +2,7 @@
 
 use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Tensor};
 use capstan_kernels::cpu::math;
+use capstan_kernels::{AttentionOptions, Pattern};
 
 use super::cache::LayerKv;
 use super::{CResult, MASKED};
@@ -9,6 +10,10 @@ use super::{CResult, MASKED};
 /// On the CPU, causal attention over a prompt chunk runs per head and per block of this many
 /// queries (bounds the attention-score memory and skips keys no query of the block sees).
 pub(super) const QUERY_BLOCK: usize = 256;
+
+/// On the CPU, query rows up to which causal attention runs Capstan's blocked kernel rather
+/// than matrix products with the softmax between (measured: docs/BENCHMARKS.md, issue 24).
+const KERNEL_ROWS: usize = 64;
 
 /// On a GPU (the matrix-product path), per block of this many queries: 32 heads x 1,024 rows x
 /// 32K keys of f32 scores are 4 GiB.
@@ -71,6 +76,19 @@ pub(super) fn attend(
     n_rep: usize,
 ) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
+    let kernel_rows = std::env::var("CAPSTAN_KERNEL_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(KERNEL_ROWS);
+    if mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32 && s <= kernel_rows {
+        // Decoding steps and short chunks: Capstan's blocked kernel reads the cache in place,
+        // threaded over heads.
+        let t = k.dim(2)?;
+        let mut opts = AttentionOptions::new(Pattern::Causal);
+        opts.q_pos0 = (t - s) as u64;
+        let out = capstan_kernels::attention(q, &k, &v, opts)?;
+        return out.transpose(1, 2)?.reshape((b, s, h * d));
+    }
     if n_rep > 1 && s == 1 && mask.is_none() {
         // A decoding step with grouped-query heads: the queries sharing a KV head attend as one
         // block of rows, so the cache is read in place instead of copied `n_rep` times (at 2K

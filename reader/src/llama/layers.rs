@@ -9,7 +9,7 @@ use super::attend::{append_kv, attend};
 use super::cache::{CrossContext, CrossLayerState, LayerKv};
 use super::packed::Span;
 use super::rope::{Rope, Rotary};
-use super::weights::{Proj, Weights};
+use super::weights::{Proj, ProjGroup, Weights};
 use super::CResult;
 use crate::config::LlamaConfig;
 use crate::error::{Error, Result};
@@ -17,9 +17,8 @@ use crate::error::{Error, Result};
 /// Self-attention with RoPE and grouped-query heads (`LlamaAttention`).
 #[derive(Debug, Clone)]
 pub(super) struct SelfAttention {
-    pub(super) q_proj: Proj,
-    pub(super) k_proj: Proj,
-    pub(super) v_proj: Proj,
+    /// q, k and v.
+    pub(super) qkv: ProjGroup,
     pub(super) o_proj: Proj,
     pub(super) n_heads: usize,
     pub(super) n_kv_heads: usize,
@@ -35,9 +34,11 @@ impl SelfAttention {
             cfg.head_size(),
         );
         Ok(Self {
-            q_proj: vb.pp("q_proj").proj(h, nh * hd, cfg.qkv_bias())?,
-            k_proj: vb.pp("k_proj").proj(h, nkv * hd, cfg.qkv_bias())?,
-            v_proj: vb.pp("v_proj").proj(h, nkv * hd, cfg.qkv_bias())?,
+            qkv: ProjGroup::new(vec![
+                vb.pp("q_proj").proj(h, nh * hd, cfg.qkv_bias())?,
+                vb.pp("k_proj").proj(h, nkv * hd, cfg.qkv_bias())?,
+                vb.pp("v_proj").proj(h, nkv * hd, cfg.qkv_bias())?,
+            ]),
             o_proj: vb.pp("o_proj").proj(nh * hd, h, cfg.attention_bias)?,
             n_heads: nh,
             n_kv_heads: nkv,
@@ -49,15 +50,16 @@ impl SelfAttention {
     /// RoPE.
     fn project_heads(&self, x: &Tensor) -> CResult<(Tensor, Tensor, Tensor)> {
         let (b, s, _) = x.dims3()?;
-        let heads = |t: Tensor, n: usize| -> CResult<Tensor> {
+        let heads = |t: &Tensor, n: usize| -> CResult<Tensor> {
             t.reshape((b, s, n, self.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()
         };
+        let qkv = self.qkv.forward(x)?;
         Ok((
-            heads(self.q_proj.forward(x)?, self.n_heads)?,
-            heads(self.k_proj.forward(x)?, self.n_kv_heads)?,
-            heads(self.v_proj.forward(x)?, self.n_kv_heads)?,
+            heads(&qkv[0], self.n_heads)?,
+            heads(&qkv[1], self.n_kv_heads)?,
+            heads(&qkv[2], self.n_kv_heads)?,
         ))
     }
 
@@ -258,8 +260,8 @@ impl CrossAttention {
 /// SwiGLU feed-forward (`LlamaMLP`).
 #[derive(Debug, Clone)]
 pub(super) struct Mlp {
-    pub(super) gate_proj: Proj,
-    pub(super) up_proj: Proj,
+    /// gate and up.
+    pub(super) gate_up: ProjGroup,
     pub(super) down_proj: Proj,
 }
 
@@ -267,15 +269,18 @@ impl Mlp {
     pub(super) fn load(vb: Weights, cfg: &LlamaConfig) -> CResult<Self> {
         let (h, i, b) = (cfg.hidden_size, cfg.intermediate_size, cfg.mlp_bias);
         Ok(Self {
-            gate_proj: vb.pp("gate_proj").proj(h, i, b)?,
-            up_proj: vb.pp("up_proj").proj(h, i, b)?,
+            gate_up: ProjGroup::new(vec![
+                vb.pp("gate_proj").proj(h, i, b)?,
+                vb.pp("up_proj").proj(h, i, b)?,
+            ]),
             down_proj: vb.pp("down_proj").proj(i, h, b)?,
         })
     }
 
     pub(super) fn forward(&self, x: &Tensor) -> CResult<Tensor> {
-        let gate = candle_nn::ops::silu(&self.gate_proj.forward(x)?)?;
-        self.down_proj.forward(&(gate * self.up_proj.forward(x)?)?)
+        let gu = self.gate_up.forward(x)?;
+        self.down_proj
+            .forward(&(candle_nn::ops::silu(&gu[0])? * &gu[1])?)
     }
 }
 

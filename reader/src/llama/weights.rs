@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use std::borrow::Cow;
-
-use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
-use half::f16;
+use capstan_kernels::cpu::qmatmul::{GgmlFormat, QMatrix};
 
 use super::CResult;
 use crate::gguf::GgufWeights;
@@ -103,98 +101,120 @@ impl<'a> Weights<'a> {
     }
 }
 
-/// Q4_1's per-block `8 d + m` of a matrix run as Q4_0: `(out, in / 32)`, as a tensor (prompt
-/// chunks) and as plain values (decoding steps).
-#[derive(Debug, Clone)]
-pub(crate) struct BlockOffsets {
-    offsets: Tensor,
-    values: std::sync::Arc<[f32]>,
-}
-
-/// A linear layer, dense or quantized (llama.cpp block formats, multiplied by candle's
-/// quantized kernels on CPU and CUDA).
+/// A linear layer: dense, quantized in Capstan's CPU layout ([`QMatrix`], the GGML formats
+/// it repacks), or quantized as candle keeps it (CUDA, and other GGML formats).
 #[derive(Debug, Clone)]
 pub(crate) enum Proj {
     Dense(Linear),
+    Packed {
+        weight: Arc<QMatrix>,
+        bias: Option<Tensor>,
+    },
     Quantized {
         weight: QMatMul,
-        /// Q4_1 on the CPU, run as Q4_0 (see [`q4_1_as_q4_0`]): `(out, in / 32)`, each block's
-        /// `8 d + m`, multiplied by the input's block sums.
-        block_offsets: Option<BlockOffsets>,
         bias: Option<Tensor>,
     },
 }
 
+/// The repacked CPU layout of a GGML type, where there is one.
+fn packed_format(dtype: GgmlDType) -> Option<GgmlFormat> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => GgmlFormat::Q4_0,
+        GgmlDType::Q4_1 => GgmlFormat::Q4_1,
+        GgmlDType::Q8_0 => GgmlFormat::Q8_0,
+        GgmlDType::Q4K => GgmlFormat::Q4K,
+        GgmlDType::Q6K => GgmlFormat::Q6K,
+        _ => return None,
+    })
+}
+
 impl Proj {
     fn quantized(qt: QTensor, bias: Option<Tensor>) -> CResult<Self> {
-        let (qt, block_offsets) = if qt.dtype() == GgmlDType::Q4_1 && qt.device().is_cpu() {
-            let (q4_0, offsets) = q4_1_as_q4_0(&qt)?;
-            let values = offsets.flatten_all()?.to_vec1::<f32>()?.into();
-            (q4_0, Some(BlockOffsets { offsets, values }))
-        } else {
-            (qt, None)
-        };
+        if let (true, Some(format)) = (qt.device().is_cpu(), packed_format(qt.dtype())) {
+            let (rows, cols) = qt.shape().dims2()?;
+            let weight = QMatrix::from_ggml(format, rows, cols, &qt.data()?)
+                .map_err(candle_core::Error::Msg)?;
+            return Ok(Proj::Packed {
+                weight: Arc::new(weight),
+                bias,
+            });
+        }
         // F32/F16/BF16 tensors become plain f32 matrices inside QMatMul.
         Ok(Proj::Quantized {
             weight: QMatMul::from_qtensor(qt)?,
-            block_offsets,
             bias,
         })
     }
 }
 
-/// Q4_1 (`x = d q + m`, q in 0..16) as Q4_0 (`x = d (q - 8)`) with the same scales and
-/// nibbles, plus a per-block offset `8 d + m`: `w . x = w0 . x + sum_b (8 d_b + m_b) S_b(x)`,
-/// `S_b` the sum of the input over block `b`. Exact in the weights; it runs Q4_1 files
-/// through candle's vectorised Q4_0 kernels (its Q4_1 dot product on x86 is scalar).
-fn q4_1_as_q4_0(qt: &QTensor) -> CResult<(QTensor, Tensor)> {
-    const BLOCK: usize = 32;
-    const Q4_1_BYTES: usize = 20;
-    let (rows, cols) = qt.shape().dims2()?;
-    let data = qt.data()?;
-    let blocks = data.len() / Q4_1_BYTES;
-    if cols % BLOCK != 0 || blocks != rows * cols / BLOCK {
-        candle_core::bail!(
-            "Q4_1 tensor of shape ({rows}, {cols}) holds {} bytes",
-            data.len()
-        );
-    }
-    let mut q4_0 = Vec::with_capacity(blocks * 18);
-    let mut offsets = Vec::with_capacity(blocks);
-    for b in data.chunks_exact(Q4_1_BYTES) {
-        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
-        let m = f16::from_le_bytes([b[2], b[3]]).to_f32();
-        q4_0.extend_from_slice(&b[0..2]);
-        q4_0.extend_from_slice(&b[4..20]);
-        offsets.push(8.0 * d + m);
-    }
-    let storage = QStorage::from_data(Cow::Owned(q4_0), &Device::Cpu, GgmlDType::Q4_0)?;
-    let q4_0 = QTensor::new(storage, (rows, cols))?;
-    let offsets = Tensor::from_vec(offsets, (rows, cols / BLOCK), &Device::Cpu)?;
-    Ok((q4_0, offsets))
+/// Projections of the same input (q, k and v; gate and up): one stacked matrix where their
+/// layouts allow it, so a step runs one product (one pass of the thread pool) instead of
+/// several; else each on its own.
+#[derive(Debug, Clone)]
+pub(crate) enum ProjGroup {
+    Separate(Vec<Proj>),
+    Stacked { proj: Proj, widths: Vec<usize> },
 }
 
-/// `y += S(x) offsets^T` for a few rows (decoding steps), in one pass over plain slices: as
-/// four candle ops (reshape, sum, transpose-matmul, add) per matrix it cost more than the
-/// quantized product itself (SmolLM2 decoding at 6 instead of 21 tokens/s).
-fn add_block_offsets_rows(y: &Tensor, x: &Tensor, offsets: &BlockOffsets) -> CResult<Tensor> {
-    let (out, blocks) = offsets.offsets.dims2()?;
-    let off = &offsets.values;
-    let xs = x.flatten_all()?.to_vec1::<f32>()?;
-    let mut ys = y.flatten_all()?.to_vec1::<f32>()?;
-    let mut sums = vec![0f32; blocks];
-    for (xr, yr) in xs.chunks_exact(blocks * 32).zip(ys.chunks_exact_mut(out)) {
-        for (s, b) in sums.iter_mut().zip(xr.chunks_exact(32)) {
-            *s = b.iter().sum();
+impl ProjGroup {
+    pub(crate) fn new(parts: Vec<Proj>) -> Self {
+        let mut mats = Vec::new();
+        let mut biases = Vec::new();
+        let mut widths = Vec::new();
+        for p in &parts {
+            let Proj::Packed { weight, bias } = p else {
+                return Self::Separate(parts);
+            };
+            mats.push(weight.as_ref());
+            biases.push(bias.clone());
+            widths.push(weight.rows());
         }
-        for (yo, offs) in yr.iter_mut().zip(off.chunks_exact(blocks)) {
-            *yo += offs.iter().zip(&sums).map(|(o, s)| o * s).sum::<f32>();
+        let Some(weight) = QMatrix::stack(&mats) else {
+            return Self::Separate(parts);
+        };
+        let bias = if biases.iter().all(Option::is_some) {
+            match Tensor::cat(&biases.into_iter().flatten().collect::<Vec<_>>(), 0) {
+                Ok(b) => Some(b),
+                Err(_) => return Self::Separate(parts),
+            }
+        } else if biases.iter().all(Option::is_none) {
+            None
+        } else {
+            return Self::Separate(parts);
+        };
+        Self::Stacked {
+            proj: Proj::Packed {
+                weight: Arc::new(weight),
+                bias,
+            },
+            widths,
         }
     }
-    Tensor::from_vec(ys, y.shape(), y.device())
+
+    /// Each projection of `x`, in order (views of one product's output when stacked).
+    pub(crate) fn forward(&self, x: &Tensor) -> CResult<Vec<Tensor>> {
+        match self {
+            Self::Separate(parts) => parts.iter().map(|p| p.forward(x)).collect(),
+            Self::Stacked { proj, widths } => {
+                let y = proj.forward(x)?;
+                let last = y.rank() - 1;
+                let mut at = 0;
+                widths
+                    .iter()
+                    .map(|&w| {
+                        let part = y.narrow(last, at, w);
+                        at += w;
+                        part
+                    })
+                    .collect()
+            }
+        }
+    }
 }
 
-/// Rows (tokens) from which a quantized CPU matrix is dequantized for the product.
+/// Rows (tokens) from which a quantized CPU matrix is dequantized for the product: the f32
+/// GEMM then beats the quantized kernels, whose work grows with the rows (measured:
+/// docs/BENCHMARKS.md, issue 24).
 const DEQUANTIZE_ROWS: usize = 32;
 
 fn rows(x: &Tensor) -> usize {
@@ -203,39 +223,31 @@ fn rows(x: &Tensor) -> usize {
 
 impl Module for Proj {
     fn forward(&self, x: &Tensor) -> CResult<Tensor> {
-        match self {
-            Proj::Dense(l) => l.forward(x),
-            Proj::Quantized {
-                weight,
-                block_offsets,
-                bias,
-            } => {
-                let mut y = match weight {
+        let (y, bias) = match self {
+            Proj::Dense(l) => return l.forward(x),
+            Proj::Packed { weight, bias } => {
+                let y = if rows(x) >= DEQUANTIZE_ROWS {
+                    let (r, c) = (weight.rows(), weight.cols());
+                    let w = Tensor::from_vec(weight.dequantize(), (r, c), x.device())?;
+                    x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?)?
+                } else {
+                    capstan_kernels::qmatmul(x, weight)?
+                };
+                (y, bias)
+            }
+            Proj::Quantized { weight, bias } => {
+                let y = match weight {
                     QMatMul::QTensor(q) if x.device().is_cpu() && rows(x) >= DEQUANTIZE_ROWS => {
-                        // Prompt chunks: one matrix dequantized at a time and multiplied by the
-                        // f32 GEMM is ~3x faster than candle's quantized CPU kernels, whose
-                        // matrix-matrix path is a loop of dot products; decoding steps keep the
-                        // quantized kernels (they read 4-8x fewer bytes).
                         x.broadcast_matmul(&q.dequantize(x.device())?.t()?)?
                     }
                     _ => weight.forward(x)?,
                 };
-                if let Some(off) = block_offsets {
-                    y = if rows(x) < DEQUANTIZE_ROWS {
-                        add_block_offsets_rows(&y, x, off)?
-                    } else {
-                        let mut dims = x.dims().to_vec();
-                        let cols = dims.pop().unwrap_or(0);
-                        dims.extend([cols / 32, 32]);
-                        let sums = x.reshape(dims)?.sum(candle_core::D::Minus1)?;
-                        (y + sums.broadcast_matmul(&off.offsets.t()?)?)?
-                    };
-                }
-                match bias {
-                    Some(b) => y.broadcast_add(b),
-                    None => Ok(y),
-                }
+                (y, bias)
             }
+        };
+        match bias {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
         }
     }
 }

@@ -1,0 +1,48 @@
+//! Throughput of the quantized CPU products on matrices of SmolLM2's shapes, one row and
+//! batches of rows: `cargo run --release -p capstan-kernels --example qmatmul_speed`.
+//! (A probe for profiling; benchmarks against peers live in bench/.)
+
+use std::time::Instant;
+
+use capstan_kernels::cpu::qmatmul::{GgmlFormat, QKernel, QMatrix};
+
+fn main() {
+    let kernel = match std::env::args().nth(1).as_deref() {
+        Some("portable") => QKernel::Portable,
+        _ => QKernel::best(),
+    };
+    for (format, block, rows, cols) in [
+        (GgmlFormat::Q4_1, 20, 1536, 576),
+        (GgmlFormat::Q4_1, 20, 576, 1536),
+        (GgmlFormat::Q8_0, 34, 49152, 576),
+    ] {
+        let blocks = rows * cols / 32;
+        // Valid blocks: small f16 scales (0x2000 = 2^-7), arbitrary nibbles or bytes.
+        let mut data = vec![0u8; blocks * block];
+        for (i, b) in data.chunks_exact_mut(block).enumerate() {
+            b[1] = 0x20;
+            let from = if block == 20 { 4 } else { 2 };
+            for (j, v) in b[from..].iter_mut().enumerate() {
+                *v = ((i * 7 + j * 13) % 251) as u8;
+            }
+        }
+        let m = QMatrix::from_ggml(format, rows, cols, &data).expect("valid blocks");
+        for n in [1, 4, 16] {
+            let x: Vec<f32> = (0..n * cols)
+                .map(|i| ((i % 17) as f32 - 8.0) / 8.0)
+                .collect();
+            let reps = (2_000_000_000 / (rows * cols * n)).max(3);
+            let t = Instant::now();
+            for _ in 0..reps {
+                std::hint::black_box(m.matmul_with(&x, kernel));
+            }
+            let s = t.elapsed().as_secs_f64() / reps as f64;
+            println!(
+                "{format:?} ({rows}, {cols}) x {n} rows: {:.3} ms, {:.1} GMAC/s, {:.1} GB/s of weights",
+                s * 1e3,
+                (rows * cols * n) as f64 / s / 1e9,
+                m.bytes() as f64 / s / 1e9
+            );
+        }
+    }
+}
