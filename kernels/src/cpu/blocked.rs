@@ -1,7 +1,8 @@
 //! The attention the CPU runs: [`super::attention`]'s arithmetic (tiles of [`TILE`] keys, an
 //! online softmax, f32 accumulation, every pattern) made fast. Heads and blocks of query rows
-//! run on the thread pool, keys and values are read where they lie (a KV cache's buffer,
-//! never copied), and the dot products and value updates are vectorised (AVX2 + FMA picked at
+//! run on the thread pool; the query heads that share a key head read each key and value once
+//! (grouped-query attention; SCCA's heads differ and run alone); keys and values are read where
+//! they lie (a KV cache's buffer, never copied); and the dot products and value updates are vectorised (AVX2 + FMA picked at
 //! run time). Equal to the reference up to rounding (tested for every pattern).
 
 use rayon::prelude::*;
@@ -10,7 +11,7 @@ use super::math;
 use super::{AttnDims, AttnExtras, AttnPositions};
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
-/// Query rows per task (one for a decoding step: its heads are the tasks).
+/// Query rows per task.
 const QUERY_BLOCK: usize = 16;
 
 /// [`super::attention`], threaded and vectorised. Returns `(batch, heads, q_len, dim)`.
@@ -26,6 +27,7 @@ pub fn attention_blocked(
     let AttnDims {
         batch,
         heads,
+        kv_heads,
         q_len,
         dim,
         ..
@@ -34,38 +36,53 @@ pub fn attention_blocked(
     if out.is_empty() {
         return out;
     }
-    let rows = |bh: usize| Rows {
-        q,
-        k,
-        v,
-        dims,
-        pos,
-        pattern,
-        extras,
-        b: bh / heads,
-        h: bh % heads,
-    };
-    let block = QUERY_BLOCK.min(q_len);
-    let head_len = q_len * dim;
-    if batch * heads * q_len * dims.kv_len * dim < 1 << 15 {
-        for (bh, head) in out.chunks_mut(head_len).enumerate() {
-            for (blk, o) in head.chunks_mut(block * dim).enumerate() {
-                rows(bh).run(blk * block, o);
-            }
-        }
+    // Heads attending together: all those of a key head, unless their key ranges differ or
+    // there would be too few tasks to keep the threads busy (a decoding step of a model with
+    // three key heads on two threads: measured slower grouped).
+    let blocks = q_len.div_ceil(QUERY_BLOCK);
+    let group = if matches!(pattern, Pattern::Scca(_))
+        || batch * kv_heads * blocks < 4 * rayon::current_num_threads()
+    {
+        1
     } else {
-        out.par_chunks_mut(head_len)
-            .enumerate()
-            .for_each(|(bh, head)| {
-                head.par_chunks_mut(block * dim)
-                    .enumerate()
-                    .for_each(|(blk, o)| rows(bh).run(blk * block, o));
-            });
+        heads / kv_heads
+    };
+    let groups = batch * heads / group;
+    let ptr = OutPtr(out.as_mut_ptr());
+    let run = |task: usize| {
+        let (g, blk) = (task / blocks, task % blocks);
+        let rows = Rows {
+            q,
+            k,
+            v,
+            dims,
+            pos,
+            pattern,
+            extras,
+            b: g * group / heads,
+            h0: g * group % heads,
+            group,
+        };
+        let r0 = blk * QUERY_BLOCK;
+        // SAFETY: each task writes its own heads' rows `r0..r1`, inside `out`.
+        unsafe { rows.run(r0, (r0 + QUERY_BLOCK).min(q_len), ptr) };
+    };
+    if batch * heads * q_len * dims.kv_len * dim < 1 << 15 {
+        (0..groups * blocks).for_each(run);
+    } else {
+        (0..groups * blocks).into_par_iter().for_each(run);
     }
     out
 }
 
-/// One head's query rows and everything they read.
+/// The output, shared by tasks that write disjoint rows.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint rows (see `attention_blocked`).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// The query rows of `group` heads from `h0` (sharing a key head) and everything they read.
 #[derive(Clone, Copy)]
 struct Rows<'a> {
     q: &'a [f32],
@@ -76,28 +93,32 @@ struct Rows<'a> {
     pattern: &'a Pattern,
     extras: AttnExtras<'a>,
     b: usize,
-    h: usize,
+    h0: usize,
+    group: usize,
 }
 
 impl Rows<'_> {
-    /// Query rows `r0..` of this head into `out` (whole rows of `dim`).
-    fn run(&self, r0: usize, out: &mut [f32]) {
+    /// Query rows `r0..r1` of these heads into `out` `(batch, heads, q_len, dim)`.
+    ///
+    /// # Safety
+    /// No one else writes these rows of `out`.
+    unsafe fn run(&self, r0: usize, r1: usize, out: OutPtr) {
         #[cfg(target_arch = "x86_64")]
         if math::has_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA.
-            return unsafe { self.run_avx2(r0, out) };
+            return unsafe { self.run_avx2(r0, r1, out) };
         }
-        self.run_generic(r0, out)
+        unsafe { self.run_generic(r0, r1, out) }
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_avx2(&self, r0: usize, out: &mut [f32]) {
-        self.run_generic(r0, out)
+    unsafe fn run_avx2(&self, r0: usize, r1: usize, out: OutPtr) {
+        unsafe { self.run_generic(r0, r1, out) }
     }
 
     #[inline(always)]
-    fn run_generic(&self, r0: usize, out: &mut [f32]) {
+    unsafe fn run_generic(&self, r0: usize, r1: usize, out: OutPtr) {
         let AttnDims {
             heads,
             kv_heads,
@@ -107,8 +128,8 @@ impl Rows<'_> {
             dim,
             ..
         } = self.dims;
-        let (b, h, pos, pattern) = (self.b, self.h, self.pos, self.pattern);
-        let kbase = (b * kv_heads + h / (heads / kv_heads)) * kv_stride * dim;
+        let (b, h0, n, pos, pattern) = (self.b, self.h0, self.group, self.pos, self.pattern);
+        let kbase = (b * kv_heads + h0 / (heads / kv_heads)) * kv_stride * dim;
         let (near, group_extend) = match pattern {
             Pattern::SelfExtend { neighbor, .. } => (*neighbor as u64, true),
             _ => (u64::MAX, false),
@@ -116,78 +137,125 @@ impl Rows<'_> {
         // Causal attention sees its whole key range: no per-key test.
         let every_key =
             matches!(pattern, Pattern::Causal | Pattern::Cross) && self.extras.key_mask.is_none();
-        let mut scores = [0f32; TILE];
-        let mut acc = vec![0f32; dim];
-        for (n, o) in out.chunks_exact_mut(dim).enumerate() {
-            let r = r0 + n;
-            let qoff = ((b * heads + h) * q_len + r) * dim;
-            let qrow = &self.q[qoff..qoff + dim];
+        let mut scores = vec![0f32; n * TILE];
+        let mut acc = vec![0f32; n * dim];
+        let mut state = vec![(f32::NEG_INFINITY, 0f32); n];
+        let mut tile_max = vec![f32::NEG_INFINITY; n];
+        for r in r0..r1 {
+            let qoff = |g: usize| ((b * heads + h0 + g) * q_len + r) * dim;
             let i = pos.q_pos0 + r as u64;
-            let (lo, hi) = key_range(pattern, h, i);
+            let (lo, hi) = key_range(pattern, h0, i);
             let lo = lo.max(pos.k_pos0);
             let hi = hi.min(pos.k_pos0 + kv_len as u64);
-            let (mut m, mut l) = (f32::NEG_INFINITY, 0f32);
+            state.fill((f32::NEG_INFINITY, 0.0));
             acc.fill(0.0);
-            if lo < hi {
-                let (first, last) = ((lo - pos.k_pos0) as usize, (hi - pos.k_pos0) as usize);
-                let mut t0 = first - first % TILE;
-                while t0 < last {
-                    let (j0, j1) = (t0.max(first), (t0 + TILE).min(last));
-                    let mut tile_max = f32::NEG_INFINITY;
-                    for kr in j0..j1 {
-                        let s = &mut scores[kr - t0];
-                        let p = pos.k_pos0 + kr as u64;
-                        if !every_key
-                            && (!visible(pattern, h, i, p)
-                                || self.extras.key_mask.is_some_and(|km| !km[b * kv_len + kr]))
-                        {
+            let (first, last) = if lo < hi {
+                ((lo - pos.k_pos0) as usize, (hi - pos.k_pos0) as usize)
+            } else {
+                (0, 0)
+            };
+            let mut t0 = first - first % TILE;
+            while t0 < last {
+                let (j0, j1) = (t0.max(first), (t0 + TILE).min(last));
+                tile_max.fill(f32::NEG_INFINITY);
+                for kr in j0..j1 {
+                    let p = pos.k_pos0 + kr as u64;
+                    let seen = every_key
+                        || (visible(pattern, h0, i, p)
+                            && !self.extras.key_mask.is_some_and(|km| !km[b * kv_len + kr]));
+                    let koff = kbase + kr * dim;
+                    let grouped = group_extend && i - p >= near;
+                    let (qs, ks) = if grouped {
+                        (
+                            self.extras.q_grouped.expect("q_grouped"),
+                            &self.extras.k_grouped.expect("k_grouped")[koff..koff + dim],
+                        )
+                    } else {
+                        (self.q, &self.k[koff..koff + dim])
+                    };
+                    for g in 0..n {
+                        let s = &mut scores[g * TILE + kr - t0];
+                        if !seen {
                             *s = f32::NEG_INFINITY;
                             continue;
                         }
-                        let koff = kbase + kr * dim;
-                        let (qs, ks) = if group_extend && i - p >= near {
-                            (
-                                &self.extras.q_grouped.expect("q_grouped")[qoff..qoff + dim],
-                                &self.extras.k_grouped.expect("k_grouped")[koff..koff + dim],
-                            )
-                        } else {
-                            (qrow, &self.k[koff..koff + dim])
-                        };
-                        *s = dot(qs, ks) * pos.scale;
-                        tile_max = tile_max.max(*s);
+                        *s = dot(&qs[qoff(g)..qoff(g) + dim], ks) * pos.scale;
+                        tile_max[g] = tile_max[g].max(*s);
                     }
-                    if tile_max > f32::NEG_INFINITY {
-                        let m_new = m.max(tile_max);
-                        let corr = math::exp(m - m_new);
-                        l *= corr;
-                        if corr != 1.0 {
-                            acc.iter_mut().for_each(|a| *a *= corr);
-                        }
-                        for kr in j0..j1 {
-                            let s = scores[kr - t0];
-                            if s == f32::NEG_INFINITY {
-                                continue;
-                            }
-                            let e = math::exp(s - m_new);
-                            l += e;
-                            let voff = kbase + kr * dim;
-                            for (a, &x) in acc.iter_mut().zip(&self.v[voff..voff + dim]) {
-                                *a += e * x;
-                            }
-                        }
-                        m = m_new;
-                    }
-                    t0 += TILE;
                 }
+                let vtile = &self.v[kbase + j0 * dim..kbase + j1 * dim];
+                for g in 0..n {
+                    if tile_max[g] > f32::NEG_INFINITY {
+                        let es = &mut scores[g * TILE + j0 - t0..g * TILE + j1 - t0];
+                        let (m, l) = &mut state[g];
+                        update(
+                            es,
+                            vtile,
+                            &mut acc[g * dim..(g + 1) * dim],
+                            m,
+                            l,
+                            tile_max[g],
+                        );
+                    }
+                }
+                t0 += TILE;
             }
-            if l > 0.0 {
-                let inv = 1.0 / l;
-                for (o, a) in o.iter_mut().zip(&acc) {
-                    *o = a * inv;
+            for g in 0..n {
+                let l = state[g].1;
+                if l > 0.0 {
+                    let inv = 1.0 / l;
+                    // SAFETY: this row of head h0 + g is this task's alone (see `run`).
+                    let o = unsafe { std::slice::from_raw_parts_mut(out.0.add(qoff(g)), dim) };
+                    for (o, a) in o.iter_mut().zip(&acc[g * dim..(g + 1) * dim]) {
+                        *o = a * inv;
+                    }
                 }
             }
         }
     }
+}
+
+/// One tile of the online softmax: `es` holds the tile's scores (`-inf`: masked), `vtile` its
+/// value rows; `acc`, `m` and `l` move to include them.
+#[inline(always)]
+fn update(es: &mut [f32], vtile: &[f32], acc: &mut [f32], m: &mut f32, l: &mut f32, tile_max: f32) {
+    let dim = acc.len();
+    let m_new = m.max(tile_max);
+    let corr = math::exp(*m - m_new);
+    // The tile's weights, vectorised (masked keys weigh exactly 0).
+    for s in es.iter_mut() {
+        *s = if *s == f32::NEG_INFINITY {
+            0.0
+        } else {
+            math::exp(*s - m_new)
+        };
+    }
+    *l = *l * corr + math::sum(es);
+    // acc = acc * corr + Σ e_j v_j, eight dimensions at a time, summed over the tile's keys in
+    // registers.
+    let mut c = 0;
+    while c + 8 <= dim {
+        let mut lanes = [0f32; 8];
+        for (&e, vr) in es.iter().zip(vtile.chunks_exact(dim)) {
+            let vr = &vr[c..c + 8];
+            for x in 0..8 {
+                lanes[x] += e * vr[x];
+            }
+        }
+        for (a, lane) in acc[c..c + 8].iter_mut().zip(lanes) {
+            *a = *a * corr + lane;
+        }
+        c += 8;
+    }
+    for c in c..dim {
+        let sum: f32 = es
+            .iter()
+            .zip(vtile.chunks_exact(dim))
+            .map(|(&e, vr)| e * vr[c])
+            .sum();
+        acc[c] = acc[c] * corr + sum;
+    }
+    *m = m_new;
 }
 
 /// Dot product with eight lanes (vectorised where inlined into the AVX2 build).
