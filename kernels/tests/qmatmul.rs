@@ -6,7 +6,8 @@ use candle_core::{Device, Tensor};
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QKernel, QMatrix};
 use rand::{Rng, SeedableRng};
 
-const FORMATS: [(GgmlDType, GgmlFormat); 5] = [
+const FORMATS: [(GgmlDType, GgmlFormat); 6] = [
+    (GgmlDType::Q5_0, GgmlFormat::Q5_0),
     (GgmlDType::Q4_0, GgmlFormat::Q4_0),
     (GgmlDType::Q4_1, GgmlFormat::Q4_1),
     (GgmlDType::Q8_0, GgmlFormat::Q8_0),

@@ -4,7 +4,7 @@
 //!
 //! GGML's block formats are repacked at load ([`QMatrix::from_ggml`]) into two layouts that
 //! one pair of kernels serves: unsigned nibbles with a per-block scale and offset (Q4_0, Q4_1,
-//! Q4_K) and signed bytes with a scale per 16 (Q8_0, Q6_K). Every weight keeps the value ggml
+//! Q4_K) and signed bytes with a scale per 16 (Q5_0, Q8_0, Q6_K). Every weight keeps the value ggml
 //! gives it. The product reuses each block of weights across up to four rows of `x` while it
 //! sits in registers, so a step of many rows (a batched decoding step) costs far less than
 //! that many steps; threads split the output columns.

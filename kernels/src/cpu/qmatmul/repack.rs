@@ -4,7 +4,7 @@
 //! - 4-bit formats (Q4_0, Q4_1, Q4_K) become [`Layout::U4`]: per block of 32, 16 bytes of
 //!   nibbles (byte `j`: element `j` low, element `j + 16` high, as Q4_0 stores them) and an
 //!   f32 `scale` and `offset`, `w = scale * q + offset`.
-//! - 6- and 8-bit formats (Q6_K, Q8_0) become [`Layout::I8`]: one signed byte per weight and
+//! - 5-, 6- and 8-bit formats (Q5_0, Q6_K, Q8_0) become [`Layout::I8`]: one signed byte per weight and
 //!   an f32 scale per 16 weights, `w = scale * q`.
 
 use half::f16;
@@ -18,6 +18,9 @@ pub enum GgmlFormat {
     Q4_0,
     /// `d q + m`, 32 per block.
     Q4_1,
+    /// `d (q - 16)`, 5-bit values, 32 per block (what llama.cpp's K-quant presets fall back
+    /// to where a row is not a multiple of 256 wide, as SmolLM2's 576).
+    Q5_0,
     /// `d q`, signed bytes, 32 per block.
     Q8_0,
     /// 256 per super-block, 8 sub-blocks of 32 with 6-bit scales and mins.
@@ -32,6 +35,7 @@ impl GgmlFormat {
         match self {
             Self::Q4_0 => (32, 18),
             Self::Q4_1 => (32, 20),
+            Self::Q5_0 => (32, 22),
             Self::Q8_0 => (32, 34),
             Self::Q4K => (256, 144),
             Self::Q6K => (256, 210),
@@ -119,10 +123,23 @@ impl QMatrix {
                     offsets,
                 }
             }
-            GgmlFormat::Q8_0 | GgmlFormat::Q6K => {
+            GgmlFormat::Q5_0 | GgmlFormat::Q8_0 | GgmlFormat::Q6K => {
                 let mut values = Vec::with_capacity(blocks * BLOCK);
                 let mut scales = Vec::with_capacity(blocks * 2);
                 for b in data.chunks_exact(bytes) {
+                    if format == GgmlFormat::Q5_0 {
+                        let d = half(b, 0);
+                        scales.extend([d, d]);
+                        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+                        let qs = &b[6..22];
+                        let high =
+                            |j: usize, shift: usize| (((qh >> (j + shift)) << 4) & 0x10) as u8;
+                        values.extend((0..16).map(|j| ((qs[j] & 0xF) | high(j, 0)) as i8 - 16));
+                        values.extend((0..16).map(|j| {
+                            ((qs[j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8)) as i8 - 16
+                        }));
+                        continue;
+                    }
                     if format == GgmlFormat::Q8_0 {
                         let d = half(b, 0);
                         scales.extend([d, d]);
