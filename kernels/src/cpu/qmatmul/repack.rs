@@ -132,12 +132,10 @@ impl QMatrix {
                         scales.extend([d, d]);
                         let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
                         let qs = &b[6..22];
-                        let high =
-                            |j: usize, shift: usize| (((qh >> (j + shift)) << 4) & 0x10) as u8;
-                        values.extend((0..16).map(|j| ((qs[j] & 0xF) | high(j, 0)) as i8 - 16));
-                        values.extend((0..16).map(|j| {
-                            ((qs[j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8)) as i8 - 16
-                        }));
+                        // Bit j of qh is element j's fifth bit, bit j + 16 element j + 16's.
+                        let high = |bit: usize| ((qh >> bit) & 1) as u8 * 0x10;
+                        values.extend((0..16).map(|j| ((qs[j] & 0xF) | high(j)) as i8 - 16));
+                        values.extend((0..16).map(|j| ((qs[j] >> 4) | high(j + 16)) as i8 - 16));
                         continue;
                     }
                     if format == GgmlFormat::Q8_0 {
