@@ -162,7 +162,7 @@ impl Rows<'_> {
                     let p = pos.k_pos0 + kr as u64;
                     let seen = every_key
                         || (visible(pattern, h0, i, p)
-                            && !self.extras.key_mask.is_some_and(|km| !km[b * kv_len + kr]));
+                            && self.extras.key_mask.is_none_or(|km| km[b * kv_len + kr]));
                     let koff = kbase + kr * dim;
                     let grouped = group_extend && i - p >= near;
                     let (qs, ks) = if grouped {

@@ -74,7 +74,7 @@ impl QMatrix {
         data: &[u8],
     ) -> Result<Self, String> {
         let (per_block, bytes) = format.block();
-        if cols % per_block != 0 || data.len() != rows * cols / per_block * bytes {
+        if !cols.is_multiple_of(per_block) || data.len() != rows * cols / per_block * bytes {
             return Err(format!(
                 "{format:?} matrix ({rows}, {cols}) cannot be {} bytes",
                 data.len()
