@@ -195,13 +195,15 @@ impl CustomOp3 for AttentionOp {
             cpu_f32_ref(sv, at(lv), span)?,
         );
         let qg = self.opts.q_grouped.as_ref().map(tensor_f32).transpose()?;
-        let kg = match &self.opts.k_grouped {
-            Some(t) => {
-                let (g, l) = t.storage_and_layout();
-                let candle_core::Storage::Cpu(g) = &*g else {
+        // SelfExtend's grouped keys, read in place like the keys (the storage guard outlives
+        // the slice).
+        let kg_storage = self.opts.k_grouped.as_ref().map(|t| t.storage_and_layout());
+        let kg = match &kg_storage {
+            Some((g, l)) => {
+                let candle_core::Storage::Cpu(g) = &**g else {
                     bail!("attention: grouped keys are not on the CPU")
                 };
-                Some(cpu_f32_at(g, at(l), span)?)
+                Some(cpu_f32_ref(g, at(l), span)?)
             }
             None => None,
         };

@@ -8,7 +8,7 @@
 use rayon::prelude::*;
 
 use super::math;
-use super::{AttnDims, AttnExtras, AttnPositions};
+use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
 /// Query rows per task.
@@ -74,13 +74,6 @@ pub fn attention_blocked(
     }
     out
 }
-
-/// The output, shared by tasks that write disjoint rows.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write disjoint rows (see `attention_blocked`).
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
 
 /// The query rows of `group` heads from `h0` (sharing a key head) and everything they read.
 #[derive(Clone, Copy)]
@@ -179,7 +172,7 @@ impl Rows<'_> {
                             *s = f32::NEG_INFINITY;
                             continue;
                         }
-                        *s = dot(&qs[qoff(g)..qoff(g) + dim], ks) * pos.scale;
+                        *s = math::dot_portable(&qs[qoff(g)..qoff(g) + dim], ks) * pos.scale;
                         tile_max[g] = tile_max[g].max(*s);
                     }
                 }
@@ -256,23 +249,4 @@ fn update(es: &mut [f32], vtile: &[f32], acc: &mut [f32], m: &mut f32, l: &mut f
         acc[c] = acc[c] * corr + sum;
     }
     *m = m_new;
-}
-
-/// Dot product with eight lanes (vectorised where inlined into the AVX2 build).
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    lanes.iter().sum::<f32>() + tail
 }

@@ -107,8 +107,10 @@ fn gelu_generic(x: &mut [f32]) {
     }
 }
 
-/// Dot product with eight independent accumulators (SIMD-friendly).
-fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+/// Dot product with eight independent accumulators (SIMD-friendly; vectorised where inlined
+/// into code compiled for AVX2).
+#[inline(always)]
+pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca
@@ -180,7 +182,7 @@ pub fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
 /// fuse multiply-adds on its own, and that is most of the gain.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) unsafe fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
     use std::arch::x86_64::*;
     let n = a.len().min(b.len());
     let (pa, pb) = (a.as_ptr(), b.as_ptr());

@@ -11,6 +11,14 @@ pub use blocked::attention_blocked;
 
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
+/// An output buffer shared by the tasks of a threaded kernel, each writing elements no other
+/// task writes.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+// SAFETY: the kernels that share one give each task disjoint elements.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
 /// Shapes of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttnDims {

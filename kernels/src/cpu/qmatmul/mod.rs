@@ -19,6 +19,8 @@ mod x86;
 
 use rayon::prelude::*;
 
+use super::OutPtr;
+
 pub use repack::GgmlFormat;
 
 /// Weights per block (and activations per quantization block).
@@ -377,10 +379,3 @@ impl QKernel {
             .unwrap_or(Self::Portable)
     }
 }
-
-/// The output buffer, shared by tasks that write disjoint columns.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: see `QMatrix::matmul`: tasks write disjoint elements.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}

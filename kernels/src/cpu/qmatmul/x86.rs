@@ -14,6 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::{Layout, QMatrix, RowRef, BLOCK};
+use crate::cpu::math;
 
 /// Calls the `$f::<R, C>` monomorphised for a tile of `rn` by `c`.
 macro_rules! dispatch {
@@ -157,7 +158,7 @@ macro_rules! tiles {
                 for i in 0..R {
                     let offs = &offsets[(r + i) * blocks..(r + i + 1) * blocks];
                     for j in 0..C {
-                        t[i][j] = hsum(acc[i][j]) + dot(offs, xs[j].s);
+                        t[i][j] = hsum(acc[i][j]) + math::dot_avx2(offs, xs[j].s);
                     }
                 }
             }
@@ -214,25 +215,6 @@ macro_rules! tiles {
                 let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
                 let s = _mm_add_ss(s, _mm_movehdup_ps(s));
                 _mm_cvtss_f32(s)
-            }
-
-            #[target_feature(enable = $features)]
-            unsafe fn dot(a: &[f32], b: &[f32]) -> f32 {
-                let n = a.len().min(b.len());
-                let mut acc = _mm256_setzero_ps();
-                let mut k = 0;
-                while k + 8 <= n {
-                    let x = _mm256_loadu_ps(a.as_ptr().add(k));
-                    let y = _mm256_loadu_ps(b.as_ptr().add(k));
-                    acc = _mm256_fmadd_ps(x, y, acc);
-                    k += 8;
-                }
-                let mut s = hsum(acc);
-                while k < n {
-                    s += a[k] * b[k];
-                    k += 1;
-                }
-                s
             }
         }
     };
