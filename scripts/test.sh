@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+# Real PDF, DOCX and EPUB files (Debian packages) for the document tests.
+scripts/fetch-documents.sh
 source scripts/env.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings

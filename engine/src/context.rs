@@ -580,8 +580,7 @@ mod tests {
             title: format!("T{id}"),
             text: text.into(),
             score: 0.0,
-            bm25: None,
-            dense: None,
+            ..Default::default()
         }
     }
 

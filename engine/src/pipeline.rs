@@ -667,8 +667,7 @@ mod tests {
             title: String::new(),
             text: text.into(),
             score: 0.0,
-            bm25: None,
-            dense: None,
+            ..Default::default()
         }
     }
 

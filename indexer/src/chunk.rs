@@ -11,7 +11,7 @@ use crate::document::Document;
 use crate::error::{Error, Result};
 
 /// A retrievable unit: a span of one document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Passage {
     /// `{doc_id}#{index}`.
     pub id: String,
@@ -27,6 +27,15 @@ pub struct Passage {
     pub char_start: usize,
     /// Character offset one past its last character.
     pub char_end: usize,
+    /// The 1-based page its first character is on, in a paged document (PDF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_start: Option<u32>,
+    /// The page its last character is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_end: Option<u32>,
+    /// The heading of the section it begins in, where the document has them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
 }
 
 impl Passage {
@@ -180,6 +189,7 @@ impl Chunker {
                 break;
             }
             let (first, last) = (ahead[0], ahead[end - 1]);
+            let pages = doc.layout.pages_of(first.char_start, last.char_end);
             passages.push(Passage {
                 id: format!("{}#{}", doc.id, passages.len()),
                 doc_id: doc.id.clone(),
@@ -188,6 +198,9 @@ impl Chunker {
                 index: passages.len() as u32,
                 char_start: first.char_start,
                 char_end: last.char_end,
+                page_start: pages.map(|p| p.0),
+                page_end: pages.map(|p| p.1),
+                section: doc.layout.section_at(first.char_start).map(str::to_string),
             });
             if end == ahead.len() {
                 match words.next() {
@@ -341,6 +354,7 @@ mod tests {
             title: "T".into(),
             text: text.into(),
             metadata: None,
+            ..Default::default()
         }
     }
 

@@ -1,15 +1,19 @@
 //! Reading a corpus: BEIR `corpus.jsonl`, plain JSONL, or a folder of
-//! `.txt` / `.md` / `.html` files.
+//! `.txt` / `.md` / `.html` files and PDF, DOCX and EPUB documents (told
+//! by extension or by their first bytes), read in parallel.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, LineProblem, Result};
+use crate::extract::{ChildExtractor, Format, Layout};
+use crate::index::Progress;
 
 /// One document of a corpus, before chunking.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Document {
     /// The document id (`_id` or `id` of a JSONL line; the relative path of a file).
     pub id: String,
@@ -20,6 +24,11 @@ pub struct Document {
     /// The `metadata` object of a JSONL line (searches can filter on its
     /// fields); `None` for files and lines without one.
     pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Where its pages and sections begin (empty for plain text).
+    pub layout: Layout,
+    /// SHA-256 of its source (the file, or the JSONL line): `--append`
+    /// skips a document indexed from the same bytes.
+    pub source_sha256: Option<String>,
 }
 
 /// A corpus read from disk.
@@ -34,14 +43,19 @@ pub struct Corpus {
 }
 
 /// How a corpus is read.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ReadOptions {
     /// Record malformed lines or documents in [`Corpus::skipped`] and go on,
     /// instead of failing on the first.
     pub skip_bad: bool,
-    /// Largest document, in bytes of its line or file: a larger one is
-    /// malformed input (memory and time grow with it).
+    /// Largest document, in bytes of its line or text file, or of the text
+    /// taken from a PDF, DOCX or EPUB: a larger one is malformed input
+    /// (memory and time grow with it).
     pub max_document_bytes: usize,
+    /// Where PDF, DOCX and EPUB files are parsed: in a child process under
+    /// a time and memory bound (what the CLI does), or, when `None`, in
+    /// this process with panics caught but no bound.
+    pub extractor: Option<ChildExtractor>,
 }
 
 impl Default for ReadOptions {
@@ -49,6 +63,7 @@ impl Default for ReadOptions {
         Self {
             skip_bad: false,
             max_document_bytes: Self::MAX_DOCUMENT_BYTES,
+            extractor: None,
         }
     }
 }
@@ -73,6 +88,16 @@ pub fn read_corpus(path: &Path, skip_bad: bool) -> Result<Corpus> {
 
 /// Reads the corpus at `path` as `options` say.
 pub fn read_corpus_with(path: &Path, options: ReadOptions) -> Result<Corpus> {
+    read_corpus_reporting(path, options, &crate::index::NoProgress)
+}
+
+/// Reads the corpus at `path` as `options` say, reporting each file of a
+/// folder read to `progress`.
+pub fn read_corpus_reporting(
+    path: &Path,
+    options: ReadOptions,
+    progress: &dyn Progress,
+) -> Result<Corpus> {
     let mut reader = CorpusReader {
         skip_bad: options.skip_bad,
         max_document_bytes: options.max_document_bytes,
@@ -84,15 +109,30 @@ pub fn read_corpus_with(path: &Path, options: ReadOptions) -> Result<Corpus> {
     if meta.is_dir() {
         let mut files = Vec::new();
         collect_files(path, &mut files)?;
-        files.sort();
-        for file in files {
-            reader.read_file_document(path, &file)?;
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        progress.stage("read", files.len() as u64);
+        // Parsed in parallel (PDFs take a while), accepted in file order.
+        let loaded = files
+            .par_iter()
+            .map(|(file, kind)| {
+                let loaded = load_file(path, file, *kind, &options);
+                progress.advance(1);
+                loaded
+            })
+            .collect::<Vec<_>>();
+        progress.finish();
+        for file in loaded {
+            reader.accept_file(file?)?;
         }
     } else if matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("jsonl" | "json" | "ndjson")
     ) {
         reader.read_jsonl(path)?;
+    } else if let Some(kind) = DocumentKind::of(path)? {
+        // One document file: its id is its name.
+        let folder = path.parent().unwrap_or(Path::new(""));
+        reader.accept_file(load_file(folder, path, kind, &options)?)?;
     } else {
         return Err(Error::NotACorpus(path.to_path_buf()));
     }
@@ -127,7 +167,10 @@ impl CorpusReader {
                     if s.is_empty() {
                         Ok(None)
                     } else {
-                        parse_json_document(s).map(Some)
+                        parse_json_document(s).map(|mut doc| {
+                            doc.source_sha256 = Some(format!("{:x}", Sha256::digest(raw)));
+                            Some(doc)
+                        })
                     }
                 });
             let location = format!("{}:{line}", path.display());
@@ -148,34 +191,15 @@ impl CorpusReader {
         Ok(())
     }
 
-    fn read_file_document(&mut self, root: &Path, file: &Path) -> Result<()> {
-        let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
-        self.hasher.update(file.to_string_lossy().as_bytes());
-        self.hasher.update(&bytes);
-        let id = file
-            .strip_prefix(root)
-            .unwrap_or(file)
-            .to_string_lossy()
-            .into_owned();
-        let result = self
-            .check_size(bytes.len())
-            .and_then(|()| String::from_utf8(bytes).map_err(|_| LineProblem::InvalidUtf8))
-            .and_then(|content| {
-                let (title, text) = extract_file_text(file, &content);
-                self.check_new(
-                    Document {
-                        id,
-                        title,
-                        text,
-                        metadata: None,
-                    },
-                    &file.display().to_string(),
-                )
-            });
+    fn accept_file(&mut self, file: LoadedFile) -> Result<()> {
+        self.hasher.update(file.path.to_string_lossy().as_bytes());
+        self.hasher.update(&file.digest);
+        let location = file.path.display().to_string();
+        let result = file.document.and_then(|doc| self.check_new(doc, &location));
         match result {
             Ok(doc) => self.corpus.documents.push(doc),
             Err(problem) => self.bad(Error::BadDocument {
-                path: file.to_path_buf(),
+                path: file.path,
                 problem,
             })?,
         }
@@ -183,13 +207,7 @@ impl CorpusReader {
     }
 
     fn check_size(&self, bytes: usize) -> std::result::Result<(), LineProblem> {
-        if bytes > self.max_document_bytes {
-            return Err(LineProblem::TooLarge {
-                bytes,
-                limit: self.max_document_bytes,
-            });
-        }
-        Ok(())
+        check_size(bytes, self.max_document_bytes)
     }
 
     fn check_new(
@@ -279,50 +297,146 @@ fn parse_json_document(line: &str) -> std::result::Result<Document, LineProblem>
         title,
         text,
         metadata,
+        layout: Layout::default(),
+        source_sha256: None,
     })
 }
 
-fn collect_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+fn check_size(bytes: usize, limit: usize) -> std::result::Result<(), LineProblem> {
+    if bytes > limit {
+        return Err(LineProblem::TooLarge { bytes, limit });
+    }
+    Ok(())
+}
+
+/// A file of a folder corpus, read and parsed.
+struct LoadedFile {
+    path: PathBuf,
+    /// What the corpus digest takes of it: its bytes for text files (as
+    /// before binary formats were read), its SHA-256 for the others.
+    digest: Vec<u8>,
+    document: std::result::Result<Document, LineProblem>,
+}
+
+/// Reads and parses one file of the folder `root`. Only a file that cannot
+/// be read at all is an error; a malformed one is a [`LineProblem`].
+fn load_file(
+    root: &Path,
+    file: &Path,
+    kind: DocumentKind,
+    options: &ReadOptions,
+) -> Result<LoadedFile> {
+    let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
+    let sha = format!("{:x}", Sha256::digest(&bytes));
+    let id = file
+        .strip_prefix(root)
+        .unwrap_or(file)
+        .to_string_lossy()
+        .into_owned();
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let document = |title: String, text: String, layout: Layout| Document {
+        id: id.clone(),
+        title,
+        text,
+        metadata: None,
+        layout,
+        source_sha256: Some(sha.clone()),
+    };
+    if let DocumentKind::Binary(format) = kind {
+        let extracted = match &options.extractor {
+            Some(child) => child.extract(file, format),
+            None => crate::extract::extract(format, &bytes),
+        };
+        let document = extracted.map_err(LineProblem::Extract).and_then(|e| {
+            check_size(e.text.len(), options.max_document_bytes)?;
+            Ok(document(
+                e.title.unwrap_or_else(|| stem.clone()),
+                e.text,
+                e.layout,
+            ))
+        });
+        return Ok(LoadedFile {
+            path: file.to_path_buf(),
+            digest: sha.clone().into_bytes(),
+            document,
+        });
+    }
+    let document = check_size(bytes.len(), options.max_document_bytes)
+        .and_then(|()| std::str::from_utf8(&bytes).map_err(|_| LineProblem::InvalidUtf8))
+        .map(|content| {
+            let (title, text) = extract_file_text(kind, &stem, content);
+            document(title, text, Layout::default())
+        });
+    Ok(LoadedFile {
+        path: file.to_path_buf(),
+        digest: bytes,
+        document,
+    })
+}
+
+/// Every document file under `dir`, with its kind: text kinds by
+/// extension; PDF, DOCX and EPUB by extension or, for other names, by their
+/// first bytes. Hidden files and folders (`.git`) are passed over.
+fn collect_files(dir: &Path, out: &mut Vec<(PathBuf, DocumentKind)>) -> Result<()> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(dir, e))?;
         let path = entry.path();
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
         let kind = entry.file_type().map_err(|e| Error::io(&path, e))?;
         if kind.is_dir() {
             collect_files(&path, out)?;
-        } else if kind.is_file() && DocumentKind::of(&path).is_some() {
-            out.push(path);
+        } else if kind.is_file() {
+            if let Some(kind) = DocumentKind::of(&path)? {
+                out.push((path, kind));
+            }
         }
     }
     Ok(())
 }
 
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 enum DocumentKind {
     Text,
     Markdown,
     Html,
+    Binary(Format),
 }
 
 impl DocumentKind {
-    fn of(path: &Path) -> Option<Self> {
-        match path.extension()?.to_str()?.to_ascii_lowercase().as_str() {
-            "txt" => Some(Self::Text),
-            "md" | "markdown" => Some(Self::Markdown),
-            "html" | "htm" => Some(Self::Html),
-            _ => None,
-        }
+    fn of(path: &Path) -> Result<Option<Self>> {
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase);
+        Ok(match ext.as_deref() {
+            Some("txt") => Some(Self::Text),
+            Some("md" | "markdown") => Some(Self::Markdown),
+            Some("html" | "htm" | "xhtml") => Some(Self::Html),
+            _ => {
+                use std::io::Read as _;
+                let mut head = Vec::with_capacity(1024);
+                let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+                file.take(1024)
+                    .read_to_end(&mut head)
+                    .map_err(|e| Error::io(path, e))?;
+                Format::detect(path, &head).map(Self::Binary)
+            }
+        })
     }
 }
 
-/// Title and text of a file: title = first heading, else the file name.
-fn extract_file_text(path: &Path, content: &str) -> (String, String) {
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    match DocumentKind::of(path) {
-        Some(DocumentKind::Markdown) => {
+/// Title and text of a text file: title = first heading, else the file's
+/// name without extension (`stem`).
+fn extract_file_text(kind: DocumentKind, stem: &str, content: &str) -> (String, String) {
+    let stem = stem.to_string();
+    match kind {
+        DocumentKind::Markdown => {
             let title = content
                 .lines()
                 .find_map(|l| {
@@ -333,7 +447,7 @@ fn extract_file_text(path: &Path, content: &str) -> (String, String) {
                 .map(str::to_string);
             (title.unwrap_or(stem), content.to_string())
         }
-        Some(DocumentKind::Html) => {
+        DocumentKind::Html => {
             let (title, text) = html_text(content);
             (title.unwrap_or(stem), text)
         }
@@ -618,8 +732,11 @@ mod tests {
         let options = ReadOptions {
             skip_bad: false,
             max_document_bytes: 1000,
+            extractor: None,
         };
-        let err = read_corpus_with(&path, options).unwrap_err().to_string();
+        let err = read_corpus_with(&path, options.clone())
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("c.jsonl:2") && err.contains("limit of 1000"),
             "{err}"
@@ -634,6 +751,21 @@ mod tests {
         .unwrap();
         assert_eq!(corpus.documents.len(), 1);
         assert_eq!(corpus.skipped.len(), 1);
+    }
+
+    #[test]
+    fn one_document_file_is_a_corpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = write(dir.path(), "guide.md", b"# Guide\nbody");
+        let corpus = read_corpus(&path, false).unwrap();
+        assert_eq!(corpus.documents.len(), 1);
+        assert_eq!(corpus.documents[0].id, "guide.md");
+        assert_eq!(corpus.documents[0].title, "Guide");
+        let other = write(dir.path(), "data.bin", b"\x00\x01");
+        assert!(matches!(
+            read_corpus(&other, false),
+            Err(Error::NotACorpus(_))
+        ));
     }
 
     #[test]

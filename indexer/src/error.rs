@@ -34,7 +34,7 @@ pub enum Error {
         problem: LineProblem,
     },
     /// The corpus path is neither a JSONL file nor a folder of documents.
-    #[error("{0}: not a corpus (expected a .jsonl file or a folder of .txt/.md/.html files)")]
+    #[error("{0}: not a corpus (expected a .jsonl file, a .txt/.md/.html/.pdf/.docx/.epub file, or a folder of them)")]
     NotACorpus(PathBuf),
     /// The corpus holds no document at all.
     #[error("{0}: the corpus holds no document")]
@@ -152,6 +152,9 @@ pub enum LineProblem {
         /// Where it was first seen (`file:line`).
         first: String,
     },
+    /// A PDF, DOCX or EPUB file yields no text.
+    #[error("{0}")]
+    Extract(#[from] crate::extract::ExtractError),
 }
 
 impl Error {

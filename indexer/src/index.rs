@@ -78,6 +78,8 @@ pub struct ChangeSummary {
     pub replaced_documents: usize,
     /// Documents removed.
     pub deleted_documents: usize,
+    /// Documents of an `--append` left as they were: indexed from the same bytes.
+    pub unchanged_documents: usize,
 }
 
 const CURRENT: &str = "CURRENT";
@@ -116,6 +118,7 @@ pub fn build(
                     added_documents: 0,
                     replaced_documents: 0,
                     deleted_documents: 0,
+                    unchanged_documents: 0,
                 });
             }
         }
@@ -125,7 +128,7 @@ pub fn build(
     let mut bm25 = Bm25Writer::create(&gen.join(BM25_DIR))?;
     let added = add_documents(
         &gen,
-        &corpus.documents,
+        &corpus.documents.iter().collect::<Vec<_>>(),
         Rows::default(),
         settings.sentence_vectors,
         encoder,
@@ -164,6 +167,7 @@ pub fn build(
         added_documents: corpus.documents.len(),
         replaced_documents: 0,
         deleted_documents: 0,
+        unchanged_documents: 0,
     })
 }
 
@@ -187,18 +191,36 @@ pub fn append(
     let store = PassageStore::open(&gen.join(STORE_DIR))?;
     let mut bm25 = Bm25Writer::open(&gen.join(BM25_DIR))?;
     let mut replaced = 0;
+    let mut changed: Vec<&Document> = Vec::new();
     for doc in &corpus.documents {
+        // A document indexed from the same bytes stays as it is.
+        if doc.source_sha256.is_some() && store.source_sha256(&doc.id)? == doc.source_sha256 {
+            continue;
+        }
         if let Some(n) = store.delete_document(&doc.id)? {
             bm25.delete_document(&doc.id);
             manifest.counts.deleted_passages += n as u64;
             manifest.counts.passages -= n as u64;
             replaced += 1;
         }
+        changed.push(doc);
+    }
+    let unchanged = corpus.documents.len() - changed.len();
+    if changed.is_empty() {
+        // `gen` is removed on drop: nothing was published.
+        return Ok(ChangeSummary {
+            manifest,
+            written: false,
+            added_documents: 0,
+            replaced_documents: 0,
+            deleted_documents: 0,
+            unchanged_documents: unchanged,
+        });
     }
     let first = manifest.counts.stored_passages;
     let new = add_documents(
         &gen,
-        &corpus.documents,
+        &changed,
         Rows {
             passage: first,
             sentence: manifest.counts.stored_sentences,
@@ -223,8 +245,7 @@ pub fn append(
     let graph_dir = gen.join("hnsw");
     std::fs::remove_dir_all(&graph_dir).map_err(|e| Error::io(&graph_dir, e))?;
     dense::save_graph(&graph, &gen)?;
-    manifest.counts.documents =
-        manifest.counts.documents + corpus.documents.len() as u64 - replaced as u64;
+    manifest.counts.documents = manifest.counts.documents + changed.len() as u64 - replaced as u64;
     manifest.counts.passages += added;
     manifest.counts.stored_passages += added;
     manifest.corpus_sha256.push(corpus.sha256.clone());
@@ -232,9 +253,10 @@ pub fn append(
     Ok(ChangeSummary {
         manifest,
         written: true,
-        added_documents: corpus.documents.len() - replaced,
+        added_documents: changed.len() - replaced,
         replaced_documents: replaced,
         deleted_documents: 0,
+        unchanged_documents: unchanged,
     })
 }
 
@@ -281,6 +303,7 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
         added_documents: 0,
         replaced_documents: 0,
         deleted_documents: unique.len(),
+        unchanged_documents: 0,
     })
 }
 
@@ -316,6 +339,9 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
                 passages,
                 old_store.metadata(&doc_id)?.as_ref(),
             )?;
+            if let Some(sha) = old_store.source_sha256(&doc_id)? {
+                store.put_source_sha256(&doc_id, &sha)?;
+            }
             for p in passages.iter() {
                 bm25.add(*ord, &p.doc_id, &p.title, &p.text)?;
                 *ord += 1;
@@ -367,6 +393,7 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
         added_documents: 0,
         replaced_documents: 0,
         deleted_documents: 0,
+        unchanged_documents: 0,
     })
 }
 
@@ -390,7 +417,7 @@ struct Added {
 #[allow(clippy::too_many_arguments)]
 fn add_documents(
     gen: &Path,
-    docs: &[Document],
+    docs: &[&Document],
     first: Rows,
     sentence_vectors: bool,
     encoder: &Encoder,
@@ -406,6 +433,9 @@ fn add_documents(
     let mut ord = first.passage;
     for (doc, passages) in docs.iter().zip(&per_doc) {
         store.put_document(&doc.id, ord, passages, doc.metadata.as_ref())?;
+        if let Some(sha) = &doc.source_sha256 {
+            store.put_source_sha256(&doc.id, sha)?;
+        }
         for p in passages {
             bm25.add(ord, &p.doc_id, &p.title, &p.text)?;
             ord += 1;

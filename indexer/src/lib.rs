@@ -22,6 +22,7 @@ mod dense;
 mod document;
 mod encoder;
 mod error;
+pub mod extract;
 mod frozen;
 mod fsutil;
 mod index;
@@ -38,9 +39,12 @@ pub use chunk::{ChunkParams, Chunker, Passage};
 pub use dense::{
     build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
 };
-pub use document::{read_corpus, read_corpus_with, Corpus, Document, ReadOptions};
+pub use document::{
+    read_corpus, read_corpus_reporting, read_corpus_with, Corpus, Document, ReadOptions,
+};
 pub use encoder::{Encoder, EncoderInfo, EncoderOptions, Pooling};
 pub use error::{Error, LineProblem, Result};
+pub use extract::{ChildExtractor, Layout, Section};
 pub use frozen::FrozenGraph;
 pub use index::{
     append, build, compact, delete, sentence_embedding_text, ChangeSummary, Index, IndexSettings,

@@ -1,5 +1,6 @@
 //! The passage store (sled): passage ordinal -> passage record, passage id ->
-//! ordinal, document id -> passage ids, and tombstones of deleted passages.
+//! ordinal, document id -> passage ids (and the SHA-256 of its source), and
+//! tombstones of deleted passages.
 //!
 //! A passage's ordinal is its row in the raw vector file, its point id in the
 //! HNSW graph and a fast field of the BM25 index: one number ties the three
@@ -40,6 +41,8 @@ pub struct PassageStore {
     ids: sled::Tree,
     documents: sled::Tree,
     metadata: sled::Tree,
+    /// Document id -> SHA-256 of the bytes it was indexed from.
+    sources: sled::Tree,
     deleted: sled::Tree,
     /// Declared last so that sled closes its files before the copy goes.
     _snapshot: Option<Snapshot>,
@@ -99,6 +102,7 @@ impl PassageStore {
             ids: tree("passage_ids")?,
             documents: tree("documents")?,
             metadata: tree("metadata")?,
+            sources: tree("document_sources")?,
             deleted: tree("deleted")?,
             dir: dir.to_path_buf(),
             db,
@@ -149,6 +153,20 @@ impl PassageStore {
             None => self.sled(self.metadata.remove(doc_id.as_bytes()))?,
         };
         Ok(())
+    }
+
+    /// Records the SHA-256 of the bytes document `doc_id` was indexed from.
+    pub fn put_source_sha256(&self, doc_id: &str, sha256: &str) -> Result<()> {
+        self.sled(self.sources.insert(doc_id.as_bytes(), sha256.as_bytes()))?;
+        Ok(())
+    }
+
+    /// The SHA-256 of the bytes a live document was indexed from, when
+    /// recorded (indexes made before it was are not).
+    pub fn source_sha256(&self, doc_id: &str) -> Result<Option<String>> {
+        Ok(self
+            .sled(self.sources.get(doc_id.as_bytes()))?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
     /// A live document's metadata object (`None` when it has none).
@@ -226,6 +244,7 @@ impl PassageStore {
         self.sled(self.deleted.apply_batch(batch))?;
         self.sled(self.documents.remove(doc_id.as_bytes()))?;
         self.sled(self.metadata.remove(doc_id.as_bytes()))?;
+        self.sled(self.sources.remove(doc_id.as_bytes()))?;
         Ok(Some(ords.len()))
     }
 
@@ -335,6 +354,7 @@ mod tests {
             index: i,
             char_start: 0,
             char_end: 6,
+            ..Default::default()
         }
     }
 

@@ -36,6 +36,7 @@ fn every_passage_fits_the_encoder_window_with_its_title() {
                 title: title.clone(),
                 text: text.clone(),
                 metadata: None,
+                ..Default::default()
             };
             let passages = chunker.chunk(&doc);
             assert!(passages.len() > 10);

@@ -50,6 +50,7 @@ fn a_20_mb_document_is_chunked_in_bounded_memory_and_time() {
         title: "Huge".into(),
         text,
         metadata: None,
+        ..Default::default()
     };
     let before = peak_rss();
     let started = std::time::Instant::now();

@@ -69,6 +69,12 @@ pub(crate) struct PassagePayload {
     pub char_start: u64,
     pub char_end: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_start: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_end: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
 }
 
@@ -82,6 +88,9 @@ impl PassagePayload {
             index: self.passage_no,
             char_start: self.char_start as usize,
             char_end: self.char_end as usize,
+            page_start: self.page_start,
+            page_end: self.page_end,
+            section: self.section,
         }
     }
 }
@@ -104,6 +113,9 @@ pub(crate) fn passage_point(
         text: passage.text.clone(),
         char_start: passage.char_start as u64,
         char_end: passage.char_end as u64,
+        page_start: passage.page_start,
+        page_end: passage.page_end,
+        section: passage.section.clone(),
         metadata: metadata.cloned(),
     };
     let payload = Payload::try_from(serde_json::to_value(payload).expect("a payload serialises"))
@@ -168,6 +180,9 @@ mod tests {
             index: 2,
             char_start: 10,
             char_end: 19,
+            page_start: Some(3),
+            page_end: Some(4),
+            section: Some("Intro".into()),
         };
         let meta: Metadata = serde_json::from_str(r#"{"lang":"en","year":2024}"#).unwrap();
         let hash = document_hash("T", "body", Some(&meta));

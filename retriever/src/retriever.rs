@@ -141,7 +141,7 @@ pub struct ComponentScore {
 }
 
 /// A retrieved passage.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
     /// `{doc_id}#{n}`.
     pub passage_id: String,
@@ -157,6 +157,15 @@ pub struct Hit {
     pub bm25: Option<ComponentScore>,
     /// The dense score and rank, when dense search ranked it.
     pub dense: Option<ComponentScore>,
+    /// The 1-based page the passage begins on, in a paged document (PDF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_start: Option<u32>,
+    /// The page it ends on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_end: Option<u32>,
+    /// The heading of the section it begins in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
 }
 
 /// A store with the encoder for its questions. Cheap to share (`Arc`).
@@ -401,6 +410,22 @@ fn document_hits(
 }
 
 impl Hit {
+    /// Where the passage is in its document, for people: "p. 12" or
+    /// "pp. 12–13", then the section heading; empty when neither is known.
+    pub fn location(&self) -> String {
+        let pages = match (self.page_start, self.page_end) {
+            (Some(a), Some(b)) if b > a => Some(format!("pp. {a}–{b}")),
+            (Some(a), _) => Some(format!("p. {a}")),
+            _ => None,
+        };
+        let section = self.section.as_ref().map(|s| format!("“{s}”"));
+        pages
+            .into_iter()
+            .chain(section)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     fn new(
         passage: Passage,
         score: f32,
@@ -412,6 +437,9 @@ impl Hit {
             doc_id,
             title,
             text,
+            page_start,
+            page_end,
+            section,
             ..
         } = passage;
         Hit {
@@ -422,6 +450,9 @@ impl Hit {
             score,
             bm25,
             dense,
+            page_start,
+            page_end,
+            section,
         }
     }
 }

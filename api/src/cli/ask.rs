@@ -81,8 +81,14 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
         } else {
             " "
         };
+        let location = hit.location();
+        let location = if location.is_empty() {
+            location
+        } else {
+            format!(", {location}")
+        };
         println!(
-            "{cited}[{}] {} ({}) score {:.4}",
+            "{cited}[{}] {}{location} ({}) score {:.4}",
             i + 1,
             hit.title,
             hit.passage_id,

@@ -1,4 +1,7 @@
-//! `capstan corpus generate`: the synthetic encyclopedia of corpora/.
+//! `capstan corpus generate`: the synthetic encyclopedia of corpora/;
+//! `capstan corpus extract`: the text Capstan takes from one PDF, DOCX or
+//! EPUB file, per page (also the child process `capstan index` parses such
+//! files in).
 
 use std::path::PathBuf;
 
@@ -28,6 +31,17 @@ enum CorpusAction {
         #[arg(long, default_value_t = 500)]
         questions: usize,
     },
+    /// Print the text of a PDF, DOCX or EPUB file as Capstan indexes it: page by
+    /// page for PDFs, with section headings.
+    Extract {
+        /// The file.
+        file: PathBuf,
+        /// Print the extraction as JSON (`{"Ok": {title, text, layout}}` or
+        /// `{"Err": …}`): text, the character offset where each page begins,
+        /// and the sections.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs `capstan corpus`.
@@ -54,5 +68,47 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        CorpusAction::Extract { file, json } => extract(&file, json),
     }
+}
+
+fn extract(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+    use capstan_indexer::extract::{self, Format};
+    use std::io::Read as _;
+    let mut head = Vec::new();
+    std::fs::File::open(file)
+        .and_then(|f| f.take(1024).read_to_end(&mut head))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let Some(format) = Format::detect(file, &head) else {
+        anyhow::bail!("{}: not a PDF, DOCX or EPUB file", file.display());
+    };
+    let bytes = std::fs::read(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let result = extract::extract(format, &bytes);
+    if json {
+        // Failures are answers too: the parent process names the file with them.
+        println!("{}", serde_json::to_string(&result)?);
+        return Ok(());
+    }
+    let doc = result.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if let Some(title) = &doc.title {
+        println!("# {title}");
+    }
+    let starts = &doc.layout.page_starts;
+    if starts.is_empty() {
+        println!("{}", doc.text);
+        return Ok(());
+    }
+    let chars: Vec<char> = doc.text.chars().collect();
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(chars.len());
+        println!("\n--- page {} ---", i + 1);
+        println!(
+            "{}",
+            chars[start..end.max(start)]
+                .iter()
+                .collect::<String>()
+                .trim()
+        );
+    }
+    Ok(())
 }

@@ -199,8 +199,14 @@ pub fn print_hits(hits: &[Hit]) {
         println!("no passage matches");
     }
     for (i, h) in hits.iter().enumerate() {
+        let location = h.location();
+        let location = if location.is_empty() {
+            location
+        } else {
+            format!(" {location}")
+        };
         println!(
-            "{:>2}. {:.4}  {}  [{}]  bm25 {}  dense {}",
+            "{:>2}. {:.4}  {}  [{}]{location}  bm25 {}  dense {}",
             i + 1,
             h.score,
             h.passage_id,

@@ -1,6 +1,7 @@
 //! `POST /v1/chat/completions`, OpenAI's format, retrieval-augmented: the
 //! last user message is the question; the answer cites its passages in an
-//! extra `citations` field. Streaming sends `chat.completion.chunk` events
+//! extra `citations` field (passage ids) and `sources` (their documents,
+//! with page and section where known). Streaming sends `chat.completion.chunk` events
 //! and `data: [DONE]`.
 
 use std::convert::Infallible;
@@ -157,7 +158,30 @@ fn completion(id: &str, created: u64, model: &str, answer: &Answer) -> Value {
         }],
         "usage": usage(answer),
         "citations": answer.citations,
+        "sources": sources(answer),
     })
+}
+
+/// The cited passages' documents, with page and section where known: what
+/// a client shows as "handbook.pdf, p. 12".
+fn sources(answer: &Answer) -> Value {
+    let cited = answer.citations.iter().filter_map(|id| {
+        let hit = answer.passages.iter().find(|h| &h.passage_id == id)?;
+        let mut source = json!({
+            "passage_id": hit.passage_id,
+            "doc_id": hit.doc_id,
+            "title": hit.title,
+        });
+        if let Some(p) = hit.page_start {
+            source["page_start"] = json!(p);
+            source["page_end"] = json!(hit.page_end.unwrap_or(p));
+        }
+        if let Some(s) = &hit.section {
+            source["section"] = json!(s);
+        }
+        Some(source)
+    });
+    Value::Array(cited.collect())
 }
 
 fn chunk(id: &str, created: u64, model: &str, delta: Value, finish: Option<&str>) -> Event {
@@ -250,6 +274,7 @@ fn chunks(
                                 "usage": usage(&answer),
                             });
                             ev["citations"] = json!(answer.citations);
+                            ev["sources"] = sources(&answer);
                             Event::default().data(ev.to_string())
                         }
                         Err(e) => Event::default().data(e.logged_body().to_string()),

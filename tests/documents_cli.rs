@@ -1,0 +1,205 @@
+//! End-to-end: `capstan index FOLDER` on real PDF, DOCX and EPUB files
+//! (scripts/fetch-documents.sh): bad files fail the run with their name and
+//! publish nothing, or are skipped; searches cite file and page; `--append`
+//! re-reads only changed files; `index delete` by file; the parser runs in a
+//! bounded child process.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{encoder_dir, fails, ok, run, s};
+
+fn documents() -> PathBuf {
+    let dir = std::env::var_os("CAPSTAN_DOCUMENTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| encoder_dir().join("../../documents"));
+    assert!(
+        dir.join(".complete").exists(),
+        "{} is missing: run scripts/fetch-documents.sh",
+        dir.display()
+    );
+    dir
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// Sentences (12 words from the middle) of pages of `file`, by pdftotext,
+/// with their 1-based page.
+fn sentences(file: &Path, pages: &[usize]) -> Vec<(usize, String)> {
+    pages
+        .iter()
+        .filter_map(|&page| {
+            let out = Command::new("pdftotext")
+                .args(["-f", &page.to_string(), "-l", &page.to_string()])
+                .arg(file)
+                .arg("-")
+                .output()
+                .expect("pdftotext runs");
+            let w = words(&String::from_utf8_lossy(&out.stdout));
+            (w.len() >= 60).then(|| (page, w[w.len() / 2..][..12].join(" ")))
+        })
+        .collect()
+}
+
+fn index_args<'a>(folder: &'a Path, index: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "index",
+        s(folder),
+        "--out",
+        s(index),
+        "--encoder",
+        s(Box::leak(Box::new(encoder_dir()))),
+        "--no-sentence-vectors",
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+#[test]
+fn a_folder_of_documents_is_indexed_and_cited_by_page() {
+    let docs = documents();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("manuals");
+    let index = tmp.path().join("index");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(docs.join("pdf/R-data.pdf"), folder.join("R-data.pdf")).unwrap();
+    std::fs::copy(
+        docs.join("pdf/neatoguide.pdf"),
+        folder.join("neatoguide.pdf"),
+    )
+    .unwrap();
+    std::fs::copy(
+        docs.join("books/live-manual.docx"),
+        folder.join("live.docx"),
+    )
+    .unwrap();
+    std::fs::copy(docs.join("damaged/random.pdf"), folder.join("broken.pdf")).unwrap();
+
+    // A bad file fails the run, named, and nothing is published.
+    let err = fails(&index_args(&folder, &index, &[]));
+    assert!(
+        err.contains("broken.pdf") && err.contains("not a readable PDF"),
+        "{err}"
+    );
+    assert!(!index.join("CURRENT").exists());
+
+    let out = run(&index_args(&folder, &index, &["--skip-bad"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("skipped") && stderr.contains("broken.pdf"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("3 documents"));
+
+    // Sentences of known pages come back on their file and page.
+    let pdf = folder.join("R-data.pdf");
+    let samples = sentences(&pdf, &[5, 9, 14, 20, 27, 33]);
+    assert!(samples.len() >= 5);
+    let mut right = 0;
+    for (page, sentence) in &samples {
+        let hits: Vec<serde_json::Value> =
+            serde_json::from_str(&ok(&["search", s(&index), sentence, "-k", "5", "--json"]))
+                .unwrap();
+        if hits.iter().any(|h| {
+            h["doc_id"] == "R-data.pdf"
+                && h["page_start"].as_u64().unwrap() as usize <= *page
+                && *page <= h["page_end"].as_u64().unwrap() as usize
+        }) {
+            right += 1;
+        }
+    }
+    assert!(
+        right * 10 >= samples.len() * 9,
+        "{right} of {}",
+        samples.len()
+    );
+    // People see the page; the DOCX (no pages) its section.
+    let shown = ok(&["search", s(&index), &samples[0].1, "-k", "1"]);
+    assert!(
+        shown.contains("R-data.pdf#") && shown.contains(" p. "),
+        "{shown}"
+    );
+    let hits: Vec<serde_json::Value> = serde_json::from_str(&ok(&[
+        "search",
+        s(&index),
+        "lb config bootstrap",
+        "-k",
+        "3",
+        "--json",
+        "--mode",
+        "bm25",
+    ]))
+    .unwrap();
+    assert_eq!(hits[0]["doc_id"], "live.docx");
+    assert!(
+        hits[0].get("page_start").is_none() && hits[0]["section"].is_string(),
+        "{}",
+        hits[0]
+    );
+
+    // --append reads changed files only.
+    let again = ok(&index_args(&folder, &index, &["--skip-bad", "--append"]));
+    assert!(
+        again.contains("up to date") || again.contains("nothing to do"),
+        "{again}"
+    );
+    std::fs::copy(docs.join("pdf/dot.1.pdf"), folder.join("neatoguide.pdf")).unwrap();
+    let changed = ok(&index_args(&folder, &index, &["--skip-bad", "--append"]));
+    assert!(
+        changed.contains("1 document(s) (1 replaced, 2 unchanged)"),
+        "{changed}"
+    );
+
+    // Deleting a file's document by its path.
+    ok(&["index", "delete", s(&index), "--ids", "R-data.pdf"]);
+    let hits: Vec<serde_json::Value> = serde_json::from_str(&ok(&[
+        "search",
+        s(&index),
+        &samples[0].1,
+        "-k",
+        "5",
+        "--json",
+    ]))
+    .unwrap();
+    assert!(hits.iter().all(|h| h["doc_id"] != "R-data.pdf"));
+}
+
+#[test]
+fn the_parser_runs_in_a_bounded_child_process() {
+    let docs = documents();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("docs");
+    let index = tmp.path().join("index");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(docs.join("pdf/neatoguide.pdf"), folder.join("guide.pdf")).unwrap();
+    std::fs::write(folder.join("notes.txt"), "Plain notes about graph layout.").unwrap();
+    // 16 MiB of address space cannot hold the parser process: the file is
+    // named with what happened, and the run goes on without it.
+    let out = run(&index_args(
+        &folder,
+        &index,
+        &["--skip-bad", "--parse-memory-mb", "16"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("guide.pdf") && stderr.contains("parser"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 documents"));
+    // `capstan corpus extract` shows what is indexed, page by page.
+    let pages = ok(&["corpus", "extract", s(&folder.join("guide.pdf"))]);
+    assert!(
+        pages.contains("--- page 11 ---") && !pages.contains("--- page 12 ---"),
+        "{pages}"
+    );
+}
