@@ -98,18 +98,23 @@ def free_port():
         return s.getsockname()[1]
 
 
-def search_pages(folder, refs, every):
+def search_pages(folder, refs, every, index_dir):
     with tempfile.TemporaryDirectory() as tmp:
-        index = os.path.join(tmp, "index")
+        index = index_dir or os.path.join(tmp, "index")
         start = time.perf_counter()
+        # An existing index of the same files is recognised as up to date.
         subprocess.run([BIN, "index", folder, "--out", index, "--encoder", ENCODER,
                         "--no-sentence-vectors", "-q"], check=True)
         print(f"indexed {folder} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
         port = free_port()
-        server = subprocess.Popen([BIN, "serve", index, "--port", str(port)],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log = open(os.path.join(tmp, "serve.log"), "w+")
+        server = subprocess.Popen([BIN, "serve", "--index", index, "--addr", f"127.0.0.1:{port}"],
+                                  stdout=subprocess.DEVNULL, stderr=log)
         try:
-            for _ in range(600):
+            while True:
+                if server.poll() is not None:
+                    log.seek(0)
+                    sys.exit(f"capstan serve exited: {log.read()[-2000:]}")
                 try:
                     urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
                     break
@@ -144,6 +149,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--every", type=int, default=4, help="search a sentence of every N-th page")
     ap.add_argument("--skip-search", action="store_true")
+    ap.add_argument("--index", help="keep the index of the PDFs in this folder (reused when up to date)")
     args = ap.parse_args()
     folder = os.path.join(DOCS, "pdf")
     files = sorted(f for f in os.listdir(folder) if f.endswith(".pdf"))
@@ -179,7 +185,7 @@ def main():
     print(f"\npages with F1 >= 0.9: Capstan {share(c[2]):.1%}, pypdf {share(p[2]):.1%}; "
           f"speed ratio Capstan/pypdf {(c[0] / c[1]) / (p[0] / p[1]):.2f}x")
     if not args.skip_search:
-        right, total, misses = search_pages(folder, refs, args.every)
+        right, total, misses = search_pages(folder, refs, args.every, args.index)
         print(f"\nsentences of known pages found on the right file and page by search -k 5: "
               f"{right}/{total} = {right / total:.1%}")
         for m in misses[:15]:

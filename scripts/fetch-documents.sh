@@ -6,8 +6,11 @@
 # Debian ships, and a DOCX pandoc makes from that EPUB. Damaged copies
 # beside them: empty, truncated, random bytes after a PDF header, encrypted
 # with a password, encrypted with an empty user password.
+# And a two-column PDF typeset by groff (ms macros, gropdf) from the text of
+# the ABF paper in ../shared/seeds, with the paragraphs it was made from, to
+# check reading order across columns.
 # Also installs poppler-utils (pdftotext, the page-text reference), qpdf
-# (the encryption) and pandoc. Idempotent; everything under
+# (the encryption), pandoc and groff. Idempotent; everything under
 # $CAPSTAN_HOME/documents.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,7 @@ missing=()
 command -v pdftotext >/dev/null || missing+=(poppler-utils)
 command -v qpdf >/dev/null || missing+=(qpdf)
 command -v pandoc >/dev/null || missing+=(pandoc)
+command -v gropdf >/dev/null || missing+=(groff)
 sudo=""
 [ "$(id -u)" = 0 ] || sudo=sudo
 if [ ${#missing[@]} -gt 0 ]; then
@@ -69,6 +73,22 @@ print("\n".join(seen))
 PY
 )
 (cd "$tmp/epub/OEBPS" && pandoc --quiet -f html "${spine[@]}" -o "$out.partial/books/live-manual.docx")
+
+mkdir "$out.partial/columns"
+python3 - ../shared/seeds/001_9267b4c8f5007449.txt "$out.partial/columns" <<'PY'
+import re, sys
+text = open(sys.argv[1]).read()
+paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", text) if len(p.split()) > 40][:60]
+ms = [".TL", "Effective Long-Context Scaling (two columns)", ".2C"]
+for i, p in enumerate(paragraphs):
+    if i % 8 == 0:
+        ms += [".NH", f"Section {i // 8 + 1}"]
+    # A line starting with . or ' is a request to groff: indent it.
+    ms += [".PP", re.sub(r"^([.'])", r" \1", p.replace("\\", "\\\\"))]
+open(f"{sys.argv[2]}/two-columns.ms", "w").write("\n".join(ms) + "\n")
+open(f"{sys.argv[2]}/two-columns.txt", "w").write("\n\n".join(paragraphs) + "\n")
+PY
+groff -ms -Tpdf "$out.partial/columns/two-columns.ms" >"$out.partial/columns/two-columns.pdf" 2>/dev/null
 
 d="$out.partial/damaged"
 : >"$d/empty.pdf"
