@@ -337,9 +337,16 @@ fn two_columns_are_read_column_by_column() {
     let source = std::fs::read_to_string(dir.join("two-columns.txt")).unwrap();
     let doc = extract(Format::Pdf, &std::fs::read(&path).unwrap()).unwrap();
     let ours = runs_found(&source, &doc.text);
-    let out = Command::new("pdftotext").arg(&path).arg("-").output().unwrap();
+    let out = Command::new("pdftotext")
+        .arg(&path)
+        .arg("-")
+        .output()
+        .unwrap();
     let poppler = runs_found(&source, &String::from_utf8_lossy(&out.stdout));
     // Runs lost to groff's hyphenation of capitalised words and to the
     // source's own symbols are lost to both.
-    assert!(ours >= 0.8 && ours >= poppler - 0.03, "Capstan {ours:.3}, pdftotext {poppler:.3}");
+    assert!(
+        ours >= 0.8 && ours >= poppler - 0.03,
+        "Capstan {ours:.3}, pdftotext {poppler:.3}"
+    );
 }

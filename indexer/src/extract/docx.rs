@@ -141,16 +141,12 @@ fn body_text(
                         heading = false;
                         para.clear();
                     }
-                    "w:pStyle" => {
-                        if attribute(e, "w:val").is_some_and(|v| headings.contains(&v)) {
-                            heading = true;
-                        }
+                    "w:pStyle" if attribute(e, "w:val").is_some_and(|v| headings.contains(&v)) => {
+                        heading = true;
                     }
-                    "w:outlineLvl" => {
-                        // Level 9 is "body text" in Word's outline.
-                        if attribute(e, "w:val").is_some_and(|v| v != "9") {
-                            heading = true;
-                        }
+                    // Level 9 is "body text" in Word's outline.
+                    "w:outlineLvl" if attribute(e, "w:val").is_some_and(|v| v != "9") => {
+                        heading = true;
                     }
                     "w:t" if !empty => in_text = true,
                     "w:tab" | "w:noBreakHyphen" if empty => para.push(' '),

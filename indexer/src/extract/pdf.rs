@@ -158,7 +158,8 @@ fn running_lines(pages: &[Vec<&str>]) -> std::collections::HashSet<(usize, usize
         collapsed
     };
     // Per page: (top shapes, bottom shapes) with their line numbers.
-    let edges: Vec<(Vec<(usize, String)>, Vec<(usize, String)>)> = pages
+    type Shaped = Vec<(usize, String)>;
+    let edges: Vec<(Shaped, Shaped)> = pages
         .iter()
         .map(|lines| {
             let filled: Vec<usize> = (0..lines.len()).filter(|&i| !lines[i].is_empty()).collect();
