@@ -45,6 +45,20 @@ pub fn encoder_dir() -> PathBuf {
     home.join("models/all-MiniLM-L6-v2")
 }
 
+/// The real PDF, DOCX and EPUB files of scripts/fetch-documents.sh (or
+/// `CAPSTAN_DOCUMENTS`); missing, the test fails (it never passes by skipping).
+pub fn documents() -> PathBuf {
+    let dir = std::env::var_os("CAPSTAN_DOCUMENTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| encoder_dir().join("../../documents"));
+    assert!(
+        dir.join(".complete").exists(),
+        "{} is missing: run scripts/fetch-documents.sh",
+        dir.display()
+    );
+    dir
+}
+
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("utf-8 path")
 }

@@ -6,22 +6,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{encoder_dir, fails, ok, run, s};
-
-fn documents() -> PathBuf {
-    let dir = std::env::var_os("CAPSTAN_DOCUMENTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| encoder_dir().join("../../documents"));
-    assert!(
-        dir.join(".complete").exists(),
-        "{} is missing: run scripts/fetch-documents.sh",
-        dir.display()
-    );
-    dir
-}
+use common::{documents, encoder_dir, fails, ok, run, s};
 
 fn words(text: &str) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())

@@ -14,7 +14,7 @@ use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use common::{capstan, questions, s, smollm2};
+use common::{capstan, documents, encoder_dir, ok, questions, s, smollm2};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------- fixture
@@ -171,6 +171,62 @@ impl Drop for Server {
             let _ = c.kill();
             let _ = c.wait();
         }
+    }
+}
+
+#[test]
+fn pdf_passages_are_cited_by_page_over_http() {
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("docs");
+    let index = tmp.path().join("index");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(
+        documents().join("pdf/neatoguide.pdf"),
+        folder.join("neatoguide.pdf"),
+    )
+    .unwrap();
+    ok(&[
+        "index",
+        s(&folder),
+        "--out",
+        s(&index),
+        "--encoder",
+        s(&encoder_dir()),
+        "-q",
+    ]);
+    let srv = Server::start(&index, &[]);
+    let question = "What is the default number of iterations in neato?";
+    let search = srv
+        .post("/v1/search", &json!({"query": question, "k": 3}))
+        .ok_json();
+    for hit in search["hits"].as_array().unwrap() {
+        assert_eq!(hit["doc_id"], "neatoguide.pdf");
+        let (a, b) = (
+            hit["page_start"].as_u64().unwrap(),
+            hit["page_end"].as_u64().unwrap(),
+        );
+        assert!((1..=b).contains(&a) && b <= 11, "{hit}");
+    }
+    let qa = srv.post("/v1/qa", &json!({"question": question})).ok_json();
+    assert!(qa["passages"][0]["page_start"].is_u64(), "{qa}");
+    let chat = srv
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [{"role": "user", "content": question}]}),
+        )
+        .ok_json();
+    let sources = chat["sources"].as_array().unwrap();
+    assert!(!sources.is_empty(), "{chat}");
+    for source in sources {
+        assert_eq!(source["doc_id"], "neatoguide.pdf");
+        assert!(
+            source["page_start"].is_u64() && source["page_end"].is_u64(),
+            "{source}"
+        );
+        assert!(chat["citations"]
+            .as_array()
+            .unwrap()
+            .contains(&source["passage_id"]));
     }
 }
 
