@@ -1730,3 +1730,130 @@ fn span_answers_stand_in_their_cited_passages_alone_concurrent_and_streamed() {
         assert_eq!(status, 400, "{what}: {message}");
     }
 }
+
+/// A question of the fixture that names its document's title, with the
+/// document id and title.
+fn question_naming_its_document(data: &Path) -> (String, String, String) {
+    let titles: std::collections::HashMap<String, String> =
+        std::fs::read_to_string(data.join("corpus.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let d: Value = serde_json::from_str(l).unwrap();
+                (
+                    d["_id"].as_str().unwrap().to_string(),
+                    d["title"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+    let qrels = std::fs::read_to_string(data.join("qrels/test.tsv")).unwrap();
+    let queries = std::fs::read_to_string(data.join("queries.jsonl")).unwrap();
+    queries
+        .lines()
+        .find_map(|l| {
+            let q: Value = serde_json::from_str(l).unwrap();
+            let id = q["_id"].as_str().unwrap();
+            let doc = qrels
+                .lines()
+                .find(|r| r.starts_with(&format!("{id}\t")))?
+                .split('\t')
+                .nth(1)?
+                .to_string();
+            let title = titles.get(&doc)?.clone();
+            let text = q["text"].as_str().unwrap();
+            text.contains(&title)
+                .then(|| (text.to_string(), doc, title))
+        })
+        .expect("a question names its document")
+}
+
+#[test]
+fn a_follow_up_retrieves_whom_the_conversation_is_about() {
+    let f = fixture();
+    let (question, doc, title) = question_naming_its_document(&f.data);
+    let follow_up = question.replace(&title, "this one");
+    let srv = Server::start(&f.index, &[]);
+    let first = format!("Tell me about {title}.");
+    // /v1/qa with its history.
+    let qa = srv
+        .post(
+            "/v1/qa",
+            &json!({"question": follow_up, "k": 3, "history": [
+                {"role": "user", "content": first},
+                {"role": "assistant", "content": "Here is what the encyclopedia says."}]}),
+        )
+        .ok_json();
+    assert_eq!(qa["passages"][0]["doc_id"], doc.as_str(), "{qa}");
+    // The chat endpoint reads the whole conversation, and says why it stopped.
+    let chat = srv
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": first},
+                {"role": "assistant", "content": "Here is what the encyclopedia says."},
+                {"role": "user", "content": follow_up}]}),
+        )
+        .ok_json();
+    assert_eq!(chat["sources"][0]["doc_id"], doc.as_str(), "{chat}");
+    assert_eq!(chat["choices"][0]["finish_reason"], "stop");
+    // Bad turns are named.
+    let bad = srv.post(
+        "/v1/qa",
+        &json!({"question": follow_up, "history": [{"role": "robot", "content": "x"}]}),
+    );
+    assert_eq!(assert_client_error("bad role", &bad).0, 400);
+    let message = bad.json()["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        message.contains("turn 0") && message.contains("robot"),
+        "{message}"
+    );
+    let bad = srv.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": first}], "stop": ["a", "b", "c", "d", "e"]}),
+    );
+    assert_eq!(assert_client_error("five stops", &bad).0, 400);
+}
+
+#[test]
+fn chat_says_length_when_max_tokens_cut_the_answer_and_honours_stop_and_seed() {
+    let f = fixture();
+    let srv = Server::start(&f.index, &["--llama-model", s(&smollm2())]);
+    let question = questions(&f.data)[0].clone();
+    let chat = |extra: Value| {
+        let mut body = json!({"model": "capstan-llama",
+            "messages": [{"role": "user", "content": question}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        srv.post("/v1/chat/completions", &body).ok_json()
+    };
+    let cut = chat(json!({"max_tokens": 2}));
+    assert_eq!(cut["choices"][0]["finish_reason"], "length", "{cut}");
+    assert_eq!(cut["usage"]["completion_tokens"], 2, "{cut}");
+    let whole = chat(json!({"max_tokens": 64}));
+    assert_eq!(whole["choices"][0]["finish_reason"], "stop", "{whole}");
+    let text = whole["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A stop string inside the greedy answer ends it there.
+    if let Some(word) = text.split_whitespace().nth(1) {
+        let stopped = chat(json!({"max_tokens": 64, "stop": word}));
+        let got = stopped["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap();
+        assert!(
+            !got.contains(word) && text.starts_with(got.trim_end()),
+            "{got:?} of {text:?}"
+        );
+        assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+    }
+    // Sampling with a seed repeats itself.
+    let sampled = |seed: u64| {
+        chat(json!({"max_tokens": 24, "temperature": 1.0, "seed": seed}))["choices"][0]["message"]
+            ["content"]
+            .clone()
+    };
+    assert_eq!(sampled(7), sampled(7));
+}

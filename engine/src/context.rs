@@ -10,6 +10,7 @@ use capstan_reader::{span_text, ChatMessage, LanguageModel, Passage, ScoredSente
 use capstan_retriever::Hit;
 use serde::{Deserialize, Serialize};
 
+use crate::conversation::Role;
 use crate::error::Result;
 
 /// How much of each retrieved passage the generative reader reads; spelled `passages` or
@@ -479,6 +480,23 @@ const EXAMPLE_DOCUMENT: (&str, &str) = (
 );
 const EXAMPLE_ANSWER: &str = "the river Lisse";
 
+/// Earlier turns of a conversation the Llama reader sees (the rest are
+/// dropped: the documents and the question must fit its context).
+pub const HISTORY_TURNS: usize = 4;
+/// The most characters of an earlier turn the reader sees.
+pub const HISTORY_TURN_CHARS: usize = 600;
+
+fn recent(history: &[crate::conversation::Turn]) -> &[crate::conversation::Turn] {
+    &history[history.len().saturating_sub(HISTORY_TURNS)..]
+}
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(HISTORY_TURN_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}
+
 /// How the Llama reader's prompt is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptStyle {
@@ -530,11 +548,14 @@ impl PromptStyle {
 
     /// The prompt's token ids: for an instruct model its chat template (the worked example as
     /// an earlier user turn and its answer), for a base model plain text after BOS.
+    /// `history`: the conversation's earlier turns; the last [`HISTORY_TURNS`]
+    /// come before the documents' turn, each cut to [`HISTORY_TURN_CHARS`].
     pub fn prompt(
         &self,
         model: &LanguageModel,
         question: &str,
         passages: &[Passage],
+        history: &[crate::conversation::Turn],
     ) -> Result<Vec<u32>> {
         let text = self.text(question, passages);
         let example = self.example.then(|| {
@@ -553,15 +574,32 @@ impl PromptStyle {
                     content: a.into(),
                 });
             }
+            for turn in recent(history) {
+                messages.push(ChatMessage {
+                    role: match turn.role {
+                        Role::User => "user",
+                        Role::Assistant => "assistant",
+                    }
+                    .into(),
+                    content: cut(&turn.content),
+                });
+            }
             messages.push(ChatMessage {
                 role: "user".into(),
                 content: text,
             });
             model.chat_prompt(&messages)?
         } else {
+            let earlier: String = recent(history)
+                .iter()
+                .map(|t| match t.role {
+                    Role::User => format!("Question: {}\n", cut(&t.content)),
+                    Role::Assistant => format!("Answer: {}\n\n", cut(&t.content)),
+                })
+                .collect();
             let text = match example {
-                Some((q, a)) => format!("{q} {a}\n\n{text}"),
-                None => text,
+                Some((q, a)) => format!("{q} {a}\n\n{earlier}{text}"),
+                None => format!("{earlier}{text}"),
             };
             model.plain_prompt(&text)?
         };

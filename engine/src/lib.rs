@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod context;
+pub mod conversation;
 pub mod error;
 pub mod eval;
 pub mod metrics;

@@ -13,6 +13,7 @@ use capstan_retriever::{Filter, Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::context::{resolve_span, AnswerMode, AnswerSpan, Context, ContextMode, PromptStyle};
+pub use crate::conversation::{Role, Turn};
 use crate::error::{Error, Result};
 use crate::scheduler::Scheduler;
 
@@ -56,8 +57,10 @@ impl std::str::FromStr for ReaderKind {
 /// One question and how to answer it.
 #[derive(Debug, Clone)]
 pub struct QaRequest {
-    /// The question.
+    /// The question (a conversation's last user turn).
     pub question: String,
+    /// The conversation's earlier turns, oldest first (empty for one question).
+    pub history: Vec<Turn>,
     /// Passages to retrieve.
     pub k: usize,
     /// Retrieval mode.
@@ -100,6 +103,7 @@ impl QaRequest {
         let style = PromptStyle::default();
         Self {
             question: question.into(),
+            history: Vec::new(),
             k: 5,
             mode: Mode::Hybrid,
             reader,
@@ -116,6 +120,17 @@ impl QaRequest {
             span_end_bias: DEFAULT_SPAN_END_BIAS,
             sentence_lexical_weight: DEFAULT_SENTENCE_LEXICAL_WEIGHT,
             short_free_answer: true,
+        }
+    }
+
+    /// The question as it stands alone, which retrieval and the readers read:
+    /// a follow-up's "this person" resolved from the conversation
+    /// ([`crate::conversation::standalone_question`]).
+    pub fn search_query(&self) -> std::borrow::Cow<'_, str> {
+        if self.history.is_empty() {
+            self.question.as_str().into()
+        } else {
+            crate::conversation::standalone_question(&self.history, &self.question).into()
         }
     }
 
@@ -297,7 +312,8 @@ impl Pipeline {
     pub fn answer(&self, req: &QaRequest, on_text: impl FnMut(&str) -> Flow) -> Result<Answer> {
         let start = Instant::now();
         self.scheduler(req.reader)?;
-        let (hits, vector) = self.retrieve(&req.question, req.k, req.mode, req.filter.as_ref())?;
+        let (hits, vector) =
+            self.retrieve(&req.search_query(), req.k, req.mode, req.filter.as_ref())?;
         self.read(req, hits, vector, start, on_text)
     }
 
@@ -403,7 +419,7 @@ impl Pipeline {
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
         let t = Instant::now();
-        let ranked = self.rank_sentences(&req.question, &hits, vector.as_deref())?;
+        let ranked = self.rank_sentences(&req.search_query(), &hits, vector.as_deref())?;
         timings.read_ms = ms(t);
         let (answer, citations, highlight) = match ranked.first() {
             None => (String::new(), Vec::new(), None),
@@ -458,9 +474,10 @@ impl Pipeline {
         // reader whole passages or their question-relevant sentences.
         let context = match (req.reader, req.context) {
             (ReaderKind::Llama, ContextMode::Sentences(n)) => {
-                let mut ranked = self.rank_sentences(&req.question, &hits, vector.as_deref())?;
+                let mut ranked =
+                    self.rank_sentences(&req.search_query(), &hits, vector.as_deref())?;
                 crate::context::add_lexical_overlap(
-                    &req.question,
+                    &req.search_query(),
                     &hits,
                     &mut ranked,
                     req.sentence_lexical_weight,
@@ -491,7 +508,12 @@ impl Pipeline {
                 // An instruct model reads the documents and the question as a user turn and
                 // ends its answer with an end-of-turn token; a base model continues the text
                 // after "Answer:" and is stopped at the end of the line.
-                let prompt = req.prompt_style().prompt(model, &req.question, &passages)?;
+                let prompt = req.prompt_style().prompt(
+                    model,
+                    &req.search_query(),
+                    &passages,
+                    &req.history,
+                )?;
                 if std::env::var_os("CAPSTAN_DEBUG_PROMPT").is_some() {
                     eprintln!("{}", model.decode(&prompt)?);
                 }

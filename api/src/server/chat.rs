@@ -1,5 +1,7 @@
 //! `POST /v1/chat/completions`, OpenAI's format, retrieval-augmented: the
-//! last user message is the question; the answer cites its passages in an
+//! last user message is the question and the turns before it the
+//! conversation (retrieval reads the previous user turn with a follow-up, the
+//! generative reader the last few turns); the answer cites its passages in an
 //! extra `citations` field (passage ids) and `sources` (their documents,
 //! with page and section where known). Streaming sends `chat.completion.chunk` events
 //! and `data: [DONE]`.
@@ -18,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::qa::{apply_sampling, record};
+use super::qa::{apply_sampling, apply_stop_and_seed, history_turns, record};
 use super::{await_reply, check_question, parse_json, ApiError, AppState};
 use capstan_engine::pipeline::{Answer, ReaderKind};
 
@@ -54,6 +56,8 @@ pub struct ChatBody {
     n: Option<usize>,
     /// Not OpenAI's: named only to refuse `"span"` clearly (chat answers are free text).
     answer: Option<String>,
+    stop: Option<super::qa::Stop>,
+    seed: Option<u64>,
 }
 
 /// Reader behind a model id: `capstan` or `capstan-extractive`, `capstan-llama`, `capstan-cape`.
@@ -91,17 +95,29 @@ pub async fn completions(
              POST /v1/qa answers with a span of the passages"
         )));
     }
-    let question = body
+    let last = body
         .messages
         .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .and_then(|m| m.content.as_ref())
-        .map(text_of)
+        .rposition(|m| m.role == "user")
         .ok_or_else(|| ApiError::invalid("`messages` holds no user message"))?;
+    let question = body.messages[last]
+        .content
+        .as_ref()
+        .map(text_of)
+        .unwrap_or_default();
     check_question(&question, &state.limits)?;
+    let history = history_turns(
+        body.messages[..last].iter().map(|m| {
+            (
+                m.role.clone(),
+                m.content.as_ref().map(text_of).unwrap_or_default(),
+            )
+        }),
+        &state,
+    )?;
     let mut req = state.defaults.clone();
     req.question = question;
+    req.history = history;
     req.answer = capstan_engine::context::AnswerMode::Free;
     req.short_free_answer = false;
     let model = body
@@ -123,6 +139,7 @@ pub async fn completions(
         body.temperature,
         body.top_p,
     )?;
+    apply_stop_and_seed(&mut req, body.stop, body.seed)?;
     let id = format!("chatcmpl-{:016x}", rand_id());
     let created = unix_now();
     if !body.stream.unwrap_or(false) {
@@ -153,13 +170,22 @@ fn completion(id: &str, created: u64, model: &str, answer: &Answer) -> Value {
         "choices": [{
             "index": 0,
             "message": {"role": "assistant", "content": answer.answer},
-            "finish_reason": "stop",
+            "finish_reason": finish_reason(answer),
             "logprobs": null,
         }],
         "usage": usage(answer),
         "citations": answer.citations,
         "sources": sources(answer),
     })
+}
+
+/// OpenAI's finish reason: `length` when `max_tokens` cut the answer,
+/// `stop` when it ended (an end token, a stop string, the extractive reader).
+fn finish_reason(answer: &Answer) -> &'static str {
+    match answer.finish_reason.as_deref() {
+        Some("length") => "length",
+        _ => "stop",
+    }
 }
 
 /// The cited passages' documents, with page and section where known: what
@@ -270,7 +296,7 @@ fn chunks(
                                 "object": "chat.completion.chunk",
                                 "created": st.created,
                                 "model": st.model,
-                                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": null}],
+                                "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason(&answer), "logprobs": null}],
                                 "usage": usage(&answer),
                             });
                             ev["citations"] = json!(answer.citations);

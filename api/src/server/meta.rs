@@ -206,7 +206,15 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
     let hit = json!({"type": "object", "properties": {
         "passage_id": {"type": "string"}, "doc_id": {"type": "string"}, "title": {"type": "string"},
         "text": {"type": "string"}, "score": {"type": "number"},
-        "bm25": {"type": ["object", "null"]}, "dense": {"type": ["object", "null"]}}});
+        "bm25": {"type": ["object", "null"]}, "dense": {"type": ["object", "null"]},
+        "page_start": {"type": "integer", "minimum": 1}, "page_end": {"type": "integer", "minimum": 1},
+        "section": {"type": "string"}}});
+    let stop = json!({"oneOf": [{"type": "string", "minLength": 1},
+        {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4}]});
+    let seed = json!({"type": "integer", "minimum": 0});
+    let history = json!({"type": "array", "maxItems": super::qa::MAX_HISTORY_TURNS, "items": {
+        "type": "object", "required": ["role", "content"], "additionalProperties": false, "properties": {
+            "role": {"type": "string", "enum": ["user", "assistant", "system"]}, "content": text}}});
     let content = json!({"oneOf": [{"type": "string"}, {"type": "array", "items": {"type": "object",
         "required": ["type"], "properties": {"type": {"type": "string"}, "text": {"type": "string"}}}}]});
     // Optional fields may be null (= absent), as OpenAI's clients send them.
@@ -239,7 +247,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "top_p": top_p, "top_k": {"type": "integer", "minimum": 1},
                     "lost_in_the_middle": {"type": "boolean"}, "query_aware": {"type": "boolean"},
                     "decoder_passages": {"type": "integer", "minimum": 0},
-                    "filter": filter}}),
+                    "filter": filter, "history": history, "stop": stop, "seed": seed}}),
                 json!({"type": "object", "properties": {"answer": {"type": "string"},
                     "citations": {"type": "array", "items": {"type": "string"}},
                     "passages": {"type": "array", "items": hit}, "usage": {"type": "object"}, "timings": {"type": "object"}}}),
@@ -259,7 +267,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "dimensions": {"type": "integer", "const": dimension}}}),
                 json!({"type": "object"}),
                 &[("404", not_found.clone())]),
-            "/v1/chat/completions": sse(post("OpenAI-compatible chat, answered from the index (the last user message is the question)",
+            "/v1/chat/completions": sse(post("OpenAI-compatible chat, answered from the index (the last user message is the question, the turns before it the conversation)",
                 json!({"type": "object", "required": ["messages"], "properties": {
                     "model": {"type": "string", "enum": chat_models},
                     "messages": {"type": "array", "minItems": 1,
@@ -267,7 +275,8 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                         "contains": {"type": "object", "required": ["role", "content"], "properties": {
                             "role": {"const": "user"}, "content": question}}},
                     "stream": {"type": "boolean"}, "max_tokens": max_tokens, "max_completion_tokens": max_tokens,
-                    "temperature": temperature, "top_p": top_p, "n": {"const": 1}}}),
+                    "temperature": temperature, "top_p": top_p, "n": {"const": 1},
+                    "stop": stop, "seed": seed}}),
                 json!({"type": "object"}),
                 &[("404", not_found.clone())])),
             "/v1/models": get("Models this server answers with", json!({"type": "object"}), "application/json"),

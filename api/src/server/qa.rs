@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
 use capstan_engine::context::{AnswerMode, ContextMode};
-use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind};
+use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind, Role, Turn};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -42,6 +42,91 @@ pub struct QaBody {
     context: Option<ContextMode>,
     /// `{"field": value, ...}`: only documents whose metadata has every field equal.
     filter: Option<capstan_retriever::Filter>,
+    /// The conversation so far, oldest first: `[{"role": "user"|"assistant", "content": …}]`.
+    history: Option<Vec<HistoryTurn>>,
+    /// Strings that end the answer (at most 4).
+    stop: Option<Stop>,
+    /// Seed of the sampler (`temperature` > 0).
+    seed: Option<u64>,
+}
+
+/// A turn of `history`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryTurn {
+    role: String,
+    content: String,
+}
+
+/// `stop`: one string or a list, as OpenAI's API takes it.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Stop {
+    /// One stop string.
+    One(String),
+    /// Up to four.
+    Many(Vec<String>),
+}
+
+/// Most turns a conversation may carry (the reader sees the last few).
+pub const MAX_HISTORY_TURNS: usize = 64;
+
+/// Checks a conversation's earlier turns and makes them the engine's.
+pub fn history_turns(
+    turns: impl IntoIterator<Item = (String, String)>,
+    state: &AppState,
+) -> Result<Vec<Turn>, ApiError> {
+    let mut out = Vec::new();
+    for (i, (role, content)) in turns.into_iter().enumerate() {
+        let role = match role.as_str() {
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            // System and tool turns say nothing retrieval or the reader can use.
+            "system" | "developer" | "tool" | "function" => continue,
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "turn {i}: `role` must be user, assistant or system, got `{other}`"
+                )))
+            }
+        };
+        if content.chars().count() > state.limits.max_question_chars * 8 {
+            return Err(ApiError::invalid(format!(
+                "turn {i}: `content` is longer than {} characters",
+                state.limits.max_question_chars * 8
+            )));
+        }
+        out.push(Turn { role, content });
+    }
+    if out.len() > MAX_HISTORY_TURNS {
+        return Err(ApiError::invalid(format!(
+            "the conversation has {} turns, more than {MAX_HISTORY_TURNS}",
+            out.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// Applies `stop` and `seed`.
+pub fn apply_stop_and_seed(
+    req: &mut QaRequest,
+    stop: Option<Stop>,
+    seed: Option<u64>,
+) -> Result<(), ApiError> {
+    let stops = match stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if stops.len() > 4 || stops.iter().any(String::is_empty) {
+        return Err(ApiError::invalid(
+            "`stop` must be a non-empty string or a list of at most 4 of them",
+        ));
+    }
+    req.generation.stop_strings.extend(stops);
+    if let Some(seed) = seed {
+        req.generation.seed = seed;
+    }
+    Ok(())
 }
 
 /// Largest `max_tokens` a request may ask for.
@@ -90,6 +175,10 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
         req.answer = a;
     }
     req.context = body.context.unwrap_or(req.context);
+    if let Some(history) = body.history {
+        req.history = history_turns(history.into_iter().map(|t| (t.role, t.content)), state)?;
+    }
+    apply_stop_and_seed(&mut req, body.stop, body.seed)?;
     Ok((req, body.stream.unwrap_or(false)))
 }
 

@@ -1,0 +1,230 @@
+//! Conversations: a follow-up question made standalone for retrieval and
+//! the readers. "What did this person do for a living?" names nobody; the
+//! previous user turn ("Where was Urgaud Aelri born?") names whom it is
+//! about. Without a model that rewrites questions, Capstan resolves the
+//! follow-up's referring phrase (this person, he, her, it, …) to the name
+//! the previous user turn gives, and otherwise reads the previous user turn
+//! with the follow-up.
+
+/// Who said a turn of a conversation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The user's question.
+    User,
+    /// Capstan's answer.
+    Assistant,
+}
+
+/// An earlier turn of a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn {
+    /// Who said it.
+    pub role: Role,
+    /// What was said.
+    pub content: String,
+}
+
+/// The question as it stands alone: `question` with its referring phrase
+/// replaced by the name of the previous user turn; the previous user turn
+/// and `question` together when there is no such phrase or name; `question`
+/// itself without history.
+pub fn standalone_question(history: &[Turn], question: &str) -> String {
+    let Some(previous) = history.iter().rev().find(|t| t.role == Role::User) else {
+        return question.to_string();
+    };
+    if let Some(name) = last_name(&previous.content) {
+        if question.contains(&name) {
+            return question.to_string();
+        }
+        if let Some(resolved) = resolve(question, &name) {
+            return resolved;
+        }
+    }
+    format!("{} {}", previous.content.trim(), question.trim())
+}
+
+/// Words that open questions and sentences, capitalised but never a name.
+const NOT_NAMES: &[&str] = &[
+    "A", "An", "And", "Are", "But", "Can", "Could", "Did", "Do", "Does", "For", "From", "Give",
+    "How", "I", "In", "Is", "It", "List", "Of", "On", "Please", "Show", "Tell", "That", "The",
+    "Then", "This", "To", "Was", "Were", "What", "When", "Where", "Which", "Who", "Whom", "Whose",
+    "Why", "Will", "With", "Would", "You",
+];
+
+/// The last run of capitalised words of `text` that is not a question or
+/// function word: the name a turn is about.
+fn last_name(text: &str) -> Option<String> {
+    let mut best: Option<String> = None;
+    let mut run: Vec<&str> = Vec::new();
+    for raw in text.split_whitespace() {
+        let word = raw.trim_matches(|c: char| !c.is_alphanumeric());
+        let capitalised = word.chars().next().is_some_and(char::is_uppercase);
+        // Punctuation after a word ends the name there ("Aelri, who…").
+        let ends = raw.ends_with([',', '.', '?', '!', ';', ':']);
+        if capitalised && !NOT_NAMES.contains(&word) {
+            run.push(word);
+        }
+        if (!capitalised || NOT_NAMES.contains(&word) || ends) && !run.is_empty() {
+            best = Some(run.join(" "));
+            run.clear();
+        }
+    }
+    if !run.is_empty() {
+        best = Some(run.join(" "));
+    }
+    best
+}
+
+/// Phrases that refer back to the previous turn's subject, longest first:
+/// (phrase, what replaces it given the name).
+const REFERRING: &[(&str, Possessive)] = &[
+    ("this person", Possessive::No),
+    ("that person", Possessive::No),
+    ("this one", Possessive::No),
+    ("that one", Possessive::No),
+    ("this place", Possessive::No),
+    ("this city", Possessive::No),
+    ("this town", Possessive::No),
+    ("this company", Possessive::No),
+    ("this organisation", Possessive::No),
+    ("this organization", Possessive::No),
+    ("this invention", Possessive::No),
+    ("his", Possessive::Yes),
+    ("her", Possessive::Yes),
+    ("their", Possessive::Yes),
+    ("its", Possessive::Yes),
+    ("he", Possessive::No),
+    ("she", Possessive::No),
+    ("they", Possessive::No),
+    ("him", Possessive::No),
+    ("them", Possessive::No),
+    ("it", Possessive::No),
+];
+
+#[derive(Clone, Copy)]
+enum Possessive {
+    Yes,
+    No,
+}
+
+/// `question` with its first referring phrase (as whole words, any case)
+/// replaced by `name`; `None` when it has none.
+fn resolve(question: &str, name: &str) -> Option<String> {
+    let lower = question.to_lowercase();
+    // Lowercasing may change byte offsets; then only exact positions are safe.
+    if lower.len() != question.len() {
+        return None;
+    }
+    let is_word_edge = |at: usize| {
+        at == 0
+            || at >= lower.len()
+            || !lower[..at]
+                .chars()
+                .next_back()
+                .is_some_and(char::is_alphanumeric)
+    };
+    let is_word_end = |at: usize| {
+        at >= lower.len()
+            || !lower[at..]
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphanumeric() || c == '\'')
+    };
+    let mut found: Option<(usize, usize, Possessive)> = None;
+    for &(phrase, possessive) in REFERRING {
+        let mut from = 0;
+        while let Some(i) = lower[from..].find(phrase) {
+            let at = from + i;
+            let end = at + phrase.len();
+            if is_word_edge(at) && is_word_end(end) {
+                if found.is_none_or(|(a, _, _)| at < a) {
+                    found = Some((at, end, possessive));
+                }
+                break;
+            }
+            from = at + phrase.len();
+        }
+    }
+    let (at, end, possessive) = found?;
+    let replacement = match possessive {
+        Possessive::Yes => format!("{name}'s"),
+        Possessive::No => name.to_string(),
+    };
+    Some(format!(
+        "{}{replacement}{}",
+        &question[..at],
+        &question[end..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(text: &str) -> Turn {
+        Turn {
+            role: Role::User,
+            content: text.into(),
+        }
+    }
+
+    fn assistant(text: &str) -> Turn {
+        Turn {
+            role: Role::Assistant,
+            content: text.into(),
+        }
+    }
+
+    #[test]
+    fn a_follow_up_names_whom_the_previous_turn_was_about() {
+        let history = [user("Where was Urgaud Aelri born?"), assistant("In Othtu.")];
+        let cases = [
+            (
+                "What did this person do for a living?",
+                "What did Urgaud Aelri do for a living?",
+            ),
+            ("When did he die?", "When did Urgaud Aelri die?"),
+            ("What was his trade?", "What was Urgaud Aelri's trade?"),
+            ("Who taught them?", "Who taught Urgaud Aelri?"),
+        ];
+        for (follow_up, want) in cases {
+            assert_eq!(standalone_question(&history, follow_up), want);
+        }
+        // The user's own words, a whole-word match only ("the" holds "he").
+        assert_eq!(
+            standalone_question(
+                &[user("Tell me about the Lemurzel telescope.")],
+                "Where was it first shown?"
+            ),
+            "Where was Lemurzel first shown?"
+        );
+        assert_eq!(
+            standalone_question(&history, "Where is the theatre?"),
+            "Where was Urgaud Aelri born? Where is the theatre?"
+        );
+    }
+
+    #[test]
+    fn without_a_name_or_history_the_question_stays_or_joins_the_previous_turn() {
+        assert_eq!(standalone_question(&[], "Who was he?"), "Who was he?");
+        let history = [user("what about the old glassworks?")];
+        assert_eq!(
+            standalone_question(&history, "who founded it?"),
+            "what about the old glassworks? who founded it?"
+        );
+        // A follow-up that names its subject needs nothing.
+        let history = [user("Where was Urgaud Aelri born?")];
+        assert_eq!(
+            standalone_question(&history, "When did Urgaud Aelri die?"),
+            "When did Urgaud Aelri die?"
+        );
+        assert_eq!(
+            last_name("Where was Urgaud Aelri, the smith, born?").as_deref(),
+            Some("Urgaud Aelri")
+        );
+        assert_eq!(
+            last_name("What did Saquafen Dulcorde do?").as_deref(),
+            Some("Saquafen Dulcorde")
+        );
+    }
+}
