@@ -244,6 +244,8 @@ pub struct Decoding {
     seen: Vec<u32>,
     tokens: Vec<u32>,
     text: String,
+    /// Bytes of `text` given out as pieces so far.
+    emitted: usize,
     stop: Option<StopReason>,
     span: Option<SpanState>,
 }
@@ -259,6 +261,7 @@ impl Decoding {
             seen: prompt.to_vec(),
             tokens: Vec::new(),
             text: String::new(),
+            emitted: 0,
             stop,
         }
     }
@@ -342,7 +345,36 @@ impl Decoding {
         } else if self.tokens.len() >= self.params.max_new_tokens {
             self.stop = Some(StopReason::Length);
         }
+        if piece.is_some() {
+            // Text that may be the start of a stop string is held back until the next
+            // token tells: a streamed piece is never taken back.
+            let held = if self.stop.is_some() {
+                0
+            } else {
+                self.stop_prefix_len()
+            };
+            let end = (self.text.len() - held).max(self.emitted);
+            piece = Some(self.text.get(self.emitted..end).unwrap_or("").to_string());
+            self.emitted = end.min(self.text.len());
+        }
         Ok(DecodedToken { token: next, piece })
+    }
+
+    /// The longest end of the text that begins a stop string (without being one).
+    fn stop_prefix_len(&self) -> usize {
+        let mut longest = 0;
+        for stop in &self.params.stop_strings {
+            for k in (1..stop.len()).rev() {
+                if k <= longest {
+                    break;
+                }
+                if stop.is_char_boundary(k) && self.text.ends_with(&stop[..k]) {
+                    longest = k;
+                    break;
+                }
+            }
+        }
+        longest
     }
 
     /// Where the grounded answer so far stands in its passages (empty for free text).

@@ -183,4 +183,23 @@ fn stop_strings_cut_text_and_streaming_pieces_add_up() {
     assert_eq!(out.tokens, full.tokens[..=first]);
     assert_eq!(out.stop_reason, StopReason::StopString(stop));
     assert_eq!(out.text.unwrap().trim_end(), words[..first].join(" "));
+
+    // A stop string over two tokens: its first token is held back while it may
+    // be the stop's start, so what was streamed is exactly the answer's text.
+    let stop = format!("{} {}", words[1], words[2]);
+    let cut = text.find(&stop).unwrap();
+    let params = GenerationParams {
+        stop_strings: vec![stop.clone()],
+        ..GenerationParams::greedy(6)
+    };
+    let mut streamed = Vec::new();
+    let out = gen
+        .generate_stream(&request, &params, |_, piece| {
+            streamed.push(piece.unwrap().to_string());
+            Flow::Continue
+        })
+        .unwrap();
+    assert_eq!(out.stop_reason, StopReason::StopString(stop));
+    assert_eq!(out.text.as_deref(), Some(&text[..cut]));
+    assert_eq!(streamed.concat(), text[..cut], "{streamed:?}");
 }
