@@ -237,6 +237,7 @@ fn a_burst_past_the_kv_budget_waits_and_past_the_queue_is_refused() {
         kv_tokens: 2 * (10 + n_new),
         step_tokens: 512,
         queue: 3,
+        prefix_cache: true,
     };
     let scheduler = Scheduler::start("test", Arc::new(lm), settings);
     let too_large = scheduler.submit(requests[0].clone(), GenerationParams::greedy(3 * n_new));
@@ -398,5 +399,120 @@ fn grounded_answers_copy_their_passages_alone_and_batched() {
         }
         assert!(copied >= 6, "{name}: only {copied} answers copied anything");
         check_together(lm, cases, 4);
+    }
+}
+
+fn run(scheduler: &Scheduler, prompt: &[u32], params: &GenerationParams) -> Vec<u32> {
+    scheduler
+        .generate(
+            Request {
+                prompt: prompt.to_vec(),
+                encoder_chunks: Vec::new(),
+            },
+            params.clone(),
+        )
+        .unwrap()
+        .tokens
+}
+
+#[test]
+fn a_prompt_read_before_starts_from_its_cached_prefix_and_answers_the_same() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let base = prompt(7, 200, 384);
+    let mut shared = base[..150].to_vec();
+    shared.extend(prompt(8, 40, 384));
+    let params = GenerationParams::greedy(8);
+    let request = |p: &[u32]| Request {
+        prompt: p.to_vec(),
+        encoder_chunks: Vec::new(),
+    };
+    let want_base = alone(&lm, &request(&base), &params);
+    let want_shared = alone(&lm, &request(&shared), &params);
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    assert_eq!(run(&scheduler, &base, &params), want_base);
+    let s = scheduler.stats();
+    assert_eq!((s.prefix_hit_tokens, s.prefix_cached_tokens), (0, 192));
+    // The same prompt again: its three full blocks are read from the cache.
+    assert_eq!(run(&scheduler, &base, &params), want_base);
+    assert_eq!(scheduler.stats().prefix_hit_tokens, 192);
+    // A prompt sharing 150 tokens: two blocks.
+    assert_eq!(run(&scheduler, &shared, &params), want_shared);
+    let s = scheduler.stats();
+    assert_eq!(s.prefix_hit_tokens, 192 + 128);
+    assert_eq!(s.prompt_tokens, 200 + 200 + 190);
+    // Off: nothing cached.
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let off = Scheduler::start(
+        "test",
+        Arc::new(lm),
+        SchedulerSettings {
+            prefix_cache: false,
+            ..SchedulerSettings::default()
+        },
+    );
+    assert_eq!(run(&off, &base, &params), want_base);
+    assert_eq!(run(&off, &base, &params), want_base);
+    assert_eq!(off.stats().prefix_hit_tokens, 0);
+}
+
+#[test]
+fn cached_prefixes_make_room_for_new_sequences_and_never_disturb_a_running_one() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let params = GenerationParams::greedy(8);
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| prompt(40 + i, 200, 384)).collect();
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            alone(
+                &lm,
+                &Request {
+                    prompt: p.clone(),
+                    encoder_chunks: Vec::new(),
+                },
+                &params,
+            )
+        })
+        .collect();
+    // Room for one sequence (208 tokens) and 92 cached tokens.
+    let settings = SchedulerSettings {
+        kv_tokens: 300,
+        ..SchedulerSettings::default()
+    };
+    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
+    for (p, w) in prompts.iter().zip(&want) {
+        assert_eq!(&run(&scheduler, p, &params), w);
+        let s = scheduler.stats();
+        assert!(s.prefix_cached_tokens + 208 <= 300, "{s:?}");
+    }
+    let s = scheduler.stats();
+    assert!(s.prefix_evicted_blocks >= 4, "{s:?}");
+    // Two at once: the cache gives way to the second reservation's wait, never to a running one.
+    let a = scheduler
+        .submit(
+            Request {
+                prompt: prompts[0].clone(),
+                encoder_chunks: Vec::new(),
+            },
+            params.clone(),
+        )
+        .unwrap();
+    let b = scheduler
+        .submit(
+            Request {
+                prompt: prompts[1].clone(),
+                encoder_chunks: Vec::new(),
+            },
+            params.clone(),
+        )
+        .unwrap();
+    for (seq, w) in [(a, &want[0]), (b, &want[1])] {
+        let done = loop {
+            match seq.next_event().expect("scheduler alive") {
+                Event::Token(_) => {}
+                Event::Done(g) => break g,
+                Event::Failed(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(&done.tokens, w);
     }
 }

@@ -113,6 +113,10 @@ pub struct SchedulingArgs {
     /// [default: 512].
     #[arg(long, env = "CAPSTAN_STEP_TOKENS")]
     pub step_tokens: Option<usize>,
+    /// Do not keep the KV of prompts read before (automatic prefix caching is on by
+    /// default: a prompt starting like an earlier one reads only what is new).
+    #[arg(long)]
+    pub no_prefix_cache: bool,
 }
 
 impl SchedulingArgs {
@@ -124,6 +128,7 @@ impl SchedulingArgs {
             kv_tokens: self.kv_tokens.unwrap_or(d.kv_tokens),
             step_tokens: self.step_tokens.unwrap_or(d.step_tokens),
             queue: d.queue,
+            prefix_cache: !self.no_prefix_cache,
         }
     }
 }

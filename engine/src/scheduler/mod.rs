@@ -16,6 +16,7 @@
 //! its reservation fits and fewer than `max_batch` run, in arrival order (no overtaking).
 //! Past that it waits in a bounded queue; past the queue, [`Error::Overloaded`].
 
+pub mod prefix;
 mod stats;
 mod step;
 
@@ -41,6 +42,9 @@ pub struct SchedulerSettings {
     pub step_tokens: usize,
     /// Sequences that may wait for admission.
     pub queue: usize,
+    /// Keep the KV of prompts read before and start a prompt from its longest cached
+    /// prefix ([`prefix`]); the blocks count against `kv_tokens`.
+    pub prefix_cache: bool,
 }
 
 impl Default for SchedulerSettings {
@@ -50,6 +54,7 @@ impl Default for SchedulerSettings {
             kv_tokens: 1 << 17,
             step_tokens: 512,
             queue: 256,
+            prefix_cache: true,
         }
     }
 }
@@ -111,12 +116,15 @@ struct Queue {
     slots: usize,
     /// KV tokens reserved by them.
     kv_used: usize,
+    /// KV tokens held by the prefix cache (the scheduler thread evicts them to admit).
+    cached: usize,
     shutdown: bool,
 }
 
 impl Queue {
     fn fits(&self, settings: &SchedulerSettings, reserve: usize) -> bool {
-        self.slots < settings.max_batch && self.kv_used + reserve <= settings.kv_tokens
+        self.slots < settings.max_batch
+            && self.kv_used + self.cached + reserve <= settings.kv_tokens
     }
 
     fn admit(&mut self, w: Waiting) {
@@ -180,7 +188,7 @@ impl Scheduler {
             max_batch: settings.max_batch.max(1),
             kv_tokens: settings.kv_tokens.max(1),
             step_tokens: settings.step_tokens.max(1),
-            queue: settings.queue,
+            ..settings
         };
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
@@ -188,6 +196,7 @@ impl Scheduler {
                 waiting: VecDeque::new(),
                 slots: 0,
                 kv_used: 0,
+                cached: 0,
                 shutdown: false,
             }),
             wake: Condvar::new(),
@@ -230,6 +239,7 @@ impl Scheduler {
         stats.running = q.slots - q.admitted.len();
         stats.waiting = q.waiting.len();
         stats.kv_used = q.kv_used;
+        stats.prefix_cached_tokens = q.cached;
         stats
     }
 

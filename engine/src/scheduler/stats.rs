@@ -29,6 +29,14 @@ pub struct SchedulerStats {
     pub finished: u64,
     /// The most sequences any step ran.
     pub largest_batch: usize,
+    /// Prompt tokens of admitted sequences.
+    pub prompt_tokens: u64,
+    /// Of those, tokens whose keys and values came from the prefix cache.
+    pub prefix_hit_tokens: u64,
+    /// KV tokens the prefix cache holds.
+    pub prefix_cached_tokens: usize,
+    /// Prefix blocks evicted.
+    pub prefix_evicted_blocks: u64,
     batch: Histogram,
     queue_wait: Histogram,
     first_token: Histogram,
@@ -47,6 +55,10 @@ impl SchedulerStats {
             tokens: 0,
             finished: 0,
             largest_batch: 0,
+            prompt_tokens: 0,
+            prefix_hit_tokens: 0,
+            prefix_cached_tokens: 0,
+            prefix_evicted_blocks: 0,
             batch: Histogram::with_bounds(&BATCH_BUCKETS),
             queue_wait: Histogram::default(),
             first_token: Histogram::default(),
@@ -54,8 +66,10 @@ impl SchedulerStats {
         }
     }
 
-    pub(super) fn admitted(&mut self, waited: Duration) {
+    pub(super) fn admitted(&mut self, waited: Duration, prompt: usize, hit: usize) {
         self.queue_wait.observe(waited.as_secs_f64());
+        self.prompt_tokens += prompt as u64;
+        self.prefix_hit_tokens += hit as u64;
     }
 
     pub(super) fn stepped(
@@ -76,7 +90,7 @@ impl SchedulerStats {
             .for_each(|d| self.inter_token.observe(d.as_secs_f64()));
     }
 
-    fn gauges(&self) -> [(&'static str, &'static str, usize); 5] {
+    fn gauges(&self) -> [(&'static str, &'static str, usize); 6] {
         [
             (
                 "capstan_scheduler_running_sequences",
@@ -103,10 +117,15 @@ impl SchedulerStats {
                 "Sequences that may run at once.",
                 self.settings.max_batch,
             ),
+            (
+                "capstan_scheduler_prefix_cached_tokens",
+                "KV-cache tokens the prefix cache holds (part of the budget).",
+                self.prefix_cached_tokens,
+            ),
         ]
     }
 
-    fn counters(&self) -> [(&'static str, &'static str, u64); 3] {
+    fn counters(&self) -> [(&'static str, &'static str, u64); 6] {
         [
             (
                 "capstan_scheduler_steps_total",
@@ -122,6 +141,21 @@ impl SchedulerStats {
                 "capstan_scheduler_rejected_total",
                 "Sequences refused because the queue was full.",
                 self.rejected,
+            ),
+            (
+                "capstan_scheduler_prompt_tokens_total",
+                "Prompt tokens of admitted sequences.",
+                self.prompt_tokens,
+            ),
+            (
+                "capstan_scheduler_prefix_hit_tokens_total",
+                "Prompt tokens whose keys and values came from the prefix cache.",
+                self.prefix_hit_tokens,
+            ),
+            (
+                "capstan_scheduler_prefix_evicted_blocks_total",
+                "Prefix-cache blocks evicted for room.",
+                self.prefix_evicted_blocks,
             ),
         ]
     }

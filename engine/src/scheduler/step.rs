@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use capstan_reader::{Cache, Decoding, Generation, PackedInput};
 
+use super::prefix::PrefixCache;
 use super::{Event, Shared, Waiting};
 use crate::error::{panic_message, Error};
 
@@ -21,6 +22,8 @@ struct Running {
     /// Tokens not yet fed: the prompt's unread part, or the last sampled token.
     pending: Vec<u32>,
     prompt_tokens: usize,
+    /// The prompt, kept for the prefix cache until it has been read.
+    prompt: Option<Vec<u32>>,
     reserve: usize,
     events: mpsc::Sender<Event>,
     cancel: Arc<std::sync::atomic::AtomicBool>,
@@ -69,13 +72,14 @@ enum Ending {
 /// The thread's body.
 pub(super) fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
+    let mut prefixes = shared.settings.prefix_cache.then(PrefixCache::new);
     loop {
-        let Some(admitted) = admit(shared, running.len()) else {
+        let Some(admitted) = admit(shared, running.len(), prefixes.as_mut()) else {
             break;
         };
         let mut ended = Vec::new();
         for w in admitted {
-            match start(shared, w) {
+            match start(shared, w, prefixes.as_mut()) {
                 Ok(r) if r.decoding.is_done() => ended.push(Ending::Finished(Box::new(r))),
                 Ok(r) => running.push(r),
                 Err((reserve, events, error)) => ended.push(Ending::Failed {
@@ -94,7 +98,7 @@ pub(super) fn run(shared: &Shared) {
         }
         if !running.is_empty() {
             let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                step(shared, &mut running)
+                step(shared, &mut running, prefixes.as_mut())
             }));
             let failure = match outcome {
                 Ok(Ok(())) => None,
@@ -144,9 +148,27 @@ fn deliver(shared: &Shared, ended: Vec<Ending>) {
 
 /// The sequences admitted since the last call; waits while nothing runs and nothing was
 /// admitted. `None`: shut down.
-fn admit(shared: &Shared, running: usize) -> Option<Vec<Waiting>> {
+fn admit(
+    shared: &Shared,
+    running: usize,
+    mut prefixes: Option<&mut PrefixCache>,
+) -> Option<Vec<Waiting>> {
     let mut q = shared.queue.lock().expect("scheduler queue lock");
     loop {
+        // Cached prefixes make room for the next waiting sequence, least recently used first.
+        if let Some(cache) = prefixes.as_deref_mut() {
+            while let Some(reserve) = q.waiting.front().map(|w| w.reserve) {
+                let full = q.slots >= shared.settings.max_batch;
+                if full || q.fits(&shared.settings, reserve) || !cache.evict_one() {
+                    break;
+                }
+                q.cached = cache.tokens;
+            }
+            q.cached = cache.tokens;
+            let mut stats = shared.stats.lock().expect("scheduler stats lock");
+            stats.prefix_cached_tokens = cache.tokens;
+            stats.prefix_evicted_blocks = cache.evicted;
+        }
         q.promote(&shared.settings);
         let admitted = std::mem::take(&mut q.admitted);
         if running > 0 || !admitted.is_empty() {
@@ -162,11 +184,29 @@ fn admit(shared: &Shared, running: usize) -> Option<Vec<Waiting>> {
 type StartError = (usize, mpsc::Sender<Event>, Error);
 
 /// A new running sequence (its encoder context computed for CAPE).
-fn start(shared: &Shared, w: Waiting) -> Result<Running, StartError> {
+fn start(
+    shared: &Shared,
+    w: Waiting,
+    prefixes: Option<&mut PrefixCache>,
+) -> Result<Running, StartError> {
     let model = shared.model.model();
     let mut cache = Cache::new(model);
     // The decoder's share of the reservation: its buffers are allocated once at that size.
     cache.reserve(w.request.prompt.len() + w.params.max_new_tokens);
+    // The longest cached prefix of the prompt (none with an encoder context: CAPE's decoder
+    // reads the encoder's states too).
+    let mut hit = 0;
+    let cacheable = prefixes.is_some() && w.request.encoder_chunks.is_empty();
+    if let Some(prefixes) = prefixes.filter(|_| cacheable) {
+        let blocks = prefixes.lookup(&w.request.prompt);
+        if !blocks.is_empty() {
+            let blocks: Vec<&capstan_reader::KvBlock> = blocks.iter().map(|b| b.as_ref()).collect();
+            match cache.load_prefix(model, &blocks) {
+                Ok(()) => hit = cache.seq_len(),
+                Err(e) => return Err((w.reserve, w.events, Error::from(e))),
+            }
+        }
+    }
     if !w.request.encoder_chunks.is_empty() {
         let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             model.set_encoder_context(
@@ -184,16 +224,17 @@ fn start(shared: &Shared, w: Waiting) -> Result<Running, StartError> {
             return Err((w.reserve, w.events, e));
         }
     }
-    shared
-        .stats
-        .lock()
-        .expect("scheduler stats lock")
-        .admitted(w.submitted.elapsed());
+    shared.stats.lock().expect("scheduler stats lock").admitted(
+        w.submitted.elapsed(),
+        w.request.prompt.len(),
+        hit,
+    );
     Ok(Running {
         cache,
         decoding: Decoding::new(&w.request.prompt, w.params),
         prompt_tokens: w.request.prompt.len(),
-        pending: w.request.prompt,
+        prompt: cacheable.then(|| w.request.prompt.clone()),
+        pending: w.request.prompt[hit..].to_vec(),
         reserve: w.reserve,
         events: w.events,
         cancel: w.cancel,
@@ -205,7 +246,11 @@ fn start(shared: &Shared, w: Waiting) -> Result<Running, StartError> {
 
 /// One packed forward over the running sequences, then one token for each that finished its
 /// prompt (or was decoding).
-fn step(shared: &Shared, running: &mut [Running]) -> Result<(), Error> {
+fn step(
+    shared: &Shared,
+    running: &mut [Running],
+    mut prefixes: Option<&mut PrefixCache>,
+) -> Result<(), Error> {
     let budget = shared.settings.step_tokens;
     let decoding = running.iter().filter(|r| r.pending.len() == 1).count();
     let mut left = budget.saturating_sub(decoding).max(MIN_PREFILL_CHUNK);
@@ -248,6 +293,20 @@ fn step(shared: &Shared, running: &mut [Running]) -> Result<(), Error> {
         r.pending.drain(..feed[i]);
         if !r.pending.is_empty() {
             continue; // more prompt to read: its logits are not a prediction yet
+        }
+        // The prompt is read: its blocks join the prefix cache (within the budget).
+        if let (Some(prompt), Some(cache)) = (r.prompt.take(), prefixes.as_deref_mut()) {
+            if cache.insert(shared.model.model(), &prompt, &r.cache) > 0 {
+                let mut q = shared.queue.lock().expect("scheduler queue lock");
+                while q.kv_used + cache.tokens > shared.settings.kv_tokens && cache.evict_one() {}
+                q.cached = cache.tokens;
+                drop(q);
+                shared
+                    .stats
+                    .lock()
+                    .expect("scheduler stats lock")
+                    .prefix_evicted_blocks = cache.evicted;
+            }
         }
         let t = r.decoding.push(&mut row, tokenizer)?;
         new_tokens += 1;

@@ -398,6 +398,109 @@ impl Cache {
     }
 }
 
+/// Keys and values of a run of positions of a one-row cache, copied out: a
+/// block of a prompt prefix cache ([`Cache::copy_block`], [`Cache::load_prefix`]).
+#[derive(Debug)]
+pub struct KvBlock {
+    /// Per layer, keys and values `(1, kv_heads, len, head_dim)`.
+    layers: Vec<(Tensor, Tensor)>,
+    len: usize,
+}
+
+impl KvBlock {
+    /// Positions it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Bytes of its keys and values.
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .sum()
+    }
+}
+
+impl Cache {
+    /// Whether this cache's prefixes can be reused by another sequence: one row, no
+    /// padding, no encoder context, every layer holding every position from 0 (full
+    /// attention: windowed layers forget keys, SelfExtend keeps grouped keys too).
+    fn reusable(&self, model: &Llama) -> bool {
+        model.attention == crate::AttentionPattern::Full
+            && self.cross.is_none()
+            && self.key_mask.len() == 1
+            && self.key_mask[0].iter().all(|&m| m)
+            && self.kv.iter().all(|kv| {
+                kv.as_ref().is_some_and(|kv| {
+                    kv.start == 0 && kv.k_grouped.is_none() && kv.len == self.seq_len
+                })
+            })
+    }
+
+    /// A copy of positions `start..end` of every layer's keys and values; `None` when
+    /// the cache's prefixes cannot be reused (see [`Cache::load_prefix`]) or it holds
+    /// fewer positions.
+    pub fn copy_block(&self, model: &Llama, start: usize, end: usize) -> Result<Option<KvBlock>> {
+        if start >= end || end > self.seq_len || !self.reusable(model) {
+            return Ok(None);
+        }
+        let layers = self
+            .kv
+            .iter()
+            .flatten()
+            .map(|kv| {
+                let rows = |t: &Tensor| t.narrow(2, kv.offset + start, end - start)?.copy();
+                Ok((rows(&kv.k)?, rows(&kv.v)?))
+            })
+            .collect::<CResult<Vec<_>>>()?;
+        Ok(Some(KvBlock {
+            layers,
+            len: end - start,
+        }))
+    }
+
+    /// Starts an empty cache from `blocks`, a prompt's first positions in order, as if
+    /// their tokens had been read: the next token read is at position `Σ len`. For
+    /// models with full attention and no encoder context (the blocks come from
+    /// [`Cache::copy_block`], which gives none otherwise).
+    pub fn load_prefix(&mut self, model: &Llama, blocks: &[&KvBlock]) -> Result<()> {
+        if self.seq_len > 0 || self.cross.is_some() {
+            return Err(Error::invalid("a prefix goes into an empty cache"));
+        }
+        if model.attention != crate::AttentionPattern::Full {
+            return Err(Error::invalid(
+                "prefixes are reused with full attention only",
+            ));
+        }
+        let len: usize = blocks.iter().map(|b| b.len).sum();
+        if len == 0 {
+            return Ok(());
+        }
+        let n_layers = self.kv.len();
+        if blocks.iter().any(|b| b.layers.len() != n_layers) {
+            return Err(Error::invalid("a prefix block of another model"));
+        }
+        self.ensure_batch(1)?;
+        let reserve = self.reserve;
+        for (layer, kv) in self.kv.iter_mut().enumerate() {
+            let ks: Vec<&Tensor> = blocks.iter().map(|b| &b.layers[layer].0).collect();
+            let vs: Vec<&Tensor> = blocks.iter().map(|b| &b.layers[layer].1).collect();
+            let (k, v) = (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?);
+            LayerKv::append(kv, &k, &v, None, reserve)?;
+        }
+        self.key_mask = vec![vec![true; len]];
+        self.real = vec![len as u32];
+        self.seq_len = len;
+        Ok(())
+    }
+}
+
 /// Encoder chunks after left padding: `hidden_states` `(chunks, len, hidden)` (after the final
 /// norm) and, per chunk, which positions are real tokens.
 #[derive(Debug, Clone)]

@@ -32,7 +32,7 @@ use crate::attention::AttentionPattern;
 use crate::config::LlamaConfig;
 use crate::error::{Error, Result};
 
-pub use cache::{Cache, CrossKv, EncodedChunks};
+pub use cache::{Cache, CrossKv, EncodedChunks, KvBlock};
 use layers::{LayerAttention, Stack};
 pub use packed::PackedInput;
 use weights::Proj;
