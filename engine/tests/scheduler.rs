@@ -432,13 +432,13 @@ fn a_prompt_read_before_starts_from_its_cached_prefix_and_answers_the_same() {
     assert_eq!(run(&scheduler, &base, &params), want_base);
     let s = scheduler.stats();
     assert_eq!((s.prefix_hit_tokens, s.prefix_cached_tokens), (0, 192));
-    // The same prompt again: its three full blocks are read from the cache.
+    // The same prompt again: the blocks that leave STABLE_CHUNK_ROWS (65) tokens to read.
     assert_eq!(run(&scheduler, &base, &params), want_base);
-    assert_eq!(scheduler.stats().prefix_hit_tokens, 192);
-    // A prompt sharing 150 tokens: two blocks.
+    assert_eq!(scheduler.stats().prefix_hit_tokens, 128);
+    // A prompt of 190 sharing 150 tokens: one block.
     assert_eq!(run(&scheduler, &shared, &params), want_shared);
     let s = scheduler.stats();
-    assert_eq!(s.prefix_hit_tokens, 192 + 128);
+    assert_eq!(s.prefix_hit_tokens, 128 + 64);
     assert_eq!(s.prompt_tokens, 200 + 200 + 190);
     // Off: nothing cached.
     let (_dir, lm) = tiny("llama3-rope-tiny");
@@ -515,4 +515,49 @@ fn cached_prefixes_make_room_for_new_sequences_and_never_disturb_a_running_one()
         };
         assert_eq!(&done.tokens, w);
     }
+}
+
+#[test]
+fn smollm2_answers_a_repeated_prompt_from_its_cached_prefix_as_afresh() {
+    let lm = LanguageModel::load(&smollm2(), &Device::Cpu, f32_options()).unwrap();
+    let document = "The Dorvize Glassworks were founded in 1821 by Ilsa Marr, who had learned \
+                    the trade in Murano and came back to the valley with two furnaces' worth of \
+                    debt. Within ten years the works employed ninety people and shipped window \
+                    glass as far as the coast. ";
+    let prompts: Vec<Vec<u32>> = [
+        "Who founded the Dorvize Glassworks?",
+        "How many people did the works employ?",
+    ]
+    .iter()
+    .map(|q| {
+        lm.user_prompt(&format!("{}\n\nQuestion: {q}", document.repeat(3)))
+            .unwrap()
+    })
+    .collect();
+    let params = lm.with_stops(GenerationParams::greedy(24));
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            alone(
+                &lm,
+                &Request {
+                    prompt: p.clone(),
+                    encoder_chunks: Vec::new(),
+                },
+                &params,
+            )
+        })
+        .collect();
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    for round in 0..2 {
+        for (p, w) in prompts.iter().zip(&want) {
+            assert_eq!(&run(&scheduler, p, &params), w, "round {round}");
+        }
+    }
+    // The second question shares the document with the first; then both come again.
+    let s = scheduler.stats();
+    assert!(
+        prompts[0].len() > 200 && s.prefix_hit_tokens >= 3 * 128,
+        "{s:?}"
+    );
 }

@@ -363,3 +363,50 @@ fn foreign_and_truncated_files_are_clear_errors() {
         );
     }
 }
+
+#[test]
+fn a_prompt_started_from_cached_keys_and_values_gives_the_logits_of_a_fresh_read() {
+    let model = Checkpoint::open(smollm2())
+        .unwrap()
+        .load_model(&Device::Cpu, None)
+        .unwrap();
+    let inputs = json(&fixture("smollm2/inputs.json"));
+    let prompt = ids(&inputs["input_ids"][0]);
+    let last = |cache: &mut Cache, tokens: &[u32]| -> Vec<f32> {
+        let input = Tensor::new(tokens, model.device())
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        model
+            .forward_last(&input, None, cache)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    let mut fresh = Cache::new(&model);
+    let want = last(&mut fresh, &prompt);
+    // A prefix whose reading leaves STABLE_CHUNK_ROWS tokens: the same logits, bit for bit.
+    let cut = prompt.len() - capstan_reader::STABLE_CHUNK_ROWS;
+    let block = fresh.copy_block(&model, 0, cut).unwrap().unwrap();
+    assert_eq!(block.len(), cut);
+    let mut started = Cache::new(&model);
+    started.load_prefix(&model, &[&block]).unwrap();
+    assert_eq!(started.seq_len(), cut);
+    assert_eq!(last(&mut started, &prompt[cut..]), want);
+    // Blocks come out in pieces and go back together.
+    let halves = [
+        fresh.copy_block(&model, 0, cut / 2).unwrap().unwrap(),
+        fresh.copy_block(&model, cut / 2, cut).unwrap().unwrap(),
+    ];
+    let mut joined = Cache::new(&model);
+    joined
+        .load_prefix(&model, &[&halves[0], &halves[1]])
+        .unwrap();
+    assert_eq!(last(&mut joined, &prompt[cut..]), want);
+    assert!(fresh
+        .copy_block(&model, 0, prompt.len() + 1)
+        .unwrap()
+        .is_none());
+}

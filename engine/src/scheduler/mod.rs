@@ -15,6 +15,11 @@
 //! tokens (CAPE) and `max_new_tokens`, against `kv_tokens` in all; a sequence is admitted when
 //! its reservation fits and fewer than `max_batch` run, in arrival order (no overtaking).
 //! Past that it waits in a bounded queue; past the queue, [`Error::Overloaded`].
+//!
+//! **Prefix caching** ([`prefix`]): the KV of prompts read before is kept in 64-token blocks
+//! keyed by everything up to them; a new prompt starts from its longest cached prefix (copied
+//! into its own cache) and reads only the rest. The blocks count against `kv_tokens`; the
+//! least recently used give way when a sequence waits for room.
 
 pub mod prefix;
 mod stats;

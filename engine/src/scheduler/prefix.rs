@@ -9,13 +9,14 @@
 //! count against the scheduler's `kv_tokens` budget with the running
 //! sequences' reservations, and the least recently used go first when a
 //! sequence waits for room. Exact: the cached keys and values are those the
-//! prompt's tokens produced (the scheduler's tests compare with generation
-//! afresh, greedy).
+//! prompt's tokens produced, and what is left to read runs the kernels a
+//! fresh read runs (the scheduler's tests compare with generation afresh,
+//! greedy; `bench/prefix_cache.py` repeats real questions with SmolLM2).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use capstan_reader::{Cache, KvBlock, Llama};
+use capstan_reader::{Cache, KvBlock, Llama, STABLE_CHUNK_ROWS};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Tokens per cached block.
@@ -67,12 +68,13 @@ impl PrefixCache {
         }
     }
 
-    /// The cached blocks that begin `prompt`, longest run first to last,
-    /// leaving at least one prompt token to read (its logits are the first
-    /// prediction).
+    /// The cached blocks that begin `prompt`, first to last, leaving at least
+    /// [`STABLE_CHUNK_ROWS`] prompt tokens to read: the rest of the prompt then
+    /// runs the kernels a fresh read of it runs, and its logits (the first
+    /// prediction) are the same.
     pub fn lookup(&mut self, prompt: &[u32]) -> Vec<Arc<KvBlock>> {
         self.clock += 1;
-        let usable = prompt.len().saturating_sub(1);
+        let usable = prompt.len().saturating_sub(STABLE_CHUNK_ROWS);
         let mut found = Vec::new();
         for (i, (parent, hash)) in chain(&prompt[..usable]).into_iter().enumerate() {
             let block = &prompt[i * BLOCK_TOKENS..(i + 1) * BLOCK_TOKENS];

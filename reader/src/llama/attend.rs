@@ -13,7 +13,7 @@ pub(super) const QUERY_BLOCK: usize = 256;
 
 /// On the CPU, query rows up to which causal attention runs Capstan's blocked kernel rather
 /// than matrix products with the softmax between (measured: docs/BENCHMARKS.md, issue 24).
-const KERNEL_ROWS: usize = 64;
+pub(super) const KERNEL_ROWS: usize = 64;
 
 /// On a GPU (the matrix-product path), per block of this many queries: 32 heads x 1,024 rows x
 /// 32K keys of f32 scores are 4 GiB.

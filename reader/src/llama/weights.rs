@@ -216,7 +216,7 @@ impl ProjGroup {
 /// Rows (tokens) from which a quantized CPU matrix is dequantized for the product and run on
 /// the f32 GEMM. The threshold was measured against candle's quantized kernels (issue 9);
 /// its crossover with Capstan's tiles has not been measured again (issue 24's note).
-const DEQUANTIZE_ROWS: usize = 32;
+pub(super) const DEQUANTIZE_ROWS: usize = 32;
 
 fn rows(x: &Tensor) -> usize {
     x.dims().iter().rev().skip(1).product()
