@@ -8,7 +8,7 @@ same question again (repeated), then a second turn whose history is the first
 question and its answer. Each server is started fresh (cache on, then
 `--no-prefix-cache`), one request at a time.
 
-    python3 bench/prefix_cache.py DATASET_DIR INDEX_DIR [--n 8]
+    python3 bench/prefix_cache.py DATASET_DIR INDEX_DIR [--n 8] [--context passages]
 """
 
 import argparse
@@ -78,6 +78,7 @@ def main():
     ap.add_argument("dataset")
     ap.add_argument("index")
     ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--context", default=None, help="the Llama reader's context: passages or sentences:N")
     args = ap.parse_args()
     with open(os.path.join(args.dataset, "queries.jsonl")) as f:
         questions = [json.loads(l)["text"] for l in f][: args.n]
@@ -88,6 +89,8 @@ def main():
             cold, again, second, answers = [], [], [], []
             for q in questions:
                 body = {"question": q, "reader": "llama", "answer": "free", "max_tokens": 24}
+                if args.context:
+                    body["context"] = args.context
                 t1, a1 = ttft(port, body)
                 t2, a2 = ttft(port, body)
                 follow = dict(body, question="And when did that happen?",

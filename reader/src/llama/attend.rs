@@ -76,11 +76,7 @@ pub(super) fn attend(
     n_rep: usize,
 ) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
-    let kernel_rows = std::env::var("CAPSTAN_KERNEL_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(KERNEL_ROWS);
-    if mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32 && s <= kernel_rows {
+    if mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32 && s <= KERNEL_ROWS {
         // Decoding steps and short chunks: Capstan's blocked kernel reads the cache in place,
         // threaded over heads.
         let t = k.dim(2)?;

@@ -455,7 +455,11 @@ impl Cache {
             .iter()
             .flatten()
             .map(|kv| {
-                let rows = |t: &Tensor| t.narrow(2, kv.offset + start, end - start)?.copy();
+                // Only the rows: `copy` would clone the whole buffer behind the view.
+                let rows = |t: &Tensor| {
+                    t.narrow(2, kv.offset + start, end - start)?
+                        .force_contiguous()
+                };
                 Ok((rows(&kv.k)?, rows(&kv.v)?))
             })
             .collect::<CResult<Vec<_>>>()?;
