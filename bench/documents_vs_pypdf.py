@@ -22,13 +22,13 @@ import collections
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from capstan_serve import serve
 
 HOME = os.environ.get("CAPSTAN_HOME", os.path.expanduser("~/.cache/capstan"))
 DOCS = os.environ.get("CAPSTAN_DOCUMENTS", os.path.join(HOME, "documents"))
@@ -92,12 +92,6 @@ def pypdf_pages(path):
     return pages, time.perf_counter() - start, None
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def search_pages(folder, refs, every, index_dir):
     with tempfile.TemporaryDirectory() as tmp:
         index = index_dir or os.path.join(tmp, "index")
@@ -106,20 +100,7 @@ def search_pages(folder, refs, every, index_dir):
         subprocess.run([BIN, "index", folder, "--out", index, "--encoder", ENCODER,
                         "--no-sentence-vectors", "-q"], check=True)
         print(f"indexed {folder} in {time.perf_counter() - start:.0f} s", file=sys.stderr)
-        port = free_port()
-        log = open(os.path.join(tmp, "serve.log"), "w+")
-        server = subprocess.Popen([BIN, "serve", "--index", index, "--addr", f"127.0.0.1:{port}"],
-                                  stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            while True:
-                if server.poll() is not None:
-                    log.seek(0)
-                    sys.exit(f"capstan serve exited: {log.read()[-2000:]}")
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except Exception:
-                    time.sleep(0.2)
+        with serve(index) as port:
             right = total = 0
             misses = []
             for name, pages in sorted(refs.items()):
@@ -140,9 +121,6 @@ def search_pages(folder, refs, every, index_dir):
                         misses.append((name, n, query, [(h["doc_id"], h.get("page_start"), h.get("page_end"))
                                                          for h in hits[:2]]))
             return right, total, misses
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait()
 
 
 def main():

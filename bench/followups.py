@@ -25,23 +25,12 @@ import collections
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.request
 
-HOME = os.environ.get("CAPSTAN_HOME", os.path.expanduser("~/.cache/capstan"))
-BIN = os.environ.get("CAPSTAN_BIN", os.path.join(HOME, "target/release/capstan"))
+from capstan_serve import serve
 
 PERSON = re.compile(r"\b(born|living|die|died|marr|stud|work|train)", re.I)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def load(data):
@@ -83,45 +72,28 @@ def main():
     titles, queries, answers, gold = load(data)
     pairs = pairs_of(titles, queries, gold)
     print(f"{len(pairs)} follow-up pairs; e.g. {pairs[0][2]!r} -> {pairs[0][3]!r}", file=sys.stderr)
-    port = free_port()
-    with tempfile.TemporaryFile("w+") as log:
-        server = subprocess.Popen([BIN, "serve", "--index", index, "--addr", f"127.0.0.1:{port}",
-                                   "--no-default-model"], stdout=subprocess.DEVNULL, stderr=log)
-        try:
-            while True:
-                if server.poll() is not None:
-                    log.seek(0)
-                    sys.exit(f"capstan serve exited: {log.read()[-2000:]}")
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-                    break
-                except Exception:
-                    time.sleep(0.2)
+    with serve(index, ["--no-default-model"]) as port:
+        def qa(body):
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/qa", data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+            return json.load(urllib.request.urlopen(req, timeout=120))
 
-            def qa(body):
-                req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/qa", data=json.dumps(body).encode(),
-                                             headers={"Content-Type": "application/json"})
-                return json.load(urllib.request.urlopen(req, timeout=120))
-
-            stats = {v: collections.Counter() for v in ("alone", "history", "named")}
-            for qid, doc, first, follow, named in pairs:
-                previous = qa({"question": first, "k": 5})["answer"]
-                for variant, body in (
-                    ("alone", {"question": follow}),
-                    ("history", {"question": follow, "history": [
-                        {"role": "user", "content": first}, {"role": "assistant", "content": previous}]}),
-                    ("named", {"question": named}),
-                ):
-                    body["k"] = 5
-                    a = qa(body)
-                    docs = [p["doc_id"] for p in a["passages"]]
-                    s = stats[variant]
-                    s["r@1"] += docs[:1] == [doc]
-                    s["r@5"] += doc in docs
-                    s["answer"] += any(g.lower() in a["answer"].lower() for g in answers[qid])
-        finally:
-            server.terminate()
-            server.wait()
+        stats = {v: collections.Counter() for v in ("alone", "history", "named")}
+        for qid, doc, first, follow, named in pairs:
+            previous = qa({"question": first, "k": 5})["answer"]
+            for variant, body in (
+                ("alone", {"question": follow}),
+                ("history", {"question": follow, "history": [
+                    {"role": "user", "content": first}, {"role": "assistant", "content": previous}]}),
+                ("named", {"question": named}),
+            ):
+                body["k"] = 5
+                a = qa(body)
+                docs = [p["doc_id"] for p in a["passages"]]
+                s = stats[variant]
+                s["r@1"] += docs[:1] == [doc]
+                s["r@5"] += doc in docs
+                s["answer"] += any(g.lower() in a["answer"].lower() for g in answers[qid])
     n = len(pairs)
     print("| second turn | recall@1 | recall@5 | answer holds a gold answer |")
     print("|---|---|---|---|")

@@ -14,22 +14,11 @@ question and its answer. Each server is started fresh (cache on, then
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 import urllib.request
 
-HOME = os.environ.get("CAPSTAN_HOME", os.path.expanduser("~/.cache/capstan"))
-BIN = os.environ.get("CAPSTAN_BIN", os.path.join(HOME, "target/release/capstan"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from capstan_serve import serve
 
 
 def ttft(port, body):
@@ -57,22 +46,6 @@ def metric(port, name):
     return sum(float(l.split()[-1]) for l in text.splitlines() if l.startswith(name + "{"))
 
 
-def serve(index, extra):
-    port = free_port()
-    log = tempfile.TemporaryFile("w+")
-    proc = subprocess.Popen([BIN, "serve", "--index", index, "--addr", f"127.0.0.1:{port}", *extra],
-                            stdout=subprocess.DEVNULL, stderr=log)
-    while True:
-        if proc.poll() is not None:
-            log.seek(0)
-            sys.exit(f"capstan serve exited: {log.read()[-2000:]}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1)
-            return proc, port
-        except Exception:
-            time.sleep(0.2)
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("dataset")
@@ -84,8 +57,7 @@ def main():
         questions = [json.loads(l)["text"] for l in f][: args.n]
     rows = {}
     for label, extra in (("on", []), ("off", ["--no-prefix-cache"])):
-        proc, port = serve(args.index, extra)
-        try:
+        with serve(args.index, extra) as port:
             cold, again, second, answers = [], [], [], []
             for q in questions:
                 body = {"question": q, "reader": "llama", "answer": "free", "max_tokens": 24}
@@ -103,9 +75,6 @@ def main():
                 answers.append(a1["answer"] == a2["answer"])
             hit = metric(port, "capstan_scheduler_prefix_hit_tokens_total")
             prompt = metric(port, "capstan_scheduler_prompt_tokens_total")
-        finally:
-            proc.terminate()
-            proc.wait()
         rows[label] = (statistics.median(cold), statistics.median(again), statistics.median(second),
                        hit / max(prompt, 1), sum(answers))
     print("| prefix cache | TTFT first ask (median s) | same question again | second turn | prompt tokens from the cache | repeated answer identical |")

@@ -402,15 +402,17 @@ fn grounded_answers_copy_their_passages_alone_and_batched() {
     }
 }
 
+/// A decoder-only request for `prompt`.
+fn decoder_request(prompt: &[u32]) -> Request {
+    Request {
+        prompt: prompt.to_vec(),
+        encoder_chunks: Vec::new(),
+    }
+}
+
 fn run(scheduler: &Scheduler, prompt: &[u32], params: &GenerationParams) -> Vec<u32> {
     scheduler
-        .generate(
-            Request {
-                prompt: prompt.to_vec(),
-                encoder_chunks: Vec::new(),
-            },
-            params.clone(),
-        )
+        .generate(decoder_request(prompt), params.clone())
         .unwrap()
         .tokens
 }
@@ -422,12 +424,8 @@ fn a_prompt_read_before_starts_from_its_cached_prefix_and_answers_the_same() {
     let mut shared = base[..150].to_vec();
     shared.extend(prompt(8, 40, 384));
     let params = GenerationParams::greedy(8);
-    let request = |p: &[u32]| Request {
-        prompt: p.to_vec(),
-        encoder_chunks: Vec::new(),
-    };
-    let want_base = alone(&lm, &request(&base), &params);
-    let want_shared = alone(&lm, &request(&shared), &params);
+    let want_base = alone(&lm, &decoder_request(&base), &params);
+    let want_shared = alone(&lm, &decoder_request(&shared), &params);
     let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
     assert_eq!(run(&scheduler, &base, &params), want_base);
     let s = scheduler.stats();
@@ -462,16 +460,7 @@ fn cached_prefixes_make_room_for_new_sequences_and_never_disturb_a_running_one()
     let prompts: Vec<Vec<u32>> = (0..3).map(|i| prompt(40 + i, 200, 384)).collect();
     let want: Vec<Vec<u32>> = prompts
         .iter()
-        .map(|p| {
-            alone(
-                &lm,
-                &Request {
-                    prompt: p.clone(),
-                    encoder_chunks: Vec::new(),
-                },
-                &params,
-            )
-        })
+        .map(|p| alone(&lm, &decoder_request(p), &params))
         .collect();
     // Room for one sequence (208 tokens) and 92 cached tokens.
     let settings = SchedulerSettings {
@@ -488,22 +477,10 @@ fn cached_prefixes_make_room_for_new_sequences_and_never_disturb_a_running_one()
     assert!(s.prefix_evicted_blocks >= 4, "{s:?}");
     // Two at once: the cache gives way to the second reservation's wait, never to a running one.
     let a = scheduler
-        .submit(
-            Request {
-                prompt: prompts[0].clone(),
-                encoder_chunks: Vec::new(),
-            },
-            params.clone(),
-        )
+        .submit(decoder_request(&prompts[0]), params.clone())
         .unwrap();
     let b = scheduler
-        .submit(
-            Request {
-                prompt: prompts[1].clone(),
-                encoder_chunks: Vec::new(),
-            },
-            params.clone(),
-        )
+        .submit(decoder_request(&prompts[1]), params.clone())
         .unwrap();
     for (seq, w) in [(a, &want[0]), (b, &want[1])] {
         let done = loop {
@@ -537,16 +514,7 @@ fn smollm2_answers_a_repeated_prompt_from_its_cached_prefix_as_afresh() {
     let params = lm.with_stops(GenerationParams::greedy(24));
     let want: Vec<Vec<u32>> = prompts
         .iter()
-        .map(|p| {
-            alone(
-                &lm,
-                &Request {
-                    prompt: p.clone(),
-                    encoder_chunks: Vec::new(),
-                },
-                &params,
-            )
-        })
+        .map(|p| alone(&lm, &decoder_request(p), &params))
         .collect();
     let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
     for round in 0..2 {

@@ -511,7 +511,6 @@ impl html5ever::tokenizer::TokenSink for HtmlTextSink {
         token: html5ever::tokenizer::Token,
         _line: u64,
     ) -> html5ever::tokenizer::TokenSinkResult<()> {
-        use html5ever::tokenizer::states::RawKind;
         use html5ever::tokenizer::{TagKind, Token, TokenSinkResult};
         match token {
             Token::CharacterTokens(text) => {
@@ -555,23 +554,8 @@ impl html5ever::tokenizer::TokenSink for HtmlTextSink {
                     },
                     _ => {}
                 }
-                // The tokenizer needs telling which elements hold raw text
-                // (the tree builder's job in a full parse).
-                if start && !tag.self_closing {
-                    let raw = match name {
-                        "script" => Some(RawKind::ScriptData),
-                        "style" | "noscript" | "xmp" | "iframe" | "noembed" | "noframes" => {
-                            Some(RawKind::Rawtext)
-                        }
-                        "title" | "textarea" => Some(RawKind::Rcdata),
-                        _ => None,
-                    };
-                    if let Some(raw) = raw {
-                        return TokenSinkResult::RawData(raw);
-                    }
-                    if name == "plaintext" {
-                        return TokenSinkResult::Plaintext;
-                    }
+                if let Some(raw) = crate::extract::html::raw_text_after(&tag) {
+                    return raw;
                 }
             }
             _ => {}

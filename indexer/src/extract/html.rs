@@ -41,6 +41,23 @@ struct BlockSink {
     cells: Cell<usize>,
 }
 
+/// What the tokenizer must be told after a start tag whose element holds raw
+/// text (script, style, title…): the tree builder's job in a full parse,
+/// which text extraction does without.
+pub(crate) fn raw_text_after(tag: &html5ever::tokenizer::Tag) -> Option<TokenSinkResult<()>> {
+    if tag.kind != TagKind::StartTag || tag.self_closing {
+        return None;
+    }
+    let raw = match &*tag.name {
+        "script" => RawKind::ScriptData,
+        "style" | "noscript" | "xmp" | "iframe" | "noembed" | "noframes" => RawKind::Rawtext,
+        "title" | "textarea" => RawKind::Rcdata,
+        "plaintext" => return Some(TokenSinkResult::Plaintext),
+        _ => return None,
+    };
+    Some(TokenSinkResult::RawData(raw))
+}
+
 fn is_block(name: &str) -> bool {
     matches!(
         name,
@@ -115,20 +132,8 @@ impl TokenSink for BlockSink {
                     _ if is_block(name) => self.out.borrow_mut().end_block(),
                     _ => {}
                 }
-                // The tokenizer needs telling which elements hold raw text
-                // (the tree builder's job in a full parse).
-                if start && !tag.self_closing {
-                    let raw = match name {
-                        "script" => Some(RawKind::ScriptData),
-                        "style" | "noscript" | "xmp" | "iframe" | "noembed" | "noframes" => {
-                            Some(RawKind::Rawtext)
-                        }
-                        "title" | "textarea" => Some(RawKind::Rcdata),
-                        _ => None,
-                    };
-                    if let Some(raw) = raw {
-                        return TokenSinkResult::RawData(raw);
-                    }
+                if let Some(raw) = raw_text_after(&tag) {
+                    return raw;
                 }
             }
             _ => {}

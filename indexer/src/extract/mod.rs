@@ -8,7 +8,7 @@
 
 mod docx;
 mod epub;
-mod html;
+pub(crate) mod html;
 pub(crate) mod isolate;
 mod pdf;
 mod zipped;
