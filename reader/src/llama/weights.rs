@@ -214,8 +214,10 @@ impl ProjGroup {
 }
 
 /// Rows (tokens) from which a quantized CPU matrix is dequantized for the product and run on
-/// the f32 GEMM. The threshold was measured against candle's quantized kernels (issue 9);
-/// its crossover with Capstan's tiles has not been measured again (issue 24's note).
+/// the f32 GEMM. Set against candle's quantized kernels (issue 9); against Capstan's tiles,
+/// long chunks are 10-12% faster on the GEMM (512 and 2,048-token prompts, SmolLM2 Q4_1,
+/// docs/BENCHMARKS.md), but where between 32 and 512 rows they cross is not measured.
+/// [`super::STABLE_CHUNK_ROWS`] depends on it: a prefix cache's exactness does.
 pub(super) const DEQUANTIZE_ROWS: usize = 32;
 
 fn rows(x: &Tensor) -> usize {
