@@ -350,3 +350,15 @@ fn two_columns_are_read_column_by_column() {
         "Capstan {ours:.3}, pdftotext {poppler:.3}"
     );
 }
+
+#[test]
+fn a_pdf_title_comes_from_its_information_dictionary() {
+    let dir = documents().join("pdf");
+    let read = |name: &str| extract(Format::Pdf, &std::fs::read(dir.join(name)).unwrap()).unwrap();
+    // pdfinfo: "Title: gnuplot documentation"; R-data.pdf has none (its file name stands in).
+    assert_eq!(
+        read("gnuplot.pdf").title.as_deref(),
+        Some("gnuplot documentation")
+    );
+    assert_eq!(read("R-data.pdf").title, None);
+}

@@ -45,7 +45,26 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
         .and_then(Result::ok)
         .flatten()
         .unwrap_or_default();
-    Ok(assemble(&pages, &outline))
+    let title = catch_unwind(AssertUnwindSafe(|| info_title(&doc)))
+        .ok()
+        .flatten();
+    let mut extracted = assemble(&pages, &outline);
+    extracted.title = title;
+    Ok(extracted)
+}
+
+/// The document information dictionary's `/Title`, where the producer set
+/// one (pdf_oxide 0.3.78 reads it but does not expose it).
+fn info_title(doc: &PdfDocument) -> Option<String> {
+    let resolve = |object: &pdf_oxide::object::Object| match object.as_reference() {
+        Some(reference) => doc.load_object(reference).ok(),
+        None => Some(object.clone()),
+    };
+    let info = resolve(doc.trailer().as_dict()?.get("Info")?)?;
+    let title = resolve(info.as_dict()?.get("Title")?)?;
+    let text = pdf_oxide::optional_content::decode_pdf_text_string(title.as_string()?);
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    (!text.is_empty()).then_some(text)
 }
 
 fn encrypted() -> ExtractError {
