@@ -17,7 +17,9 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 
 out="$CAPSTAN_DOCUMENTS"
-if [ -f "$out/.complete" ]; then
+# Bumped whenever the set changes, so that a kept cache is fetched again.
+VERSION=2
+if [ "$(cat "$out/.complete" 2>/dev/null)" = "$VERSION" ]; then
   exit 0
 fi
 
@@ -102,5 +104,5 @@ printf 'PK\003\004 not really a zip' >"$d/fake.docx"
 
 rm -rf "$out"
 mv "$out.partial" "$out"
-touch "$out/.complete"
+echo "$VERSION" >"$out/.complete"
 echo "fetch-documents: $(ls "$out/pdf" | wc -l) PDFs, an EPUB, a DOCX and damaged copies in $out"
