@@ -27,6 +27,16 @@ pub struct Passage {
     pub char_start: usize,
     /// Character offset one past its last character.
     pub char_end: usize,
+    /// Its pages and section, where the document has them (flattened into the
+    /// record: `page_start`, `page_end`, `section`).
+    #[serde(flatten)]
+    pub location: Location,
+}
+
+/// Where a passage stands in its document, for citing it ("handbook.pdf, p. 12").
+/// The same fields travel in passage records, search hits and Qdrant payloads.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
     /// The 1-based page its first character is on, in a paged document (PDF).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub page_start: Option<u32>,
@@ -36,6 +46,24 @@ pub struct Passage {
     /// The heading of the section it begins in, where the document has them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub section: Option<String>,
+}
+
+impl Location {
+    /// For people: "p. 12" or "pp. 12–13", then the section heading; empty
+    /// when neither is known.
+    pub fn describe(&self) -> String {
+        let pages = match (self.page_start, self.page_end) {
+            (Some(a), Some(b)) if b > a => Some(format!("pp. {a}–{b}")),
+            (Some(a), _) => Some(format!("p. {a}")),
+            _ => None,
+        };
+        let section = self.section.as_ref().map(|s| format!("“{s}”"));
+        pages
+            .into_iter()
+            .chain(section)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 impl Passage {
@@ -198,9 +226,11 @@ impl Chunker {
                 index: passages.len() as u32,
                 char_start: first.char_start,
                 char_end: last.char_end,
-                page_start: pages.map(|p| p.0),
-                page_end: pages.map(|p| p.1),
-                section: doc.layout.section_at(first.char_start).map(str::to_string),
+                location: Location {
+                    page_start: pages.map(|p| p.0),
+                    page_end: pages.map(|p| p.1),
+                    section: doc.layout.section_at(first.char_start).map(str::to_string),
+                },
             });
             if end == ahead.len() {
                 match words.next() {

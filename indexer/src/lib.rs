@@ -35,7 +35,7 @@ mod store;
 mod topk;
 
 pub use bm25::{Bm25Analyzer, Bm25Index, Bm25Params, Bm25Writer};
-pub use chunk::{ChunkParams, Chunker, Passage};
+pub use chunk::{ChunkParams, Chunker, Location, Passage};
 pub use dense::{
     build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
 };

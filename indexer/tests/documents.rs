@@ -161,8 +161,8 @@ fn pdf_pages_agree_with_pdftotext_and_sentences_land_on_their_page() {
             // The passage holding the sentence cites its page.
             if passages.iter().any(|p| {
                 contains_run(&words(&p.text), &run)
-                    && p.page_start.unwrap() as usize <= page
-                    && page <= p.page_end.unwrap() as usize
+                    && p.location.page_start.unwrap() as usize <= page
+                    && page <= p.location.page_end.unwrap() as usize
             }) {
                 cited += 1;
             }

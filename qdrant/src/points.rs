@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use capstan_indexer::{Metadata, Passage};
+use capstan_indexer::{Location, Metadata, Passage};
 use capstan_retriever::{Filter, PassageKey};
 use qdrant_client::qdrant::point_id::PointIdOptions;
 use qdrant_client::qdrant::{
@@ -68,12 +68,8 @@ pub(crate) struct PassagePayload {
     pub text: String,
     pub char_start: u64,
     pub char_end: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub page_start: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub page_end: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub section: Option<String>,
+    #[serde(flatten)]
+    pub location: Location,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
 }
@@ -88,9 +84,7 @@ impl PassagePayload {
             index: self.passage_no,
             char_start: self.char_start as usize,
             char_end: self.char_end as usize,
-            page_start: self.page_start,
-            page_end: self.page_end,
-            section: self.section,
+            location: self.location,
         }
     }
 }
@@ -113,9 +107,7 @@ pub(crate) fn passage_point(
         text: passage.text.clone(),
         char_start: passage.char_start as u64,
         char_end: passage.char_end as u64,
-        page_start: passage.page_start,
-        page_end: passage.page_end,
-        section: passage.section.clone(),
+        location: passage.location.clone(),
         metadata: metadata.cloned(),
     };
     let payload = Payload::try_from(serde_json::to_value(payload).expect("a payload serialises"))
@@ -180,9 +172,11 @@ mod tests {
             index: 2,
             char_start: 10,
             char_end: 19,
-            page_start: Some(3),
-            page_end: Some(4),
-            section: Some("Intro".into()),
+            location: Location {
+                page_start: Some(3),
+                page_end: Some(4),
+                section: Some("Intro".into()),
+            },
         };
         let meta: Metadata = serde_json::from_str(r#"{"lang":"en","year":2024}"#).unwrap();
         let hash = document_hash("T", "body", Some(&meta));

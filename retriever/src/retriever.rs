@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use capstan_indexer::{DenseStrategy, Encoder, Passage};
+use capstan_indexer::{DenseStrategy, Encoder, Location, Passage};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -157,15 +157,10 @@ pub struct Hit {
     pub bm25: Option<ComponentScore>,
     /// The dense score and rank, when dense search ranked it.
     pub dense: Option<ComponentScore>,
-    /// The 1-based page the passage begins on, in a paged document (PDF).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub page_start: Option<u32>,
-    /// The page it ends on.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub page_end: Option<u32>,
-    /// The heading of the section it begins in.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub section: Option<String>,
+    /// Its pages and section in its document, where known (`page_start`,
+    /// `page_end`, `section` in JSON).
+    #[serde(flatten)]
+    pub location: Location,
 }
 
 /// A store with the encoder for its questions. Cheap to share (`Arc`).
@@ -410,22 +405,6 @@ fn document_hits(
 }
 
 impl Hit {
-    /// Where the passage is in its document, for people: "p. 12" or
-    /// "pp. 12–13", then the section heading; empty when neither is known.
-    pub fn location(&self) -> String {
-        let pages = match (self.page_start, self.page_end) {
-            (Some(a), Some(b)) if b > a => Some(format!("pp. {a}–{b}")),
-            (Some(a), _) => Some(format!("p. {a}")),
-            _ => None,
-        };
-        let section = self.section.as_ref().map(|s| format!("“{s}”"));
-        pages
-            .into_iter()
-            .chain(section)
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
     fn new(
         passage: Passage,
         score: f32,
@@ -437,9 +416,7 @@ impl Hit {
             doc_id,
             title,
             text,
-            page_start,
-            page_end,
-            section,
+            location,
             ..
         } = passage;
         Hit {
@@ -450,9 +427,7 @@ impl Hit {
             score,
             bm25,
             dense,
-            page_start,
-            page_end,
-            section,
+            location,
         }
     }
 }

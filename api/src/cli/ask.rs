@@ -81,7 +81,7 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
         } else {
             " "
         };
-        let location = hit.location();
+        let location = hit.location.describe();
         let location = if location.is_empty() {
             location
         } else {

@@ -199,7 +199,7 @@ pub fn print_hits(hits: &[Hit]) {
         println!("no passage matches");
     }
     for (i, h) in hits.iter().enumerate() {
-        let location = h.location();
+        let location = h.location.describe();
         let location = if location.is_empty() {
             location
         } else {

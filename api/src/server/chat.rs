@@ -198,11 +198,11 @@ fn sources(answer: &Answer) -> Value {
             "doc_id": hit.doc_id,
             "title": hit.title,
         });
-        if let Some(p) = hit.page_start {
+        if let Some(p) = hit.location.page_start {
             source["page_start"] = json!(p);
-            source["page_end"] = json!(hit.page_end.unwrap_or(p));
+            source["page_end"] = json!(hit.location.page_end.unwrap_or(p));
         }
-        if let Some(s) = &hit.section {
+        if let Some(s) = &hit.location.section {
             source["section"] = json!(s);
         }
         Some(source)
