@@ -126,7 +126,7 @@ impl QaRequest {
     /// The question as it stands alone, which retrieval and the readers read:
     /// a follow-up's "this person" resolved from the conversation
     /// ([`crate::conversation::standalone_question`]).
-    pub fn search_query(&self) -> std::borrow::Cow<'_, str> {
+    pub fn standalone_question(&self) -> std::borrow::Cow<'_, str> {
         if self.history.is_empty() {
             self.question.as_str().into()
         } else {
@@ -312,8 +312,12 @@ impl Pipeline {
     pub fn answer(&self, req: &QaRequest, on_text: impl FnMut(&str) -> Flow) -> Result<Answer> {
         let start = Instant::now();
         self.scheduler(req.reader)?;
-        let (hits, vector) =
-            self.retrieve(&req.search_query(), req.k, req.mode, req.filter.as_ref())?;
+        let (hits, vector) = self.retrieve(
+            &req.standalone_question(),
+            req.k,
+            req.mode,
+            req.filter.as_ref(),
+        )?;
         self.read(req, hits, vector, start, on_text)
     }
 
@@ -419,7 +423,7 @@ impl Pipeline {
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
         let t = Instant::now();
-        let ranked = self.rank_sentences(&req.search_query(), &hits, vector.as_deref())?;
+        let ranked = self.rank_sentences(&req.standalone_question(), &hits, vector.as_deref())?;
         timings.read_ms = ms(t);
         let (answer, citations, highlight) = match ranked.first() {
             None => (String::new(), Vec::new(), None),
@@ -463,6 +467,7 @@ impl Pipeline {
         let model = scheduler.model();
         let t = Instant::now();
         let mut params = model.with_stops(req.generation.clone());
+        let question = req.standalone_question();
         let span_mode = req.answer == AnswerMode::Span;
         if span_mode && hits.is_empty() {
             return Err(capstan_reader::Error::InvalidInput {
@@ -474,10 +479,9 @@ impl Pipeline {
         // reader whole passages or their question-relevant sentences.
         let context = match (req.reader, req.context) {
             (ReaderKind::Llama, ContextMode::Sentences(n)) => {
-                let mut ranked =
-                    self.rank_sentences(&req.search_query(), &hits, vector.as_deref())?;
+                let mut ranked = self.rank_sentences(&question, &hits, vector.as_deref())?;
                 crate::context::add_lexical_overlap(
-                    &req.search_query(),
+                    &question,
                     &hits,
                     &mut ranked,
                     req.sentence_lexical_weight,
@@ -508,12 +512,9 @@ impl Pipeline {
                 // An instruct model reads the documents and the question as a user turn and
                 // ends its answer with an end-of-turn token; a base model continues the text
                 // after "Answer:" and is stopped at the end of the line.
-                let prompt = req.prompt_style().prompt(
-                    model,
-                    &req.search_query(),
-                    &passages,
-                    &req.history,
-                )?;
+                let prompt =
+                    req.prompt_style()
+                        .prompt(model, &question, &passages, &req.history)?;
                 if std::env::var_os("CAPSTAN_DEBUG_PROMPT").is_some() {
                     eprintln!("{}", model.decode(&prompt)?);
                 }

@@ -295,19 +295,13 @@ impl Decoding {
         }
         self.tokens.push(next);
         self.seen.push(next);
-        let mut piece = match tokenizer {
-            Some(tok) => {
-                let full = tok
-                    .decode(&self.tokens, true)
-                    .map_err(|e| Error::Tokenizer {
-                        reason: e.to_string(),
-                    })?;
-                let piece = full.get(self.text.len()..).unwrap_or("").to_string();
-                self.text = full;
-                Some(piece)
-            }
-            None => None,
-        };
+        if let Some(tok) = tokenizer {
+            self.text = tok
+                .decode(&self.tokens, true)
+                .map_err(|e| Error::Tokenizer {
+                    reason: e.to_string(),
+                })?;
+        }
         if self.params.stop_token_ids.contains(&next) {
             self.stop = Some(StopReason::StopToken(next));
         } else if let Some((s, at)) = self
@@ -318,11 +312,6 @@ impl Decoding {
             .min_by_key(|(_, at)| *at)
         {
             self.stop = Some(StopReason::StopString(s.clone()));
-            // The piece streamed stops where the kept text ends.
-            let before = self.text.len() - piece.as_ref().map_or(0, String::len);
-            if let Some(p) = piece.as_mut() {
-                p.truncate(at.saturating_sub(before));
-            }
             self.text.truncate(at);
         } else if let Some(period) = self
             .params
@@ -332,7 +321,7 @@ impl Decoding {
         {
             self.stop = Some(StopReason::Repetition);
             // Keep the first occurrence of the loop; the repeats were streamed already, so the
-            // piece of this token is dropped and the text cut.
+            // text is cut below what was streamed and this token's piece is empty.
             self.tokens.truncate(self.tokens.len() - 2 * period);
             if let Some(tok) = tokenizer {
                 self.text = tok
@@ -341,22 +330,23 @@ impl Decoding {
                         reason: e.to_string(),
                     })?;
             }
-            piece = piece.map(|_| String::new());
         } else if self.tokens.len() >= self.params.max_new_tokens {
             self.stop = Some(StopReason::Length);
         }
-        if piece.is_some() {
-            // Text that may be the start of a stop string is held back until the next
-            // token tells: a streamed piece is never taken back.
+        // The piece is the text not given out yet, up to a stop string's cut; text that may be
+        // the start of a stop string is held back until the next token tells, so a streamed
+        // piece is never taken back.
+        let piece = tokenizer.map(|_| {
             let held = if self.stop.is_some() {
                 0
             } else {
                 self.stop_prefix_len()
             };
             let end = (self.text.len() - held).max(self.emitted);
-            piece = Some(self.text.get(self.emitted..end).unwrap_or("").to_string());
+            let piece = self.text.get(self.emitted..end).unwrap_or("").to_string();
             self.emitted = end.min(self.text.len());
-        }
+            piece
+        });
         Ok(DecodedToken { token: next, piece })
     }
 

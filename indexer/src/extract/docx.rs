@@ -10,7 +10,7 @@ use quick_xml::events::{BytesStart, Event};
 use quick_xml::Reader;
 
 use super::zipped::Zipped;
-use super::{ExtractError, Extracted, Format, TextBuilder};
+use super::{xml_reference_text, ExtractError, Extracted, Format, TextBuilder};
 
 const FORMAT: Format = Format::Docx;
 
@@ -86,22 +86,12 @@ fn core_title(xml: &str) -> Option<String> {
             Event::Start(e) if e.name().as_ref() == "dc:title" => inside = true,
             Event::End(e) if e.name().as_ref() == "dc:title" => break,
             Event::Text(t) if inside => title.push_str(&t),
-            Event::GeneralRef(r) if inside => title.push_str(&resolve(&r)),
+            Event::GeneralRef(r) if inside => title.push_str(&xml_reference_text(&r)),
             Event::Eof => break,
             _ => {}
         }
     }
     Some(title).filter(|t| !t.trim().is_empty())
-}
-
-/// The text of an entity or character reference.
-pub(super) fn resolve(r: &quick_xml::events::BytesRef) -> String {
-    if let Ok(Some(c)) = r.resolve_char_ref() {
-        return c.to_string();
-    }
-    quick_xml::escape::resolve_predefined_entity(r)
-        .unwrap_or_default()
-        .to_string()
 }
 
 fn body_text(
@@ -172,7 +162,7 @@ fn body_text(
                 }
             }
             Event::Text(t) if in_text => para.push_str(&t),
-            Event::GeneralRef(r) if in_text => para.push_str(&resolve(&r)),
+            Event::GeneralRef(r) if in_text => para.push_str(&xml_reference_text(&r)),
             Event::End(e) => match e.name().as_ref() {
                 "w:t" => in_text = false,
                 "w:p" => {

@@ -7,10 +7,9 @@ use std::collections::HashMap;
 use quick_xml::events::Event;
 use quick_xml::Reader;
 
-use super::docx::resolve;
 use super::html::append_html;
 use super::zipped::Zipped;
-use super::{ExtractError, Extracted, Format, TextBuilder};
+use super::{xml_reference_text, ExtractError, Extracted, Format, TextBuilder};
 
 const FORMAT: Format = Format::Epub;
 
@@ -115,7 +114,7 @@ impl Package {
                     _ => {}
                 },
                 Event::Text(t) if in_title => title.push_str(&t),
-                Event::GeneralRef(r) if in_title => title.push_str(&resolve(&r)),
+                Event::GeneralRef(r) if in_title => title.push_str(&xml_reference_text(&r)),
                 Event::End(e) if in_title && e.local_name().as_ref() == "title" => {
                     in_title = false;
                     titled = true;

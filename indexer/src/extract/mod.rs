@@ -202,6 +202,17 @@ pub fn extract(format: Format, bytes: &[u8]) -> Result<Extracted, ExtractError> 
     }
 }
 
+/// The text of an XML entity or character reference (`&amp;`, `&#233;`), as
+/// the DOCX and EPUB readers meet them between text events.
+fn xml_reference_text(r: &quick_xml::events::BytesRef) -> String {
+    if let Ok(Some(c)) = r.resolve_char_ref() {
+        return c.to_string();
+    }
+    quick_xml::escape::resolve_predefined_entity(r)
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Builds a document's text block by block, keeping character offsets for
 /// its layout. Whitespace inside a block collapses to single spaces.
 #[derive(Debug, Default)]
