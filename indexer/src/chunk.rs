@@ -75,15 +75,6 @@ impl Passage {
             format!("{}. {}", self.title, self.text)
         }
     }
-
-    /// Where [`Passage::text`] starts in [`Passage::embedding_text`].
-    pub fn embedding_text_offset(&self) -> usize {
-        if self.title.is_empty() {
-            0
-        } else {
-            self.title.len() + 2
-        }
-    }
 }
 
 /// Chunking parameters, recorded in the manifest.

@@ -15,7 +15,7 @@ use candle_nn::VarBuilder;
 use candle_transformers::models::bert::Config as CandleBertConfig;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use tokenizers::{Encoding, Tokenizer, TruncationParams};
+use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::bert::{BertModel, Config as BertConfig};
 use crate::error::{Error, Result};
@@ -66,15 +66,6 @@ enum Model {
     Cpu(BertModel),
     /// The padded BERT ([`PaddedBert`]): GPUs, f16/bf16 weights.
     Candle(PaddedBert),
-}
-
-/// A text's vector and its spans' vectors ([`Encoder::embed_with_spans`]).
-#[derive(Debug, Clone)]
-pub struct SpanEmbedding {
-    /// The whole text's vector, as [`Encoder::embed`] gives it.
-    pub text: Vec<f32>,
-    /// One vector per requested span, `None` where truncation removed it.
-    pub spans: Vec<Option<Vec<f32>>>,
 }
 
 /// How an encoder runs.
@@ -243,9 +234,45 @@ impl Encoder {
     /// Embeds texts, in input order. Inputs are sorted by length and encoded
     /// in batches padded to their longest member.
     pub fn embed<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
-        let encodings = self.tokenize(texts)?;
+        let inputs: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
+        let encodings = self
+            .tokenizer
+            .encode_batch(inputs, true)
+            .map_err(|e| Error::Encoder {
+                path: PathBuf::from(&self.info.path),
+                message: format!("tokenizing: {e}"),
+            })?;
+        let mut order: Vec<usize> = (0..encodings.len()).collect();
+        order.sort_by_key(|&i| encodings[i].get_ids().len());
         let mut out = vec![Vec::new(); encodings.len()];
-        for batch in self.batches(&encodings) {
+        let mut start = 0;
+        while start < order.len() {
+            let end = match self.model {
+                Model::Cpu(_) => {
+                    let mut end = start + 1;
+                    let mut tokens = encodings[order[start]].get_ids().len();
+                    while end < order.len() {
+                        tokens += encodings[order[end]].get_ids().len();
+                        if tokens > CPU_BATCH_TOKENS {
+                            break;
+                        }
+                        end += 1;
+                    }
+                    end
+                }
+                Model::Candle(_) => {
+                    // Sorted by length: the last of the batch is its longest.
+                    let mut end = start + 1;
+                    while end < order.len()
+                        && (end + 1 - start) * encodings[order[end]].get_ids().len()
+                            <= PADDED_BATCH_TOKENS
+                    {
+                        end += 1;
+                    }
+                    end
+                }
+            };
+            let batch = &order[start..end];
             let ids: Vec<&[u32]> = batch.iter().map(|&i| encodings[i].get_ids()).collect();
             let vectors = match &self.model {
                 Model::Cpu(model) => self.embed_packed(model, &ids)?,
@@ -254,171 +281,9 @@ impl Encoder {
             for (&i, v) in batch.iter().zip(vectors) {
                 out[i] = v;
             }
-        }
-        Ok(out)
-    }
-
-    /// Embeds texts and, from the same forward pass, spans of them: a span's
-    /// vector pools the token states of the tokens that overlap its byte
-    /// range (`spans[i]` are ranges of `texts[i]`), so each span is read in
-    /// the context of its whole text ("late chunking", Günther et al. 2024,
-    /// <https://arxiv.org/abs/2409.04701>) at no encoder cost beyond the
-    /// text's own. A span whose tokens were all truncated away gets `None`.
-    /// Spans are pooled by the encoder's mode, except that a `[CLS]`-pooled
-    /// encoder's spans are mean-pooled (a span has no `[CLS]` of its own).
-    pub fn embed_with_spans<S: AsRef<str> + Sync>(
-        &self,
-        texts: &[S],
-        spans: &[Vec<(usize, usize)>],
-    ) -> Result<Vec<SpanEmbedding>> {
-        assert_eq!(texts.len(), spans.len(), "one span list per text");
-        let encodings = self.tokenize(texts)?;
-        let h = self.info.dimension;
-        let span_pooling = match self.info.pooling {
-            Pooling::Cls => Pooling::Mean,
-            mode => mode,
-        };
-        let mut out: Vec<Option<SpanEmbedding>> = (0..texts.len()).map(|_| None).collect();
-        for batch in self.batches(&encodings) {
-            let ids: Vec<&[u32]> = batch.iter().map(|&i| encodings[i].get_ids()).collect();
-            let states = self.token_states(&ids)?;
-            for (&i, rows) in batch.iter().zip(states) {
-                let encoding = &encodings[i];
-                let all: Vec<usize> = (0..encoding.len()).collect();
-                let text = self.pool(&rows, &all, self.info.pooling);
-                let special = encoding.get_special_tokens_mask();
-                let offsets = encoding.get_offsets();
-                let span_vectors = spans[i]
-                    .iter()
-                    .map(|&(start, end)| {
-                        let tokens: Vec<usize> = (0..encoding.len())
-                            .filter(|&t| {
-                                special[t] == 0 && offsets[t].0 < end && offsets[t].1 > start
-                            })
-                            .collect();
-                        (!tokens.is_empty()).then(|| self.pool(&rows, &tokens, span_pooling))
-                    })
-                    .collect();
-                debug_assert_eq!(rows.len(), encoding.len() * h);
-                out[i] = Some(SpanEmbedding {
-                    text,
-                    spans: span_vectors,
-                });
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|e| e.expect("every text is in a batch"))
-            .collect())
-    }
-
-    fn tokenize<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Encoding>> {
-        let inputs: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
-        self.tokenizer
-            .encode_batch(inputs, true)
-            .map_err(|e| Error::Encoder {
-                path: PathBuf::from(&self.info.path),
-                message: format!("tokenizing: {e}"),
-            })
-    }
-
-    /// The inputs' indices grouped into forward passes: sorted by length,
-    /// packed up to [`CPU_BATCH_TOKENS`] tokens on the CPU, padded up to
-    /// [`PADDED_BATCH_TOKENS`] positions otherwise.
-    fn batches(&self, encodings: &[Encoding]) -> Vec<Vec<usize>> {
-        let mut order: Vec<usize> = (0..encodings.len()).collect();
-        order.sort_by_key(|&i| encodings[i].get_ids().len());
-        let len = |k: usize| encodings[order[k]].get_ids().len();
-        let mut batches = Vec::new();
-        let mut start = 0;
-        while start < order.len() {
-            let mut end = start + 1;
-            match self.model {
-                Model::Cpu(_) => {
-                    let mut tokens = len(start);
-                    while end < order.len() {
-                        tokens += len(end);
-                        if tokens > CPU_BATCH_TOKENS {
-                            break;
-                        }
-                        end += 1;
-                    }
-                }
-                // Sorted by length: the last of the batch is its longest.
-                Model::Candle(_) => {
-                    while end < order.len() && (end + 1 - start) * len(end) <= PADDED_BATCH_TOKENS {
-                        end += 1;
-                    }
-                }
-            }
-            batches.push(order[start..end].to_vec());
             start = end;
         }
-        batches
-    }
-
-    /// The last layer's token states of each sequence, `len x dimension`
-    /// row-major, without padding.
-    fn token_states(&self, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let h = self.info.dimension;
-        match &self.model {
-            Model::Cpu(model) => {
-                let states = model.forward(ids)?;
-                let mut rest = states.as_slice();
-                Ok(ids
-                    .iter()
-                    .map(|seq| {
-                        let (head, tail) = rest.split_at(seq.len() * h);
-                        rest = tail;
-                        head.to_vec()
-                    })
-                    .collect())
-            }
-            Model::Candle(model) => {
-                let (input_ids, mask) = self.padded_inputs(ids)?;
-                let states = model.forward(&input_ids, &mask)?.to_dtype(DType::F32)?;
-                let states = states.to_vec3::<f32>()?;
-                Ok(ids
-                    .iter()
-                    .zip(states)
-                    .map(|(seq, rows)| rows.into_iter().take(seq.len()).flatten().collect())
-                    .collect())
-            }
-        }
-    }
-
-    /// The pooled (and, as configured, normalised) vector of the `tokens`
-    /// rows of `rows`.
-    fn pool(&self, rows: &[f32], tokens: &[usize], pooling: Pooling) -> Vec<f32> {
-        let h = self.info.dimension;
-        let row = |t: usize| &rows[t * h..(t + 1) * h];
-        let mut pooled = match pooling {
-            Pooling::Mean => {
-                let mut sum = vec![0f32; h];
-                for &t in tokens {
-                    sum.iter_mut().zip(row(t)).for_each(|(s, v)| *s += v);
-                }
-                let count = (tokens.len() as f32).max(1e-9);
-                sum.iter_mut().for_each(|s| *s /= count);
-                sum
-            }
-            Pooling::Cls => tokens
-                .first()
-                .map(|&t| row(t).to_vec())
-                .unwrap_or_else(|| vec![0f32; h]),
-            Pooling::Max => {
-                let mut max = vec![f32::NEG_INFINITY; h];
-                for &t in tokens {
-                    max.iter_mut().zip(row(t)).for_each(|(m, v)| *m = m.max(*v));
-                }
-                max
-            }
-        };
-        if self.info.normalize {
-            let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-            pooled.iter_mut().for_each(|v| *v /= norm);
-        }
-        pooled
+        Ok(out)
     }
 
     /// Embeds one batch of token id sequences (already truncated) with the
@@ -426,20 +291,44 @@ impl Encoder {
     fn embed_packed(&self, model: &BertModel, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let states = model.forward(ids)?;
         let h = self.info.dimension;
-        let mut rest = states.as_slice();
-        Ok(ids
-            .iter()
-            .map(|seq| {
-                let (rows, tail) = rest.split_at(seq.len() * h);
-                rest = tail;
-                let all: Vec<usize> = (0..seq.len()).collect();
-                self.pool(rows, &all, self.info.pooling)
-            })
-            .collect())
+        let mut rows = states.chunks_exact(h);
+        let mut out = Vec::with_capacity(ids.len());
+        for seq in ids {
+            let seq_rows: Vec<&[f32]> = rows.by_ref().take(seq.len()).collect();
+            let mut pooled = match self.info.pooling {
+                Pooling::Mean => {
+                    let mut sum = vec![0f32; h];
+                    for row in &seq_rows {
+                        sum.iter_mut().zip(*row).for_each(|(s, v)| *s += v);
+                    }
+                    let count = (seq_rows.len() as f32).max(1e-9);
+                    sum.iter_mut().for_each(|s| *s /= count);
+                    sum
+                }
+                Pooling::Cls => seq_rows
+                    .first()
+                    .map(|r| r.to_vec())
+                    .unwrap_or_else(|| vec![0f32; h]),
+                Pooling::Max => {
+                    let mut max = vec![f32::NEG_INFINITY; h];
+                    for row in &seq_rows {
+                        max.iter_mut().zip(*row).for_each(|(m, v)| *m = m.max(*v));
+                    }
+                    max
+                }
+            };
+            if self.info.normalize {
+                let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+                pooled.iter_mut().for_each(|v| *v /= norm);
+            }
+            out.push(pooled);
+        }
+        Ok(out)
     }
 
-    /// Padded token ids and their attention mask, `sequences x longest`.
-    fn padded_inputs(&self, ids: &[&[u32]]) -> Result<(Tensor, Tensor)> {
+    /// Embeds one batch of token id sequences (already truncated) with
+    /// candle-transformers' BERT, padded to the longest.
+    fn embed_padded(&self, model: &PaddedBert, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
         let n = ids.len();
         let len = ids.iter().map(|s| s.len()).max().unwrap_or(0).max(1);
         let mut flat_ids = Vec::with_capacity(n * len);
@@ -450,16 +339,8 @@ impl Encoder {
             flat_mask.extend(std::iter::repeat_n(1u32, seq.len()));
             flat_mask.extend(std::iter::repeat_n(0u32, len - seq.len()));
         }
-        Ok((
-            Tensor::from_vec(flat_ids, (n, len), &self.device)?,
-            Tensor::from_vec(flat_mask, (n, len), &self.device)?,
-        ))
-    }
-
-    /// Embeds one batch of token id sequences (already truncated) with
-    /// candle-transformers' BERT, padded to the longest.
-    fn embed_padded(&self, model: &PaddedBert, ids: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
-        let (input_ids, mask) = self.padded_inputs(ids)?;
+        let input_ids = Tensor::from_vec(flat_ids, (n, len), &self.device)?;
+        let mask = Tensor::from_vec(flat_mask, (n, len), &self.device)?;
         // Pooled in f32 whatever the model's dtype: a mean over 256 f16 states loses digits.
         let states = model.forward(&input_ids, &mask)?.to_dtype(DType::F32)?;
         let mask_f = mask.to_dtype(DType::F32)?.unsqueeze(2)?;

@@ -17,7 +17,7 @@ use crate::encoder::{Encoder, EncoderInfo};
 use crate::error::{Error, Result};
 use crate::fsutil;
 use crate::integrity::{self, Damage, Depth};
-use crate::manifest::{Counts, Manifest, SentenceVectors, FORMAT_VERSION};
+use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
 use crate::sentence::sentence_spans;
 use crate::store::{Metadata, PassageOrd, PassageStore, SentenceRef};
 
@@ -30,8 +30,9 @@ pub struct IndexSettings {
     pub bm25: Bm25Params,
     /// HNSW construction.
     pub hnsw: HnswParams,
-    /// Whether and how every passage sentence is embedded at index time.
-    pub sentence_vectors: SentenceVectors,
+    /// Embed every passage sentence at index time, so the extractive reader
+    /// answers with dot products instead of running the encoder.
+    pub sentence_vectors: bool,
 }
 
 impl Default for IndexSettings {
@@ -40,7 +41,7 @@ impl Default for IndexSettings {
             chunk: ChunkParams::default(),
             bm25: Bm25Params::default(),
             hnsw: HnswParams::default(),
-            sentence_vectors: SentenceVectors::Contextual,
+            sentence_vectors: true,
         }
     }
 }
@@ -418,7 +419,7 @@ fn add_documents(
     gen: &Path,
     docs: &[&Document],
     first: Rows,
-    sentence_vectors: SentenceVectors,
+    sentence_vectors: bool,
     encoder: &Encoder,
     chunker: &Chunker,
     bm25: &mut Bm25Writer,
@@ -441,132 +442,47 @@ fn add_documents(
         }
     }
     let passages: Vec<&Passage> = per_doc.iter().flatten().collect();
-    let spans: Vec<Vec<(usize, usize)>> =
-        passages.iter().map(|p| sentence_spans(&p.text)).collect();
-    let mut sentence_texts = Vec::new();
-    let mut sentence_rows = Vec::new();
+    let texts: Vec<String> = passages.iter().map(|p| p.embedding_text()).collect();
+    let flat = embed_into(
+        gen,
+        dense::PASSAGE_VECTORS,
+        "embed",
+        &texts,
+        encoder,
+        progress,
+    )?;
     let mut sentences = 0;
-    for (i, (p, spans)) in passages.iter().zip(&spans).enumerate() {
-        if sentence_vectors == SentenceVectors::None {
-            break;
+    if sentence_vectors {
+        let mut texts = Vec::new();
+        for (i, p) in passages.iter().enumerate() {
+            let refs: Vec<SentenceRef> = sentence_spans(&p.text)
+                .into_iter()
+                .map(|(start, end)| {
+                    texts.push(sentence_embedding_text(&p.title, &p.text[start..end]));
+                    SentenceRef {
+                        start: start as u32,
+                        end: end as u32,
+                        row: first.sentence + texts.len() as u64 - 1,
+                    }
+                })
+                .collect();
+            store.put_sentences(first.passage + i as u64, &refs)?;
         }
-        let refs: Vec<SentenceRef> = spans
-            .iter()
-            .map(|&(start, end)| {
-                if sentence_vectors == SentenceVectors::Separate {
-                    sentence_texts.push(sentence_embedding_text(&p.title, &p.text[start..end]));
-                }
-                sentences += 1;
-                SentenceRef {
-                    start: start as u32,
-                    end: end as u32,
-                    row: first.sentence + sentences - 1,
-                }
-            })
-            .collect();
-        store.put_sentences(first.passage + i as u64, &refs)?;
-    }
-    let flat = if sentence_vectors == SentenceVectors::Contextual {
-        embed_with_sentences_into(
-            gen,
-            &passages,
-            &spans,
-            &mut sentence_rows,
-            encoder,
-            progress,
-        )?
-    } else {
-        let texts: Vec<String> = passages.iter().map(|p| p.embedding_text()).collect();
         embed_into(
             gen,
-            dense::PASSAGE_VECTORS,
-            "embed",
+            dense::SENTENCE_VECTORS,
+            "sentences",
             &texts,
             encoder,
             progress,
-        )?
-    };
-    match sentence_vectors {
-        SentenceVectors::None => {}
-        SentenceVectors::Separate => {
-            embed_into(
-                gen,
-                dense::SENTENCE_VECTORS,
-                "sentences",
-                &sentence_texts,
-                encoder,
-                progress,
-            )?;
-        }
-        SentenceVectors::Contextual => {
-            dense::append_vectors(gen, dense::SENTENCE_VECTORS, &sentence_rows)?;
-        }
+        )?;
+        sentences = texts.len() as u64;
     }
     Ok(Added {
         vectors: flat,
         passages: passages.len() as u64,
         sentences,
     })
-}
-
-/// Embeds passages into unit vectors appended to the passage vector file,
-/// and pools each passage's sentences (`spans`, byte ranges of its text) from
-/// the same forward pass into unit vectors pushed onto `sentences`, in order.
-/// A sentence cut off by the encoder's truncation is embedded on its own.
-fn embed_with_sentences_into(
-    gen: &Path,
-    passages: &[&Passage],
-    spans: &[Vec<(usize, usize)>],
-    sentences: &mut Vec<Vec<f32>>,
-    encoder: &Encoder,
-    progress: &dyn Progress,
-) -> Result<Vec<f32>> {
-    let non_finite = || Error::Encoder {
-        path: encoder.info().path.clone().into(),
-        message: "produced a non-finite vector".into(),
-    };
-    progress.stage("embed", passages.len() as u64);
-    let mut flat = Vec::with_capacity(passages.len() * encoder.dimension());
-    for (batch, batch_spans) in passages.chunks(EMBED_STEP).zip(spans.chunks(EMBED_STEP)) {
-        let texts: Vec<String> = batch.iter().map(|p| p.embedding_text()).collect();
-        // The passage is embedded as `title. text`: its sentences' byte
-        // ranges move by the title's prefix.
-        let shifted: Vec<Vec<(usize, usize)>> = batch
-            .iter()
-            .zip(batch_spans)
-            .map(|(p, spans)| {
-                let shift = p.embedding_text_offset();
-                spans.iter().map(|&(s, e)| (s + shift, e + shift)).collect()
-            })
-            .collect();
-        let embedded = encoder.embed_with_spans(&texts, &shifted)?;
-        let mut vectors = Vec::with_capacity(batch.len());
-        for ((embedding, p), text_spans) in embedded.into_iter().zip(batch).zip(batch_spans) {
-            for (v, &(s, e)) in embedding.spans.into_iter().zip(text_spans) {
-                let mut v = match v {
-                    Some(v) => v,
-                    None => encoder
-                        .embed(&[sentence_embedding_text(&p.title, &p.text[s..e])])?
-                        .remove(0),
-                };
-                if v.iter().any(|x| !x.is_finite()) {
-                    return Err(non_finite());
-                }
-                dense::normalize(&mut v);
-                sentences.push(v);
-            }
-            if embedding.text.iter().any(|x| !x.is_finite()) {
-                return Err(non_finite());
-            }
-            vectors.push(embedding.text);
-        }
-        vectors.iter_mut().for_each(|v| dense::normalize(v));
-        dense::append_vectors(gen, dense::PASSAGE_VECTORS, &vectors)?;
-        vectors.iter().for_each(|v| flat.extend_from_slice(v));
-        progress.advance(batch.len() as u64);
-    }
-    progress.finish();
-    Ok(flat)
 }
 
 /// The text a sentence is embedded as: prefixed with its document's title, so

@@ -42,7 +42,7 @@ pub use dense::{
 pub use document::{
     read_corpus, read_corpus_reporting, read_corpus_with, Corpus, Document, ReadOptions,
 };
-pub use encoder::{Encoder, EncoderInfo, EncoderOptions, Pooling, SpanEmbedding};
+pub use encoder::{Encoder, EncoderInfo, EncoderOptions, Pooling};
 pub use error::{Error, LineProblem, Result};
 pub use extract::{ChildExtractor, Layout, Section};
 pub use frozen::FrozenGraph;
@@ -51,7 +51,7 @@ pub use index::{
     NoProgress, Progress, Verification,
 };
 pub use integrity::{Damage, FileSum, FileTable};
-pub use manifest::{Counts, Manifest, SentenceVectors, FORMAT_VERSION};
+pub use manifest::{Counts, Manifest, FORMAT_VERSION};
 pub use sentence::sentence_spans;
 pub use store::{Metadata, PassageOrd, SentenceRef};
 

@@ -28,10 +28,9 @@ pub struct Manifest {
     pub bm25: Bm25Params,
     /// HNSW construction parameters.
     pub hnsw: HnswParams,
-    /// How passage sentences were embedded for the extractive reader
-    /// (manifests before this field's kinds say `true` or `false`).
+    /// Whether passage sentences were embedded (for the extractive reader).
     #[serde(default)]
-    pub sentence_vectors: SentenceVectors,
+    pub sentence_vectors: bool,
     /// Sizes.
     pub counts: Counts,
     /// SHA-256 of the corpus of the last full build, followed by those of
@@ -41,48 +40,6 @@ pub struct Manifest {
     /// checksum, filled in at publish.
     #[serde(default)]
     pub files: FileTable,
-}
-
-/// Whether and how an index embeds the sentences of its passages, so that
-/// the extractive reader ranks them with dot products instead of running the
-/// encoder at question time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SentenceVectors {
-    /// No sentence vectors: the reader embeds sentences when it answers.
-    #[default]
-    None,
-    /// Each sentence embedded on its own as `title. sentence`: a second
-    /// encoder pass over every sentence.
-    Separate,
-    /// Each sentence pooled from its tokens' states in the passage's own
-    /// forward pass: no second pass, and every sentence read in context.
-    Contextual,
-}
-
-impl<'de> Deserialize<'de> for SentenceVectors {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Stored {
-            /// Manifests written before the kinds: `true` meant separate.
-            Flag(bool),
-            Kind(String),
-        }
-        match Stored::deserialize(d)? {
-            Stored::Flag(true) => Ok(Self::Separate),
-            Stored::Flag(false) => Ok(Self::None),
-            Stored::Kind(kind) => match kind.as_str() {
-                "none" => Ok(Self::None),
-                "separate" => Ok(Self::Separate),
-                "contextual" => Ok(Self::Contextual),
-                other => Err(serde::de::Error::unknown_variant(
-                    other,
-                    &["none", "separate", "contextual"],
-                )),
-            },
-        }
-    }
 }
 
 /// Sizes of an index.

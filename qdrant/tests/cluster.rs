@@ -121,7 +121,7 @@ fn one_shard_ranks_as_the_embedded_store_in_every_mode() {
     let encoder = encoder();
     let dir = tmp.path().join("index");
     let embedded_settings = IndexSettings {
-        sentence_vectors: capstan_indexer::SentenceVectors::None,
+        sentence_vectors: false,
         ..Default::default()
     };
     capstan_indexer::build(&dir, &corpus, &encoder, embedded_settings, &NoProgress).unwrap();

@@ -6,12 +6,12 @@ use anyhow::Context;
 use std::sync::Arc;
 
 use capstan_indexer::{
-    Bm25Params, ChunkParams, Encoder, EncoderOptions, HnswParams, IndexSettings, SentenceVectors,
+    Bm25Params, ChunkParams, Encoder, EncoderOptions, HnswParams, IndexSettings,
 };
 use capstan_qdrant::{
     Cluster, CollectionOptions, IndexLocation, Part, QdrantLocation, WriteSettings,
 };
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 
 use super::device_arg::DeviceArg;
 use super::encoder_arg::default_encoder;
@@ -68,14 +68,9 @@ struct BuildArgs {
     /// HNSW candidate list size while building.
     #[arg(long, default_value_t = 100)]
     hnsw_ef_construction: usize,
-    /// How passage sentences are embedded for the extractive reader:
-    /// contextual (pooled from the passage's own forward pass: no extra
-    /// encoder cost), separate (a second pass embedding each sentence on its
-    /// own), or none (smaller index; sentences embedded at question time)
-    #[arg(long, value_enum, default_value_t = SentenceVectorsArg::Contextual)]
-    sentence_vectors: SentenceVectorsArg,
-    /// The same as `--sentence-vectors none`.
-    #[arg(long, conflicts_with = "sentence_vectors")]
+    /// Do not embed passage sentences (smaller, faster index; the extractive
+    /// reader then embeds sentences at question time).
+    #[arg(long)]
     no_sentence_vectors: bool,
     /// Add the corpus to the existing index (same ids replace documents).
     #[arg(long)]
@@ -276,11 +271,7 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
             m: args.hnsw_m,
             ef_construction: args.hnsw_ef_construction,
         },
-        sentence_vectors: if args.no_sentence_vectors {
-            SentenceVectors::None
-        } else {
-            args.sentence_vectors.into()
-        },
+        sentence_vectors: !args.no_sentence_vectors,
     };
     settings.chunk.validate()?;
     settings.bm25.validate()?;
@@ -404,25 +395,4 @@ fn write_qdrant(
         start.elapsed().as_secs_f64()
     );
     Ok(())
-}
-
-/// `--sentence-vectors`.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum SentenceVectorsArg {
-    /// Pooled from each passage's own forward pass.
-    Contextual,
-    /// Each sentence embedded again on its own.
-    Separate,
-    /// None.
-    None,
-}
-
-impl From<SentenceVectorsArg> for SentenceVectors {
-    fn from(arg: SentenceVectorsArg) -> Self {
-        match arg {
-            SentenceVectorsArg::Contextual => Self::Contextual,
-            SentenceVectorsArg::Separate => Self::Separate,
-            SentenceVectorsArg::None => Self::None,
-        }
-    }
 }
