@@ -10,7 +10,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use capstan_indexer::{
     read_corpus, Bm25Index, Bm25Params, Bm25Writer, ChunkParams, Chunker, DenseStrategy, Encoder,
-    FrozenGraph, HnswParams,
+    EncoderOptions, EncoderPrecision, FrozenGraph, HnswParams,
 };
 use capstan_retriever::{Mode, SearchOptions};
 use clap::{Parser, Subcommand};
@@ -66,6 +66,12 @@ enum Command {
         encoder: PathBuf,
         #[arg(long, default_value_t = 1000)]
         n: usize,
+        /// Linear layers in int8 (the CPU encoder's fast mode) instead of f32.
+        #[arg(long)]
+        int8: bool,
+        /// Also write the vectors, little-endian f32 rows, to this file.
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// HNSW build time, single-thread queries/s and recall@k against exact neighbours.
     Ann {
@@ -205,7 +211,13 @@ fn main() -> anyhow::Result<()> {
             seed,
         } => prepare(&html, &out, &encoder, max_passages, queries, seed)?,
         Command::Bm25 { data, k1, b, k } => bm25(&data, Bm25Params { k1, b }, k)?,
-        Command::Encode { data, encoder, n } => encode(&data, &encoder, n)?,
+        Command::Encode {
+            data,
+            encoder,
+            n,
+            int8,
+            out,
+        } => encode(&data, &encoder, n, int8, out.as_deref())?,
         Command::Ann {
             base,
             queries,
@@ -439,22 +451,46 @@ fn bm25(data: &Path, params: Bm25Params, k: usize) -> anyhow::Result<serde_json:
     }))
 }
 
-fn encode(data: &Path, encoder: &Path, n: usize) -> anyhow::Result<serde_json::Value> {
+fn encode(
+    data: &Path,
+    encoder: &Path,
+    n: usize,
+    int8: bool,
+    out: Option<&Path>,
+) -> anyhow::Result<serde_json::Value> {
     let passages: Vec<PassageLine> = read_jsonl(&data.join("passages.jsonl"))?;
     let texts: Vec<String> = passages
         .iter()
         .take(n)
         .map(|p| format!("{}. {}", p.title, p.text))
         .collect();
-    let encoder = Encoder::load(encoder)?;
+    let precision = if int8 {
+        EncoderPrecision::Int8
+    } else {
+        EncoderPrecision::F32
+    };
+    let options = EncoderOptions {
+        precision,
+        padded: false,
+    };
+    let encoder = Encoder::load_with(encoder, &candle_core::Device::Cpu, options)?;
     encoder.embed(&texts[..texts.len().min(64)])?; // warm-up
     let start = Instant::now();
     let vectors = encoder.embed(&texts)?;
     let seconds = start.elapsed().as_secs_f64();
+    if let Some(out) = out {
+        let bytes: Vec<u8> = vectors
+            .iter()
+            .flatten()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        std::fs::write(out, bytes).with_context(|| format!("writing {}", out.display()))?;
+    }
     Ok(json!({
         "passages": vectors.len(),
         "seconds": seconds,
         "passages_per_second": vectors.len() as f64 / seconds,
+        "precision": precision.to_string(),
         "threads": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
     }))
 }
@@ -562,7 +598,7 @@ fn latency(index: &Path, queries: &Path, opts: SearchOptions) -> anyhow::Result<
         encoder.as_deref(),
         &fallback,
         &candle_core::Device::Cpu,
-        Default::default(),
+        None,
     )?;
     let open_seconds = start.elapsed().as_secs_f64();
     let queries: Vec<QueryLine> = read_jsonl(queries)?;

@@ -12,6 +12,7 @@
 
 use candle_core::{bail, DType, Result, Tensor};
 use candle_nn::VarBuilder;
+use capstan_kernels::cpu::int8::Int8Matrix;
 use capstan_kernels::cpu::math::{self, sum};
 use rayon::prelude::*;
 use serde::Deserialize;
@@ -79,13 +80,21 @@ fn flat(t: &Tensor) -> Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
 
-/// `nn.Linear`, stored transposed (`in x out`, row-major) so that `gemm`
-/// reads it without packing.
+/// `nn.Linear`: `y = x Wᵀ + b`.
 struct Linear {
-    w_t: Vec<f32>,
+    weights: LinearWeights,
     bias: Vec<f32>,
     n_in: usize,
     n_out: usize,
+}
+
+/// The weights of a [`Linear`].
+enum LinearWeights {
+    /// `f32`, stored transposed (`in x out`, row-major) so that `gemm` reads it without
+    /// packing.
+    F32 { w_t: Vec<f32> },
+    /// `int8` per output channel, activations quantized per row at each call.
+    Int8(Int8Matrix),
 }
 
 impl Linear {
@@ -101,7 +110,9 @@ impl Linear {
         let w = Tensor::cat(&ws, 0)?;
         let b = Tensor::cat(&bs, 0)?;
         Ok(Self {
-            w_t: flat(&w.t()?.contiguous()?)?,
+            weights: LinearWeights::F32 {
+                w_t: flat(&w.t()?.contiguous()?)?,
+            },
             bias: flat(&b)?,
             n_in,
             n_out: n_out * vbs.len(),
@@ -112,12 +123,32 @@ impl Linear {
         Self::load_concat(&[vb], n_in, n_out)
     }
 
+    /// The same layer with its weights quantized to int8 per output channel.
+    fn quantize_int8(&mut self) {
+        if let LinearWeights::F32 { w_t } = &self.weights {
+            let mut w = vec![0f32; w_t.len()];
+            for (i, row) in w_t.chunks_exact(self.n_out).enumerate() {
+                for (o, &v) in row.iter().enumerate() {
+                    w[o * self.n_in + i] = v;
+                }
+            }
+            self.weights = LinearWeights::Int8(Int8Matrix::quantize(&w, self.n_out, self.n_in));
+        }
+    }
+
     /// `dst = src · Wᵀ + b`, or with `accumulate` `dst += src · Wᵀ + b`
     /// (a fused residual connection); `src` is `rows x n_in`, `dst` is
     /// `rows x n_out`.
     fn forward_into(&self, src: &[f32], dst: &mut [f32], rows: usize, accumulate: bool) {
         assert_eq!(src.len(), rows * self.n_in);
         assert_eq!(dst.len(), rows * self.n_out);
+        let w_t = match &self.weights {
+            LinearWeights::F32 { w_t } => w_t,
+            LinearWeights::Int8(m) => {
+                m.matmul_into(src, dst, Some(&self.bias), accumulate);
+                return;
+            }
+        };
         let bias = &self.bias;
         dst.par_chunks_mut(self.n_out * 64).for_each(|block| {
             for row in block.chunks_exact_mut(self.n_out) {
@@ -142,7 +173,7 @@ impl Linear {
                 src.as_ptr(),
                 1,
                 self.n_in as isize,
-                self.w_t.as_ptr(),
+                w_t.as_ptr(),
                 1,
                 self.n_out as isize,
                 1.0,
@@ -498,6 +529,18 @@ impl BertModel {
             hidden: cfg.hidden_size,
             intermediate: cfg.intermediate_size,
         })
+    }
+
+    /// Quantizes the weights of every linear layer to int8 per output
+    /// channel; their inputs are then quantized per token at each call
+    /// (dynamic quantization). Embeddings, LayerNorms and attention stay f32.
+    pub fn quantize_int8(&mut self) {
+        for layer in &mut self.layers {
+            layer.attention.qkv.quantize_int8();
+            layer.attention.output.quantize_int8();
+            layer.feed_forward.intermediate.quantize_int8();
+            layer.feed_forward.output.quantize_int8();
+        }
     }
 
     /// Runs the encoder over `seqs` packed end to end (no padding, so no

@@ -49,6 +49,10 @@ pub struct EncoderInfo {
     pub normalize: bool,
     /// Inputs are truncated to this many tokens (special tokens included).
     pub max_tokens: usize,
+    /// The numbers the vectors were computed with (f32 in manifests written
+    /// before precisions were recorded).
+    #[serde(default)]
+    pub precision: EncoderPrecision,
 }
 
 /// A loaded dense encoder. Immutable; share it behind an `Arc`.
@@ -68,24 +72,62 @@ enum Model {
     Candle(PaddedBert),
 }
 
+/// The numbers an encoder computes with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EncoderPrecision {
+    /// 32-bit floats: the parity mode (Capstan's packed BERT on the CPU).
+    #[default]
+    F32,
+    /// float16 weights and activations (candle's padded BERT: a GPU's choice).
+    F16,
+    /// bfloat16 weights and activations (candle's padded BERT).
+    Bf16,
+    /// int8 weights per output channel and int8 activations per token in
+    /// every linear layer, f32 elsewhere (the CPU's packed BERT only).
+    Int8,
+}
+
+impl EncoderPrecision {
+    /// The precision questions are embedded at, by default, for an index
+    /// built at this one: int8 where it was int8 and the CPU embeds them,
+    /// else f32 (f16 and bf16 vectors are within their precision of f32's).
+    pub fn for_questions(self, device: &Device) -> Self {
+        match self {
+            Self::Int8 if device.is_cpu() => Self::Int8,
+            _ => Self::F32,
+        }
+    }
+
+    /// The dtype of the weights as loaded from the checkpoint.
+    fn load_dtype(self) -> DType {
+        match self {
+            Self::F16 => DType::F16,
+            Self::Bf16 => DType::BF16,
+            Self::F32 | Self::Int8 => DType::F32,
+        }
+    }
+}
+
+impl std::fmt::Display for EncoderPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Bf16 => "bf16",
+            Self::Int8 => "int8",
+        })
+    }
+}
+
 /// How an encoder runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EncoderOptions {
-    /// Weights and activations (f32 on the CPU's own BERT; f16 or bf16 halve
-    /// a GPU's memory traffic).
-    pub dtype: DType,
+    /// The numbers it computes with.
+    pub precision: EncoderPrecision,
     /// Run candle-transformers' padded BERT even on the CPU (what a GPU runs:
     /// it lets the GPU path be checked against the CPU's packed one here).
     pub padded: bool,
-}
-
-impl Default for EncoderOptions {
-    fn default() -> Self {
-        Self {
-            dtype: DType::F32,
-            padded: false,
-        }
-    }
 }
 
 /// Padded positions (sequences × longest) in one forward of the padded BERT;
@@ -93,7 +135,7 @@ impl Default for EncoderOptions {
 const PADDED_BATCH_TOKENS: usize = 16_384;
 
 /// Tokens packed into one CPU forward pass (sequences are not padded).
-const CPU_BATCH_TOKENS: usize = 4096;
+const CPU_BATCH_TOKENS: usize = 1536;
 
 #[derive(Deserialize)]
 struct ModuleEntry {
@@ -171,14 +213,16 @@ impl Encoder {
             }))
             .map_err(|e| err(format!("tokenizer.json: {e}")))?;
 
-        if !matches!(options.dtype, DType::F32 | DType::F16 | DType::BF16) {
-            return Err(err(format!(
-                "dtype {:?}: the encoder runs in f32, f16 or bf16",
-                options.dtype
-            )));
+        let precision = options.precision;
+        let packed = device.is_cpu()
+            && matches!(precision, EncoderPrecision::F32 | EncoderPrecision::Int8)
+            && !options.padded;
+        if precision == EncoderPrecision::Int8 && !packed {
+            return Err(err(
+                "int8 runs on the CPU's own BERT only (not on a GPU, not --padded)".into(),
+            ));
         }
-        let dtype = options.dtype;
-        let packed = device.is_cpu() && dtype == DType::F32 && !options.padded;
+        let dtype = precision.load_dtype();
         let safetensors = dir.join("model.safetensors");
         let pth = dir.join("pytorch_model.bin");
         let vb = if safetensors.is_file() {
@@ -194,7 +238,12 @@ impl Encoder {
             ));
         };
         let model = if packed {
-            Model::Cpu(BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
+            let mut model =
+                BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?;
+            if precision == EncoderPrecision::Int8 {
+                model.quantize_int8();
+            }
+            Model::Cpu(model)
         } else {
             let config: CandleBertConfig = serde_json::from_slice(&config_bytes)
                 .map_err(|e| err(format!("config.json is not a BERT config: {e}")))?;
@@ -211,6 +260,7 @@ impl Encoder {
                 pooling,
                 normalize,
                 max_tokens,
+                precision,
             },
             device: device.clone(),
         })

@@ -42,7 +42,7 @@ pub use dense::{
 pub use document::{
     read_corpus, read_corpus_reporting, read_corpus_with, Corpus, Document, ReadOptions,
 };
-pub use encoder::{Encoder, EncoderInfo, EncoderOptions, Pooling};
+pub use encoder::{Encoder, EncoderInfo, EncoderOptions, EncoderPrecision, Pooling};
 pub use error::{Error, LineProblem, Result};
 pub use extract::{ChildExtractor, Layout, Section};
 pub use frozen::FrozenGraph;

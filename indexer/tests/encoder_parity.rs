@@ -85,18 +85,18 @@ fn a_missing_or_wrong_encoder_folder_is_a_clear_error() {
 /// the dtype's precision; run here on the CPU, the same code as on CUDA.
 #[test]
 fn the_gpu_path_equals_sentence_transformers_within_its_dtype() {
-    use candle_core::{DType, Device};
-    use capstan_indexer::EncoderOptions;
+    use candle_core::Device;
+    use capstan_indexer::{EncoderOptions, EncoderPrecision};
     let fixture = expected_fixture();
     let sentences: Vec<String> = serde_json::from_value(fixture["sentences"].clone()).unwrap();
     let expected: Vec<Vec<f32>> = serde_json::from_value(fixture["embeddings"].clone()).unwrap();
-    for (dtype, tolerance) in [
-        (DType::F32, 1e-4f32),
-        (DType::F16, 5e-3),
-        (DType::BF16, 3e-2),
+    for (precision, tolerance) in [
+        (EncoderPrecision::F32, 1e-4f32),
+        (EncoderPrecision::F16, 5e-3),
+        (EncoderPrecision::Bf16, 3e-2),
     ] {
         let options = EncoderOptions {
-            dtype,
+            precision,
             padded: true,
         };
         let encoder = Encoder::load_with(&encoder_dir(), &Device::Cpu, options).unwrap();
@@ -121,19 +121,19 @@ fn the_gpu_path_equals_sentence_transformers_within_its_dtype() {
                         m.max(d)
                     }
                 });
-            assert!(max_abs <= tolerance, "{dtype:?} vector {i}: {max_abs}");
+            assert!(max_abs <= tolerance, "{precision} vector {i}: {max_abs}");
         }
     }
     let err = Encoder::load_with(
         &encoder_dir(),
         &Device::Cpu,
         EncoderOptions {
-            dtype: DType::U8,
-            padded: false,
+            precision: EncoderPrecision::Int8,
+            padded: true,
         },
     )
     .err()
     .unwrap()
     .to_string();
-    assert!(err.contains("f32, f16 or bf16"), "{err}");
+    assert!(err.contains("int8 runs on the CPU"), "{err}");
 }

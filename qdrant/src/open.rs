@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::Device;
-use capstan_indexer::{Encoder, EncoderOptions};
+use capstan_indexer::{Encoder, EncoderOptions, EncoderPrecision};
 use capstan_retriever::{EmbeddedStore, Retriever, Store};
 
 use crate::error::Result;
@@ -32,7 +32,8 @@ impl IndexLocation {
 }
 
 /// The retriever over an index location, its encoder loaded on `device`
-/// with `options`. The encoder is `encoder` if given; otherwise the one
+/// at `precision` (by default [`EncoderPrecision::for_questions`] of the
+/// index's). The encoder is `encoder` if given; otherwise the one
 /// recorded in the index (a folder's manifest, a collection's description)
 /// if that folder exists here, else `fallback` (a server of a collection
 /// needs nothing local but the encoder's weights). Either way the store
@@ -42,7 +43,7 @@ pub fn open_retriever(
     encoder: Option<&Path>,
     fallback: &Path,
     device: &Device,
-    options: EncoderOptions,
+    precision: Option<EncoderPrecision>,
 ) -> capstan_retriever::Result<Retriever> {
     let store: Arc<dyn Store> = match IndexLocation::parse(location)? {
         IndexLocation::Folder(dir) => Arc::new(EmbeddedStore::open(&dir)?),
@@ -53,6 +54,10 @@ pub fn open_retriever(
         Some(p) => p.to_path_buf(),
         None if recorded.join("config.json").is_file() => recorded,
         None => fallback.to_path_buf(),
+    };
+    let options = EncoderOptions {
+        precision: precision.unwrap_or(store.encoder().precision.for_questions(device)),
+        padded: false,
     };
     let encoder = Encoder::load_with(&path, device, options)?;
     Retriever::new(store, Arc::new(encoder))

@@ -14,8 +14,7 @@ use capstan_qdrant::{
 use clap::{Args, Subcommand};
 
 use super::device_arg::DeviceArg;
-use super::encoder_arg::default_encoder;
-use super::pipeline_args::DtypeArg;
+use super::encoder_arg::{default_encoder, EncoderDtypeArg};
 use super::progress::Bars;
 
 /// Arguments of `capstan index`.
@@ -46,10 +45,11 @@ struct BuildArgs {
     /// answers).
     #[arg(long, value_enum, env = "CAPSTAN_DEVICE", default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
-    /// The encoder's dtype: f32 (on the CPU, Capstan's packed BERT), f16 or bf16 (candle's
-    /// padded BERT: a GPU's choice; vectors within the dtype's precision of f32's).
-    #[arg(long, value_enum, default_value_t = DtypeArg::F32)]
-    encoder_dtype: DtypeArg,
+    /// The encoder's numbers: f32 (on the CPU, Capstan's packed BERT), int8 (its linear
+    /// layers in int8: the CPU's fast mode), f16 or bf16 (candle's padded BERT: a GPU's
+    /// choice). Recorded in the index; questions are embedded the same way by default.
+    #[arg(long, value_enum, default_value_t = EncoderDtypeArg::F32)]
+    encoder_dtype: EncoderDtypeArg,
     /// Passage size in encoder tokens.
     #[arg(long, default_value_t = 256)]
     chunk_tokens: usize,
@@ -307,7 +307,7 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
         eprintln!("skipped {} bad line(s) or file(s)", corpus.skipped.len());
     }
     let options = EncoderOptions {
-        dtype: args.encoder_dtype.dtype(),
+        precision: args.encoder_dtype.into(),
         padded: false,
     };
     let encoder = Encoder::load_with(&args.encoder, &args.device.device()?, options)

@@ -2,9 +2,9 @@
 
 use std::path::{Path, PathBuf};
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 use capstan_indexer::DenseStrategy;
-use capstan_indexer::EncoderOptions;
+use capstan_indexer::EncoderPrecision;
 use capstan_retriever::{Filter, Fusion, Hit, Mode, Retriever, SearchOptions, Unit};
 use clap::{Args, ValueEnum};
 
@@ -46,10 +46,10 @@ pub struct RetrievalArgs {
     /// generative readers: cpu, cuda or auto [default: auto].
     #[arg(long, env = "CAPSTAN_DEVICE")]
     pub device: Option<String>,
-    /// The encoder's dtype: f32 (on the CPU, Capstan's packed BERT), f16 or bf16
-    /// (candle's padded BERT: a GPU's choice) [default: f32].
+    /// The encoder's numbers for questions: f32, int8 (the CPU's fast mode), f16 or bf16
+    /// [default: int8 on the CPU for an index built in int8, else f32].
     #[arg(long, value_enum)]
-    pub encoder_dtype: Option<super::pipeline_args::DtypeArg>,
+    pub encoder_dtype: Option<super::encoder_arg::EncoderDtypeArg>,
     /// Only passages of documents whose metadata field KEY equals VALUE (a string, an
     /// integer or true/false; repeat for several conditions, all of which must hold).
     #[arg(long = "filter", value_name = "KEY=VALUE")]
@@ -78,17 +78,16 @@ pub enum DenseArg {
 impl RetrievalArgs {
     /// The device (`--device`, else `fallback` from a config file, else auto) and the
     /// encoder's options.
-    pub fn device(&self, fallback: Option<&str>) -> anyhow::Result<(Device, EncoderOptions)> {
+    pub fn device(
+        &self,
+        fallback: Option<&str>,
+    ) -> anyhow::Result<(Device, Option<EncoderPrecision>)> {
         let name = self.device.as_deref().or(fallback).unwrap_or("auto");
         let device = name
             .parse::<DeviceArg>()
             .map_err(|e| anyhow::anyhow!("--device: {e}"))?
             .device()?;
-        let options = EncoderOptions {
-            dtype: self.encoder_dtype.map_or(DType::F32, |d| d.dtype()),
-            padded: false,
-        };
-        Ok((device, options))
+        Ok((device, self.encoder_dtype.map(Into::into)))
     }
 
     /// The retriever over `index`, its encoder on the chosen device.

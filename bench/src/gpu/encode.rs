@@ -6,7 +6,7 @@ use std::path::Path;
 
 use anyhow::Context;
 use candle_core::{DType, Device};
-use capstan_indexer::{Encoder, EncoderOptions};
+use capstan_indexer::{Encoder, EncoderOptions, EncoderPrecision};
 use serde_json::{json, Value};
 
 use super::device::{describe, timed};
@@ -42,8 +42,13 @@ pub fn run(
     out: Option<&Path>,
 ) -> anyhow::Result<Value> {
     let texts = texts(passages, n)?;
+    let precision = match dtype {
+        DType::F16 => EncoderPrecision::F16,
+        DType::BF16 => EncoderPrecision::Bf16,
+        _ => EncoderPrecision::F32,
+    };
     let options = EncoderOptions {
-        dtype,
+        precision,
         padded: true,
     };
     let gpu = Encoder::load_with(encoder, device, options)?;

@@ -22,7 +22,8 @@ pub fn has_avx2() -> bool {
 pub fn exp(x: f32) -> f32 {
     const ROUND: f32 = 12_582_912.0; // 1.5 · 2^23: adding it rounds to an integer
     let x = x.clamp(-87.336_54, 88.37626);
-    let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+    let shifted = x * std::f32::consts::LOG2_E + ROUND;
+    let n = shifted - ROUND;
     let r = x - n * 0.693_359_4 - n * -2.121_944_4e-4;
     let p = 1.987_569_1e-4;
     let p = p * r + 1.398_199_9e-3;
@@ -31,7 +32,13 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 1.666_666_5e-1;
     let p = p * r + 0.5;
     let p = p * r * r + r + 1.0;
-    p * f32::from_bits(((n as i32 + 127) << 23) as u32)
+    // `2^n` from the bits of `shifted`, whose low mantissa bits hold `n` (as `(n as i32 + 127)
+    // << 23`, without the float-to-int cast, which does not vectorise).
+    let biased = shifted
+        .to_bits()
+        .wrapping_sub(ROUND.to_bits())
+        .wrapping_add(127);
+    p * f32::from_bits(biased << 23)
 }
 
 /// `erf`, vectorisable, absolute error below 1e-7: the rational
@@ -138,11 +145,41 @@ macro_rules! with_avx2 {
     };
 }
 
+/// `$generic` compiled for AVX-512 F (with AVX2 + FMA): the same code on 16 lanes.
+macro_rules! with_avx512 {
+    ($generic:ident, $avx512:ident, ($($arg:ident : $ty:ty),*)) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = "avx512f,avx2,fma")]
+        unsafe fn $avx512($($arg: $ty),*) {
+            $generic($($arg),*)
+        }
+    };
+}
+
 with_avx2!(softmax_generic, softmax_avx2, (row: &mut [f32], scale: f32));
 with_avx2!(gelu_generic, gelu_avx2, (x: &mut [f32]));
+with_avx512!(softmax_generic, softmax_avx512, (row: &mut [f32], scale: f32));
+with_avx512!(gelu_generic, gelu_avx512, (x: &mut [f32]));
+
+/// Whether this CPU runs the AVX-512 versions (detected once; cached by std).
+pub fn has_avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        has_avx2() && std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// `softmax(row * scale)` in place.
 pub fn softmax(row: &mut [f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU supports AVX-512 F, AVX2 and FMA.
+        return unsafe { softmax_avx512(row, scale) };
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU supports AVX2 and FMA.
@@ -153,6 +190,11 @@ pub fn softmax(row: &mut [f32], scale: f32) {
 
 /// GELU in its exact (erf) form, in place.
 pub fn gelu(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx512() {
+        // SAFETY: the CPU supports AVX-512 F, AVX2 and FMA.
+        return unsafe { gelu_avx512(x) };
+    }
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU supports AVX2 and FMA.

@@ -4,6 +4,7 @@
 //! compared with them directly.
 
 mod blocked;
+pub mod int8;
 pub mod math;
 pub mod qmatmul;
 
