@@ -123,16 +123,38 @@ impl Linear {
         Self::load_concat(&[vb], n_in, n_out)
     }
 
-    /// The same layer with its weights quantized to int8 per output channel.
-    fn quantize_int8(&mut self) {
+    /// Quantizes the weights to int8 per output channel, smoothed
+    /// (SmoothQuant, α = [`SMOOTHING_ALPHA`]) by the largest magnitude each
+    /// input reached on the calibration text, `input_absmax`: an input channel
+    /// that runs large (the outlier dimensions of a transformer's residual
+    /// stream) would otherwise leave every other channel of its token a few
+    /// quantization levels.
+    fn quantize_int8(&mut self, input_absmax: &[f32]) {
         if let LinearWeights::F32 { w_t } = &self.weights {
             let mut w = vec![0f32; w_t.len()];
+            let mut w_absmax = vec![0f32; self.n_in];
             for (i, row) in w_t.chunks_exact(self.n_out).enumerate() {
                 for (o, &v) in row.iter().enumerate() {
                     w[o * self.n_in + i] = v;
+                    w_absmax[i] = w_absmax[i].max(v.abs());
                 }
             }
-            self.weights = LinearWeights::Int8(Int8Matrix::quantize(&w, self.n_out, self.n_in));
+            let smoothing: Vec<f32> = input_absmax
+                .iter()
+                .zip(&w_absmax)
+                .map(|(&a, &w)| {
+                    let s =
+                        a.max(1e-5).powf(SMOOTHING_ALPHA) / w.max(1e-5).powf(1.0 - SMOOTHING_ALPHA);
+                    if s.is_finite() && s > 0.0 {
+                        s
+                    } else {
+                        1.0
+                    }
+                })
+                .collect();
+            self.weights = LinearWeights::Int8(Int8Matrix::quantize_smoothed(
+                &w, self.n_out, self.n_in, &smoothing,
+            ));
         }
     }
 
@@ -184,6 +206,33 @@ impl Linear {
                 parallelism(rows),
             );
         }
+    }
+}
+
+/// SmoothQuant's migration strength: how much of an input channel's range
+/// moves into the weights (0.5 splits it evenly, the paper's default for
+/// BERT-sized models).
+const SMOOTHING_ALPHA: f32 = 0.5;
+
+/// The inputs of the linear layers of one BERT layer, in order.
+#[derive(Clone, Copy)]
+enum LinearInput {
+    Qkv = 0,
+    AttentionOutput = 1,
+    Intermediate = 2,
+    Output = 3,
+}
+
+/// Records the largest magnitude of every channel of `x` (`rows x width`)
+/// into `absmax[layer][input]`, when recording.
+fn observe(absmax: &mut Option<Vec<[Vec<f32>; 4]>>, layer: usize, input: LinearInput, x: &[f32]) {
+    let Some(absmax) = absmax else { return };
+    let seen = &mut absmax[layer][input as usize];
+    let width = seen.len();
+    for row in x.chunks_exact(width) {
+        seen.iter_mut()
+            .zip(row)
+            .for_each(|(m, v)| *m = m.max(v.abs()));
     }
 }
 
@@ -366,6 +415,7 @@ impl Attention {
         let rows = buf.rows;
         let h = self.heads * self.head_dim;
         let (d, h3) = (self.head_dim, 3 * h);
+        observe(&mut buf.absmax, buf.layer, LinearInput::Qkv, x);
         self.qkv.forward_into(x, &mut buf.qkv, rows, false);
         let qkv = &buf.qkv;
         let ctx = SharedMut(buf.ctx.as_mut_ptr());
@@ -436,6 +486,12 @@ impl Attention {
                     );
                 }
             });
+        observe(
+            &mut buf.absmax,
+            buf.layer,
+            LinearInput::AttentionOutput,
+            &buf.ctx,
+        );
         self.output.forward_into(&buf.ctx, x, rows, true);
         self.layer_norm.forward_inplace(x);
     }
@@ -462,12 +518,14 @@ impl FeedForward {
 
     fn forward(&self, x: &mut [f32], buf: &mut Buffers) {
         let rows = buf.rows;
+        observe(&mut buf.absmax, buf.layer, LinearInput::Intermediate, x);
         self.intermediate
             .forward_into(x, &mut buf.inter, rows, false);
         let act = self.act;
         buf.inter
             .par_chunks_mut(8192)
             .for_each(|chunk| activate(act, chunk));
+        observe(&mut buf.absmax, buf.layer, LinearInput::Output, &buf.inter);
         self.output.forward_into(&buf.inter, x, rows, true);
         self.layer_norm.forward_inplace(x);
     }
@@ -491,6 +549,10 @@ impl Layer {
 /// Activations of one forward pass.
 struct Buffers {
     rows: usize,
+    /// The layer running.
+    layer: usize,
+    /// Per layer and linear input, the largest magnitude of each channel, when recording.
+    absmax: Option<Vec<[Vec<f32>; 4]>>,
     qkv: Vec<f32>,
     ctx: Vec<f32>,
     inter: Vec<f32>,
@@ -532,21 +594,45 @@ impl BertModel {
     }
 
     /// Quantizes the weights of every linear layer to int8 per output
-    /// channel; their inputs are then quantized per token at each call
-    /// (dynamic quantization). Embeddings, LayerNorms and attention stay f32.
-    pub fn quantize_int8(&mut self) {
-        for layer in &mut self.layers {
-            layer.attention.qkv.quantize_int8();
-            layer.attention.output.quantize_int8();
-            layer.feed_forward.intermediate.quantize_int8();
-            layer.feed_forward.output.quantize_int8();
+    /// channel, smoothed by the ranges their inputs reach on `calibration`
+    /// (token id sequences, run through the f32 model once); their inputs are
+    /// then quantized per token at each call (dynamic quantization).
+    /// Embeddings, LayerNorms and attention stay f32.
+    pub fn quantize_int8(&mut self, calibration: &[&[u32]]) -> Result<()> {
+        let (_, absmax) = self.run(calibration, true)?;
+        let absmax = absmax.expect("recorded");
+        for (layer, seen) in self.layers.iter_mut().zip(absmax) {
+            layer
+                .attention
+                .qkv
+                .quantize_int8(&seen[LinearInput::Qkv as usize]);
+            layer
+                .attention
+                .output
+                .quantize_int8(&seen[LinearInput::AttentionOutput as usize]);
+            layer
+                .feed_forward
+                .intermediate
+                .quantize_int8(&seen[LinearInput::Intermediate as usize]);
+            layer
+                .feed_forward
+                .output
+                .quantize_int8(&seen[LinearInput::Output as usize]);
         }
+        Ok(())
     }
 
     /// Runs the encoder over `seqs` packed end to end (no padding, so no
     /// mask; token type 0). Returns the last hidden states, `total tokens x
     /// hidden`, row-major, sequence after sequence.
     pub fn forward(&self, seqs: &[&[u32]]) -> Result<Vec<f32>> {
+        Ok(self.run(seqs, false)?.0)
+    }
+
+    /// [`BertModel::forward`], recording with `record` the largest magnitude
+    /// of every input channel of every linear layer.
+    #[allow(clippy::type_complexity)]
+    fn run(&self, seqs: &[&[u32]], record: bool) -> Result<(Vec<f32>, Option<Vec<[Vec<f32>; 4]>>)> {
         let mut spans = Vec::with_capacity(seqs.len());
         let mut rows = 0;
         for s in seqs {
@@ -561,12 +647,21 @@ impl BertModel {
             qkv: vec![0f32; rows * 3 * h],
             ctx: vec![0f32; rows * h],
             inter: vec![0f32; rows * self.intermediate],
+            layer: 0,
+            absmax: record.then(|| {
+                let (h, i) = (h, self.intermediate);
+                vec![
+                    [vec![0f32; h], vec![0f32; h], vec![0f32; h], vec![0f32; i]];
+                    self.layers.len()
+                ]
+            }),
         };
-        for layer in &self.layers {
+        for (index, layer) in self.layers.iter().enumerate() {
+            buf.layer = index;
             layer.attention.forward(&mut x, &spans, &mut buf);
             layer.feed_forward.forward(&mut x, &mut buf);
         }
-        Ok(x)
+        Ok((x, buf.absmax))
     }
 }
 

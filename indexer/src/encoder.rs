@@ -130,6 +130,26 @@ pub struct EncoderOptions {
     pub padded: bool,
 }
 
+/// What an int8 encoder is calibrated on (the range of each input channel of
+/// each linear layer, [`BertModel::quantize_int8`]): fixed, so that every
+/// int8 encoder of a checkpoint, at indexing and at question time, is the
+/// same; varied (questions, prose, lists, code, numbers, a word alone),
+/// because the channels that run large are the model's, not the text's.
+const CALIBRATION_TEXT: &[&str] = &[
+    "Hello",
+    "Who founded the city, and in what year was it granted its charter?",
+    "The river rises in the northern hills and flows south for 212 kilometres before it reaches the sea near the old harbour town.",
+    "To install the package, run `cargo install capstan` and then set CAPSTAN_HOME=/srv/capstan; see --help for every option.",
+    "She was born in 1843 in a small village, trained as a glassblower, and later ran a workshop employing forty people.",
+    "Returns the number of bytes written, or -1 on error, in which case errno is set to EINVAL or ENOMEM.",
+    "Prices rose 3.2% in March; the central bank held rates at 4.5% and said inflation would ease by the end of the year.",
+    "what is the boiling point of water at high altitude",
+    "Photosynthesis converts light energy into chemical energy: carbon dioxide and water become glucose and oxygen in the chloroplasts.",
+    "fn main() { let v: Vec<u32> = (0..10).map(|x| x * x).collect(); println!(\"{v:?}\"); }",
+    "The committee met on 14 June 2019. Members present: A. Rossi (chair), J. Okafor, M. Lindqvist. Minutes were approved without changes.",
+    "Symptoms include fever, a dry cough and fatigue; most patients recover within two weeks without treatment.",
+];
+
 /// Padded positions (sequences × longest) in one forward of the padded BERT;
 /// sequences are sorted by length first, so padding stays small.
 const PADDED_BATCH_TOKENS: usize = 16_384;
@@ -241,7 +261,13 @@ impl Encoder {
             let mut model =
                 BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?;
             if precision == EncoderPrecision::Int8 {
-                model.quantize_int8();
+                let calibration = tokenizer
+                    .encode_batch(CALIBRATION_TEXT.to_vec(), true)
+                    .map_err(|e| err(format!("tokenizing the calibration text: {e}")))?;
+                let ids: Vec<&[u32]> = calibration.iter().map(|e| e.get_ids()).collect();
+                model
+                    .quantize_int8(&ids)
+                    .map_err(|e| err(format!("calibrating int8: {e}")))?;
             }
             Model::Cpu(model)
         } else {

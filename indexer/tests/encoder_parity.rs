@@ -137,3 +137,55 @@ fn the_gpu_path_equals_sentence_transformers_within_its_dtype() {
     .to_string();
     assert!(err.contains("int8 runs on the CPU"), "{err}");
 }
+
+/// The int8 encoder (linear layers in int8 per channel and per token, smoothed) stays within
+/// its precision of sentence-transformers' f32 vectors, and ranks as they do: every
+/// sentence's nearest other sentence is f32's nearest (or one within 0.01 of it in f32's
+/// similarity: a near tie may go either way), and no similarity moves by more than 0.02.
+#[test]
+fn int8_embeddings_stay_close_to_sentence_transformers() {
+    use candle_core::Device;
+    use capstan_indexer::{EncoderOptions, EncoderPrecision};
+    let fixture = expected_fixture();
+    let sentences: Vec<String> = serde_json::from_value(fixture["sentences"].clone()).unwrap();
+    let expected: Vec<Vec<f32>> = serde_json::from_value(fixture["embeddings"].clone()).unwrap();
+    let options = EncoderOptions {
+        precision: EncoderPrecision::Int8,
+        padded: false,
+    };
+    let encoder = Encoder::load_with(&encoder_dir(), &Device::Cpu, options).unwrap();
+    assert_eq!(encoder.info().precision, EncoderPrecision::Int8);
+    let got = encoder.embed(&sentences).unwrap();
+    let dot = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(x, y)| x * y).sum::<f32>();
+    let mut worst = 1f32;
+    for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+        let cos = dot(g, e) / (dot(g, g).sqrt() * dot(e, e).sqrt());
+        assert!(
+            cos >= 0.995,
+            "sentence {i} {:?}: cosine {cos}",
+            sentences[i]
+        );
+        worst = worst.min(cos);
+    }
+    let nearest = |vs: &[Vec<f32>], i: usize| {
+        (0..vs.len())
+            .filter(|&j| j != i)
+            .max_by(|&a, &b| dot(&vs[i], &vs[a]).total_cmp(&dot(&vs[i], &vs[b])))
+            .unwrap()
+    };
+    let mut worst_shift = 0f32;
+    for i in 0..sentences.len() {
+        let (ours, theirs) = (nearest(&got, i), nearest(&expected, i));
+        let lost = dot(&expected[i], &expected[theirs]) - dot(&expected[i], &expected[ours]);
+        assert!(
+            lost <= 0.01,
+            "sentence {i}: nearest {ours}, f32's {theirs} ({lost} apart)"
+        );
+        for j in 0..sentences.len() {
+            let shift = (dot(&got[i], &got[j]) - dot(&expected[i], &expected[j])).abs();
+            worst_shift = worst_shift.max(shift);
+        }
+    }
+    assert!(worst_shift <= 0.02, "a similarity moved by {worst_shift}");
+    eprintln!("int8: worst cosine to f32 {worst}, worst similarity shift {worst_shift}");
+}

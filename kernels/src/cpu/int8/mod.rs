@@ -44,6 +44,9 @@ pub struct Int8Matrix {
     scales: Vec<f32>,
     /// `128 Σ_k q_jk` per output channel (padded likewise): what the unsigned activations add.
     offsets: Vec<i32>,
+    /// `1 / s_k` per input where the matrix was smoothed ([`Int8Matrix::quantize_smoothed`]):
+    /// rows of `x` are multiplied by it before they are quantized.
+    input_scale: Option<Vec<f32>>,
 }
 
 /// Rows of `x` quantized for one product: `x_i ≈ scales[i] q_i`, each row padded with zeros
@@ -88,7 +91,27 @@ impl Int8Matrix {
             packed,
             scales,
             offsets,
+            input_scale: None,
         }
+    }
+
+    /// [`Int8Matrix::quantize`] of `W diag(s)`, whose products multiply `x` by `1 / s` before
+    /// quantizing it: the same product in exact arithmetic, with the range of the inputs'
+    /// outlier channels moved into the weights (SmoothQuant, Xiao et al. 2023,
+    /// <https://arxiv.org/abs/2211.10438>). `smoothing` is `s`, one positive value per input.
+    pub fn quantize_smoothed(w: &[f32], rows: usize, cols: usize, smoothing: &[f32]) -> Self {
+        assert_eq!(smoothing.len(), cols, "one smoothing factor per input");
+        assert!(
+            smoothing.iter().all(|s| s.is_finite() && *s > 0.0),
+            "smoothing factors are positive"
+        );
+        let scaled: Vec<f32> = w
+            .chunks_exact(cols.max(1))
+            .flat_map(|row| row.iter().zip(smoothing).map(|(w, s)| w * s))
+            .collect();
+        let mut m = Self::quantize(&scaled, rows, cols);
+        m.input_scale = Some(smoothing.iter().map(|s| 1.0 / s).collect());
+        m
     }
 
     /// Output size.
@@ -106,12 +129,14 @@ impl Int8Matrix {
         self.packed.len() + self.scales.len() * 4 + self.offsets.len() * 4
     }
 
-    /// The matrix the products use, in f32, row-major (`s_j q_jk`).
+    /// The matrix the products use, in f32, row-major (`s_j q_jk`, times `1 / s_k` where
+    /// smoothed).
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
         for (j, row) in out.chunks_exact_mut(self.cols).enumerate() {
             for (k, o) in row.iter_mut().enumerate() {
-                *o = self.scales[j] * self.weight(j, k) as f32;
+                let input = self.input_scale.as_ref().map_or(1.0, |m| m[k]);
+                *o = self.scales[j] * self.weight(j, k) as f32 * input;
             }
         }
         out
@@ -179,7 +204,7 @@ impl Int8Matrix {
         let mut q = vec![if unsigned { 128u8 } else { 0 }; n * stride];
         let mut scales = vec![0f32; n];
         let quantize = |((row, qr), s): ((&[f32], &mut [u8]), &mut f32)| {
-            *s = quantize_row(kernel, row, qr, unsigned);
+            *s = quantize_row(kernel, row, self.input_scale.as_deref(), qr, unsigned);
         };
         if n * self.cols < PARALLEL_MIN {
             x.chunks_exact(self.cols)
@@ -245,24 +270,32 @@ impl Int8Matrix {
     }
 }
 
-/// Quantizes one row: `s = max_k |x_k| / 127`, `q = round(x / s)` (ties to even) into `q`,
-/// plus 128 where `unsigned`; returns `s`. The SIMD versions compute the same values.
-fn quantize_row(kernel: Int8Kernel, row: &[f32], q: &mut [u8], unsigned: bool) -> f32 {
+/// Quantizes one row `z` (`x`, or `x_k m_k` with `multiplier` `m`): `s = max_k |z_k| / 127`,
+/// `q = round(z / s)` (ties to even) into `q`, plus 128 where `unsigned`; returns `s`. The SIMD
+/// versions compute the same values.
+fn quantize_row(
+    kernel: Int8Kernel,
+    row: &[f32],
+    multiplier: Option<&[f32]>,
+    q: &mut [u8],
+    unsigned: bool,
+) -> f32 {
     #[cfg(target_arch = "x86_64")]
     match kernel {
         // SAFETY: the products run only kernels this CPU has.
         Int8Kernel::Avx512Vnni => {
-            return unsafe { x86::avx512_vnni::quantize_row(row, q, unsigned) }
+            return unsafe { x86::avx512_vnni::quantize_row(row, multiplier, q, unsigned) }
         }
         Int8Kernel::Avx2 | Int8Kernel::Portable => {}
     }
     let _ = kernel;
-    let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let z = |k: usize| multiplier.map_or(row[k], |m| row[k] * m[k]);
+    let amax = (0..row.len()).fold(0f32, |m, k| m.max(z(k).abs()));
     let scale = amax / 127.0;
     let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     let shift = if unsigned { 128u8 } else { 0 };
-    for (o, &v) in q.iter_mut().zip(row) {
-        *o = (round_to_i8(v * inv) as u8).wrapping_add(shift);
+    for (k, o) in q.iter_mut().take(row.len()).enumerate() {
+        *o = (round_to_i8(z(k) * inv) as u8).wrapping_add(shift);
     }
     scale
 }
@@ -422,6 +455,46 @@ mod tests {
             .map(|(d, w)| (d - w).abs())
             .fold(0f32, f32::max);
         assert!(err <= 0.05 / 127.0 * 0.51, "weight error {err}");
+    }
+
+    #[test]
+    fn smoothing_keeps_the_product_and_tames_an_outlier_channel() {
+        let (n, rows, cols) = (16, 64, 384);
+        let mut x = random(n * cols, 8, 1.0);
+        // Channel 5 is 60 times larger than the rest, as in transformers' residual streams.
+        for row in x.chunks_exact_mut(cols) {
+            row[5] *= 60.0;
+        }
+        let w = random(rows * cols, 9, 0.05);
+        let b = vec![0f32; rows];
+        let want = reference(&x, &w, &b, n, rows, cols);
+        let mut smoothing = vec![1f32; cols];
+        smoothing[5] = 60f32.sqrt();
+        let error = |m: &Int8Matrix, kernel: Int8Kernel| {
+            let mut got = vec![0f32; n * rows];
+            m.matmul_into_with(kernel, &x, &mut got, None, false);
+            let num: f64 = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| ((g - w) as f64).powi(2))
+                .sum();
+            let den: f64 = want.iter().map(|w| (*w as f64).powi(2)).sum();
+            ((num / den).sqrt(), got)
+        };
+        let plain = Int8Matrix::quantize(&w, rows, cols);
+        let smoothed = Int8Matrix::quantize_smoothed(&w, rows, cols, &smoothing);
+        let (plain_err, _) = error(&plain, Int8Kernel::Portable);
+        let (smooth_err, want_bits) = error(&smoothed, Int8Kernel::Portable);
+        assert!(
+            smooth_err < plain_err * 0.7,
+            "smoothed {smooth_err} vs plain {plain_err}"
+        );
+        for kernel in Int8Kernel::ALL.into_iter().filter(|k| k.available()) {
+            assert!(
+                error(&smoothed, kernel).1 == want_bits,
+                "{kernel:?} differs"
+            );
+        }
     }
 
     #[test]

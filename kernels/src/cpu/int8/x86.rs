@@ -70,18 +70,31 @@ pub(super) mod avx512_vnni {
     /// # Safety
     /// The CPU has AVX-512 F, BW and VL; `q` holds at least `row.len()` bytes.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-    pub(in super::super) unsafe fn quantize_row(row: &[f32], q: &mut [u8], unsigned: bool) -> f32 {
+    pub(in super::super) unsafe fn quantize_row(
+        row: &[f32],
+        multiplier: Option<&[f32]>,
+        q: &mut [u8],
+        unsigned: bool,
+    ) -> f32 {
         let n = row.len();
         let (x, out) = (row.as_ptr(), q.as_mut_ptr());
         let tail: __mmask16 = ((1u32 << (n % 16)) - 1) as u16;
+        // Lanes `i..i + 16` of `z` (`x`, or `x m`), masked.
+        let load = |i: usize, mask: __mmask16| {
+            let v = _mm512_maskz_loadu_ps(mask, x.add(i));
+            match multiplier {
+                Some(m) => _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mask, m.as_ptr().add(i))),
+                None => v,
+            }
+        };
         let mut amax = _mm512_setzero_ps();
         let mut i = 0;
         while i + 16 <= n {
-            amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_loadu_ps(x.add(i))));
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(load(i, 0xFFFF)));
             i += 16;
         }
         if tail != 0 {
-            amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_maskz_loadu_ps(tail, x.add(i))));
+            amax = _mm512_max_ps(amax, _mm512_abs_ps(load(i, tail)));
         }
         let scale = _mm512_reduce_max_ps(amax) / 127.0;
         let inv = _mm512_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
@@ -93,14 +106,11 @@ pub(super) mod avx512_vnni {
         };
         let mut i = 0;
         while i + 16 <= n {
-            _mm_storeu_si128(
-                out.add(i) as *mut __m128i,
-                quantize(_mm512_loadu_ps(x.add(i))),
-            );
+            _mm_storeu_si128(out.add(i) as *mut __m128i, quantize(load(i, 0xFFFF)));
             i += 16;
         }
         if tail != 0 {
-            let v = quantize(_mm512_maskz_loadu_ps(tail, x.add(i)));
+            let v = quantize(load(i, tail));
             _mm_mask_storeu_epi8(out.add(i) as *mut i8, tail, v);
         }
         scale
