@@ -47,6 +47,19 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// The passages `capstan index` cuts a corpus into (default chunking), as
+    /// passages.jsonl (`id`, `title`, `text`), for peers to encode the same texts.
+    Passages {
+        /// A corpus `capstan index` reads (JSONL, BEIR corpus.jsonl, a folder).
+        #[arg(long)]
+        corpus: PathBuf,
+        /// The passages.jsonl to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Encoder whose tokenizer counts chunk tokens.
+        #[arg(long, env = "CAPSTAN_ENCODER")]
+        encoder: PathBuf,
+    },
     /// BM25: index time, single-thread queries/s and recall@10 on prepared data.
     Bm25 {
         #[arg(long)]
@@ -210,6 +223,11 @@ fn main() -> anyhow::Result<()> {
             queries,
             seed,
         } => prepare(&html, &out, &encoder, max_passages, queries, seed)?,
+        Command::Passages {
+            corpus,
+            out,
+            encoder,
+        } => passages(&corpus, &out, &encoder)?,
         Command::Bm25 { data, k1, b, k } => bm25(&data, Bm25Params { k1, b }, k)?,
         Command::Encode {
             data,
@@ -323,6 +341,28 @@ fn sentences(text: &str) -> Vec<&str> {
         out.push(text[start..].trim());
     }
     out.into_iter().filter(|s| !s.is_empty()).collect()
+}
+
+fn passages(corpus: &Path, out: &Path, encoder: &Path) -> anyhow::Result<serde_json::Value> {
+    let corpus = read_corpus(corpus, false)?;
+    let encoder = Encoder::load(encoder)?;
+    let chunker = Chunker::for_encoder(&encoder, ChunkParams::default())?;
+    let mut lines = String::new();
+    let mut count = 0;
+    for doc in &corpus.documents {
+        for p in chunker.chunk(doc) {
+            let line = PassageLine {
+                id: p.id,
+                title: p.title,
+                text: p.text,
+            };
+            lines += &serde_json::to_string(&line)?;
+            lines.push('\n');
+            count += 1;
+        }
+    }
+    std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
+    Ok(json!({"documents": corpus.documents.len(), "passages": count}))
 }
 
 fn prepare(
