@@ -89,7 +89,14 @@ fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
     let baseline = String::from_utf8(out.stdout).unwrap();
     let all = files(&index);
     let kinds: Vec<String> = all.iter().map(|p| p.to_string_lossy().into()).collect();
-    for needed in ["CURRENT", "manifest.json", "vectors.f32", "sentences.f32"] {
+    for needed in [
+        "CURRENT",
+        "manifest.json",
+        "vectors.f32",
+        "sentences.f32",
+        "store.frozen",
+        "graph.frozen",
+    ] {
         assert!(
             kinds.iter().any(|k| k.ends_with(needed)),
             "{needed} in {kinds:?}"
@@ -123,25 +130,41 @@ fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(!stderr.contains("panicked"), "{what}: {stderr}");
-            assert!(
-                !out.status.success(),
-                "{what}: search succeeded{}",
-                if stdout == baseline {
-                    " (same hits)"
-                } else {
-                    " with other hits"
-                }
-            );
+            // The sled store and hnsw_rs's files are read only by changes
+            // (searches read store.frozen and graph.frozen, and check the
+            // others' sizes only): a flipped byte there leaves a search's
+            // answer as it was, and `index verify` names the file.
+            let unread = ["store/", "hnsw/"]
+                .iter()
+                .any(|dir| file.to_string_lossy().contains(dir));
+            if unread && out.status.success() {
+                assert_eq!(
+                    stdout, baseline,
+                    "{what}: a file searches do not read changed the hits"
+                );
+            } else {
+                assert!(
+                    !out.status.success(),
+                    "{what}: search succeeded{}",
+                    if stdout == baseline {
+                        " (same hits)"
+                    } else {
+                        " with other hits"
+                    }
+                );
+            }
             let name = file.file_name().unwrap().to_string_lossy();
             let parent = file
                 .parent()
                 .and_then(|p| p.file_name())
                 .map(|p| p.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            assert!(
-                stderr.contains(&*name) || (!parent.is_empty() && stderr.contains(&parent)),
-                "{what}: the error does not name the file: {stderr}"
-            );
+            if !out.status.success() {
+                assert!(
+                    stderr.contains(&*name) || (!parent.is_empty() && stderr.contains(&parent)),
+                    "{what}: the error does not name the file: {stderr}"
+                );
+            }
             if file.to_string_lossy() != "CURRENT" {
                 let out = run(&["index", "verify", s(&copy)]);
                 let report = String::from_utf8_lossy(&out.stdout).into_owned()

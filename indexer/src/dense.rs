@@ -85,6 +85,9 @@ pub const PASSAGE_VECTORS: &str = "vectors.f32";
 pub const SENTENCE_VECTORS: &str = "sentences.f32";
 const GRAPH_DIR: &str = "hnsw";
 const GRAPH_BASENAME: &str = "graph";
+/// The graph's links as a search reads them ([`FrozenGraph::write`]); the
+/// hnsw_rs files beside it are read only to change the graph.
+pub const FROZEN_GRAPH: &str = "graph.frozen";
 
 /// Appends vectors to `dir/file` (little-endian f32 rows).
 pub fn append_vectors(dir: &Path, file: &str, vectors: &[Vec<f32>]) -> Result<()> {
@@ -152,8 +155,10 @@ pub fn insert_rows(graph: &Graph, vectors: &[f32], dim: usize, first_id: usize) 
     graph.parallel_insert_slice(&rows);
 }
 
-/// Writes the graph into `dir/hnsw/`.
+/// Writes the graph into `dir/hnsw/` (hnsw_rs's files, to change it later)
+/// and `dir/graph.frozen` (its links, for searches).
 pub fn save_graph(graph: &Graph, dir: &Path) -> Result<()> {
+    FrozenGraph::freeze(graph, graph.get_nb_point()).write(&dir.join(FROZEN_GRAPH))?;
     let gdir = dir.join(GRAPH_DIR);
     std::fs::create_dir_all(&gdir).map_err(|e| Error::io(&gdir, e))?;
     let name = graph
@@ -257,10 +262,17 @@ impl DenseIndex {
     /// depth 200); past it HNSW wins (80K: 6.2 ms scan, 0.7-1.8 ms HNSW).
     pub const EXACT_BELOW: usize = 20_000;
 
-    /// Opens the vectors and graph in `dir`.
+    /// Opens the vectors and graph in `dir`: the frozen graph file where the
+    /// generation has one, else (generations written before it) hnsw_rs's.
     pub fn open(dir: &Path, dim: usize) -> Result<Self> {
         let vectors = read_vectors(dir, PASSAGE_VECTORS, dim)?;
-        let graph = freeze_graph(dir, vectors.len() / dim)?;
+        let rows = vectors.len() / dim;
+        let frozen = dir.join(FROZEN_GRAPH);
+        let graph = if frozen.is_file() {
+            FrozenGraph::read(&frozen, rows)?
+        } else {
+            freeze_graph(dir, rows)?
+        };
         Ok(Self {
             vectors,
             dim,

@@ -12,10 +12,45 @@ use std::cell::RefCell;
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
+use std::path::Path;
+
 use hnsw_rs::prelude::Hnsw;
 
 use crate::dense::{dot_fn, UnitCosine};
+use crate::error::{Error, Result};
 use crate::store::PassageOrd;
+
+/// The first bytes of a graph file ([`FrozenGraph::write`]), with its version.
+const FILE_MAGIC: &[u8; 8] = b"CPSTFRG1";
+
+/// Little-endian values read off a byte string.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let out = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        self.at += n;
+        Some(out)
+    }
+
+    /// Whether `count` values of `width` bytes remain.
+    fn fits(&self, count: u64, width: u64) -> bool {
+        count
+            .checked_mul(width)
+            .is_some_and(|n| n <= (self.bytes.len() - self.at) as u64)
+    }
+
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
 
 /// The links of an HNSW graph in flat arrays (node = vector row).
 pub struct FrozenGraph {
@@ -138,6 +173,117 @@ impl FrozenGraph {
             upper,
             entry,
         }
+    }
+
+    /// Writes the graph to `path` (little-endian): a magic, the sizes, the
+    /// layer-0 offsets and links, then each upper layer's nodes and links.
+    /// Written once per generation, so that a search opens it with one read
+    /// instead of hnsw_rs's load and a freeze.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let mut out = Vec::with_capacity(32 + self.offsets.len() * 8 + self.links.len() * 4);
+        out.extend_from_slice(FILE_MAGIC);
+        let rows = self.offsets.len() - 1;
+        for v in [rows, self.links.len(), self.upper.len()] {
+            out.extend_from_slice(&(v as u64).to_le_bytes());
+        }
+        out.extend_from_slice(&self.entry.map_or(u64::MAX, u64::from).to_le_bytes());
+        for &o in &self.offsets {
+            out.extend_from_slice(&(o as u64).to_le_bytes());
+        }
+        for &l in &self.links {
+            out.extend_from_slice(&l.to_le_bytes());
+        }
+        for layer in &self.upper {
+            let mut nodes: Vec<(&u32, &Box<[u32]>)> = layer.iter().collect();
+            nodes.sort_by_key(|(node, _)| **node);
+            out.extend_from_slice(&(nodes.len() as u64).to_le_bytes());
+            for (node, links) in nodes {
+                out.extend_from_slice(&node.to_le_bytes());
+                out.extend_from_slice(&(links.len() as u32).to_le_bytes());
+                for l in links.iter() {
+                    out.extend_from_slice(&l.to_le_bytes());
+                }
+            }
+        }
+        crate::fsutil::write_durably(path, &out)
+    }
+
+    /// Reads a graph [`FrozenGraph::write`] wrote for `rows` vectors; any
+    /// inconsistency (sizes, offsets, a link or entry past the last row) is
+    /// an error naming the file, so a search never indexes out of bounds.
+    pub fn read(path: &Path, rows: usize) -> Result<Self> {
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let damaged = |message: String| Error::Damaged {
+            path: path.to_path_buf(),
+            message,
+        };
+        let mut r = Reader {
+            bytes: &bytes,
+            at: 0,
+        };
+        if r.take(FILE_MAGIC.len()) != Some(&FILE_MAGIC[..]) {
+            return Err(damaged("not a Capstan graph file".into()));
+        }
+        let header: Option<[u64; 4]> = (|| Some([r.u64()?, r.u64()?, r.u64()?, r.u64()?]))();
+        let [stored_rows, n_links, layers, entry] =
+            header.ok_or_else(|| damaged("truncated header".into()))?;
+        if stored_rows != rows as u64 {
+            return Err(damaged(format!(
+                "holds {stored_rows} nodes, the vectors {rows} rows"
+            )));
+        }
+        let truncated = || damaged("truncated".into());
+        if !r.fits(rows as u64 + 1, 8) || !r.fits(n_links, 4) || layers > 64 {
+            return Err(truncated());
+        }
+        let offsets: Vec<usize> = (0..=rows).map(|_| r.u64().unwrap() as usize).collect();
+        let n_links = n_links as usize;
+        if !r.fits(n_links as u64, 4) {
+            return Err(truncated());
+        }
+        let links: Vec<u32> = (0..n_links).map(|_| r.u32().unwrap()).collect();
+        if offsets[0] != 0 || offsets[rows] != n_links || offsets.windows(2).any(|w| w[0] > w[1]) {
+            return Err(damaged("layer-0 offsets are inconsistent".into()));
+        }
+        let in_range = |id: u32| (id as usize) < rows;
+        if !links.iter().all(|&l| in_range(l)) {
+            return Err(damaged("a link points past the last node".into()));
+        }
+        let mut upper = Vec::with_capacity(layers as usize);
+        for _ in 0..layers {
+            let count = r.u64().ok_or_else(truncated)?;
+            if !r.fits(count, 8) {
+                return Err(truncated());
+            }
+            let mut layer = HashMap::with_capacity(count as usize);
+            for _ in 0..count {
+                let node = r.u32().ok_or_else(truncated)?;
+                let len = r.u32().ok_or_else(truncated)? as u64;
+                if !r.fits(len, 4) || !in_range(node) {
+                    return Err(damaged("an upper layer is inconsistent".into()));
+                }
+                let ids: Box<[u32]> = (0..len).map(|_| r.u32().unwrap()).collect();
+                if !ids.iter().all(|&l| in_range(l)) {
+                    return Err(damaged("a link points past the last node".into()));
+                }
+                layer.insert(node, ids);
+            }
+            upper.push(layer);
+        }
+        if r.at != bytes.len() {
+            return Err(damaged("trailing bytes".into()));
+        }
+        let entry = match entry {
+            u64::MAX => None,
+            e if e < rows as u64 => Some(e as u32),
+            e => return Err(damaged(format!("entry point {e} past the last node"))),
+        };
+        Ok(Self {
+            offsets,
+            links,
+            upper,
+            entry,
+        })
     }
 
     fn layer0(&self, node: u32) -> &[u32] {
@@ -332,6 +478,44 @@ mod tests {
         assert!(frozen
             .search(&vectors, dim, &queries[..dim], k, 64, &all)
             .is_empty());
+    }
+
+    #[test]
+    fn a_written_graph_reads_back_the_same_and_damage_is_named() {
+        let (n, dim) = (1500, 16);
+        let vectors = random_unit(n, dim, 11);
+        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
+        let frozen = FrozenGraph::freeze(&graph, n);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("graph.frozen");
+        frozen.write(&path).unwrap();
+        let read = FrozenGraph::read(&path, n).unwrap();
+        assert_eq!(read.offsets, frozen.offsets);
+        assert_eq!(read.links, frozen.links);
+        assert_eq!(read.upper, frozen.upper);
+        assert_eq!(read.entry, frozen.entry);
+        let none = HashSet::new();
+        for q in random_unit(20, dim, 12).chunks(dim) {
+            assert_eq!(
+                read.search(&vectors, dim, q, 10, 32, &none),
+                frozen.search(&vectors, dim, q, 10, 32, &none)
+            );
+        }
+        // Another row count, a truncation, a link past the end: named errors.
+        let err = FrozenGraph::read(&path, n + 1).err().unwrap().to_string();
+        assert!(
+            err.contains("graph.frozen") && err.contains("rows"),
+            "{err}"
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(FrozenGraph::read(&path, n).is_err());
+        let mut bad = bytes.clone();
+        let first_link = 8 + 32 + (n + 1) * 8;
+        bad[first_link..first_link + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, &bad).unwrap();
+        let err = FrozenGraph::read(&path, n).err().unwrap().to_string();
+        assert!(err.contains("past the last node"), "{err}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::dense::{self, DenseIndex, HnswParams};
 use crate::document::{Corpus, Document};
 use crate::encoder::{Encoder, EncoderInfo};
 use crate::error::{Error, Result};
+use crate::frozen_store;
 use crate::fsutil;
 use crate::integrity::{self, Damage, Depth};
 use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
@@ -743,6 +744,13 @@ impl IndexFolder {
     /// live generation (one atomic rename of `CURRENT`); removes every other
     /// generation.
     fn publish(&self, mut gen: Generation, manifest: &mut Manifest) -> Result<()> {
+        // What searches read in place: the store's trees in one file, and
+        // (for generations changed from one written before it) the graph's
+        // links.
+        PassageStore::open(&gen.join(STORE_DIR))?.write_frozen(&gen.join(frozen_store::FILE))?;
+        if !gen.join(dense::FROZEN_GRAPH).is_file() {
+            dense::save_graph(&dense::load_graph(&gen)?, &gen)?;
+        }
         manifest.files = integrity::file_table(&gen)?;
         let manifest_sum = manifest.write(&gen)?;
         fsutil::sync_tree(&gen)?;
@@ -776,6 +784,28 @@ impl Live {
     /// Its manifest, checked against the checksum in `CURRENT`.
     fn manifest(&self) -> Result<Manifest> {
         Manifest::read_checked(&self.gen, self.manifest_sum.as_deref())
+    }
+
+    /// Its manifest, once every file is present at its size and every file a
+    /// search reads matches its checksum: not the sled store and hnsw_rs
+    /// files where the generation has their frozen forms (only changes read
+    /// those, after checking them; `index verify` does too).
+    fn searched_manifest(&self) -> Result<Manifest> {
+        let manifest = self.manifest()?;
+        let has = |file: &str| manifest.files.contains_key(file);
+        let (frozen_store, frozen_graph) = (has(frozen_store::FILE), has(dense::FROZEN_GRAPH));
+        let read: integrity::FileTable = manifest
+            .files
+            .iter()
+            .filter(|(name, _)| {
+                !(frozen_store && name.starts_with("store/")
+                    || frozen_graph && name.starts_with("hnsw/"))
+            })
+            .map(|(name, sum)| (name.clone(), sum.clone()))
+            .collect();
+        integrity::first_error(integrity::check(&self.gen, &manifest.files, Depth::Sizes))?;
+        integrity::first_error(integrity::check(&self.gen, &read, Depth::Checksums))?;
+        Ok(manifest)
     }
 
     /// Its manifest, once every file matches its checksum: a change never
@@ -854,7 +884,7 @@ impl Index {
     /// or a different answer. Nothing in `dir` is written.
     pub fn open(dir: &Path) -> Result<Self> {
         let live = IndexFolder::open(dir)?.require_current()?;
-        let manifest = live.verified_manifest()?;
+        let manifest = live.searched_manifest()?;
         Self::open_checked(dir, &live.gen, manifest)
     }
 
@@ -899,7 +929,12 @@ impl Index {
                 ),
             ));
         }
-        let store = PassageStore::open_for_reading(&gen.join(STORE_DIR))?;
+        let frozen = gen.join(frozen_store::FILE);
+        let store = if frozen.is_file() {
+            PassageStore::open_frozen(&gen.join(STORE_DIR), &frozen)?
+        } else {
+            PassageStore::open_for_reading(&gen.join(STORE_DIR))?
+        };
         let (stored, tombstones, documents) = store.counts();
         let want = (
             counts.stored_passages,

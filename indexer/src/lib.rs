@@ -24,6 +24,7 @@ mod encoder;
 mod error;
 pub mod extract;
 mod frozen;
+mod frozen_store;
 mod fsutil;
 mod index;
 mod integrity;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::chunk::Passage;
 use crate::error::{Error, Result};
+use crate::frozen_store::{self, FrozenStore, Tree};
 use crate::fsutil;
 
 /// A document's `metadata` object.
@@ -31,10 +32,21 @@ pub struct SentenceRef {
     pub row: u64,
 }
 
-/// The sled-backed passage store.
+/// The passage store: sled to write it, and to read generations published
+/// before `store.frozen` existed; the frozen file to read a published one.
 pub struct PassageStore {
     /// The store folder errors name (the published one, not a private copy).
     dir: PathBuf,
+    backend: Backend,
+}
+
+enum Backend {
+    Sled(SledTrees),
+    Frozen(FrozenStore),
+}
+
+/// The sled database and its trees.
+struct SledTrees {
     db: sled::Db,
     passages: sled::Tree,
     sentences: sled::Tree,
@@ -46,6 +58,40 @@ pub struct PassageStore {
     deleted: sled::Tree,
     /// Declared last so that sled closes its files before the copy goes.
     _snapshot: Option<Snapshot>,
+}
+
+impl SledTrees {
+    fn tree(&self, tree: Tree) -> &sled::Tree {
+        match tree {
+            Tree::Passages => &self.passages,
+            Tree::Sentences => &self.sentences,
+            Tree::Ids => &self.ids,
+            Tree::Documents => &self.documents,
+            Tree::Metadata => &self.metadata,
+            Tree::Sources => &self.sources,
+            Tree::Deleted => &self.deleted,
+        }
+    }
+}
+
+/// A key and its value.
+type Record = (Vec<u8>, Vec<u8>);
+
+/// A value read from either backend.
+enum Value<'a> {
+    Sled(sled::IVec),
+    Frozen(&'a [u8]),
+}
+
+impl std::ops::Deref for Value<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            Value::Sled(v) => v,
+            Value::Frozen(v) => v,
+        }
+    }
 }
 
 /// A private copy of a published store; removed on drop.
@@ -94,20 +140,44 @@ impl PassageStore {
         Self::from_db(dir, db, Some(snapshot))
     }
 
+    /// Opens a published generation's `store.frozen` ([`frozen_store`]) to
+    /// read it in place; `dir` is the store folder errors name.
+    pub fn open_frozen(dir: &Path, file: &Path) -> Result<Self> {
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            backend: Backend::Frozen(FrozenStore::open(file)?),
+        })
+    }
+
     fn from_db(dir: &Path, db: sled::Db, snapshot: Option<Snapshot>) -> Result<Self> {
         let tree = |name: &str| guarded(dir, || db.open_tree(name));
         Ok(Self {
-            passages: tree("passages")?,
-            sentences: tree("sentences")?,
-            ids: tree("passage_ids")?,
-            documents: tree("documents")?,
-            metadata: tree("metadata")?,
-            sources: tree("document_sources")?,
-            deleted: tree("deleted")?,
+            backend: Backend::Sled(SledTrees {
+                passages: tree(Tree::Passages.sled_name())?,
+                sentences: tree(Tree::Sentences.sled_name())?,
+                ids: tree(Tree::Ids.sled_name())?,
+                documents: tree(Tree::Documents.sled_name())?,
+                metadata: tree(Tree::Metadata.sled_name())?,
+                sources: tree(Tree::Sources.sled_name())?,
+                deleted: tree(Tree::Deleted.sled_name())?,
+                db,
+                _snapshot: snapshot,
+            }),
             dir: dir.to_path_buf(),
-            db,
-            _snapshot: snapshot,
         })
+    }
+
+    /// Writes every tree, in key order, to the read-only file `path`
+    /// ([`frozen_store`]), for the searches of the published generation.
+    pub fn write_frozen(&self, path: &Path) -> Result<()> {
+        let mut trees: [Vec<(Vec<u8>, Vec<u8>)>; 7] = Default::default();
+        for (records, tree) in trees.iter_mut().zip(Tree::ALL) {
+            for item in self.records(tree) {
+                let (k, v) = item?;
+                records.push((k, v));
+            }
+        }
+        frozen_store::write(path, &trees)
     }
 
     fn sled<T>(&self, result: sled::Result<T>) -> Result<T> {
@@ -118,6 +188,48 @@ impl PassageStore {
         Error::Damaged {
             path: self.dir.clone(),
             message: format!("{what} is corrupt: {e}"),
+        }
+    }
+
+    /// The sled trees, to change them.
+    fn writable(&self) -> Result<&SledTrees> {
+        match &self.backend {
+            Backend::Sled(trees) => Ok(trees),
+            Backend::Frozen(_) => Err(Error::Damaged {
+                path: self.dir.clone(),
+                message: "a published store is read-only".into(),
+            }),
+        }
+    }
+
+    /// The value of `key` in `tree`.
+    fn read(&self, tree: Tree, key: &[u8]) -> Result<Option<Value<'_>>> {
+        match &self.backend {
+            Backend::Sled(trees) => Ok(self.sled(trees.tree(tree).get(key))?.map(Value::Sled)),
+            Backend::Frozen(store) => Ok(store.get(tree, key)?.map(Value::Frozen)),
+        }
+    }
+
+    /// Every record of `tree`, in key order.
+    fn records(&self, tree: Tree) -> Box<dyn Iterator<Item = Result<Record>> + '_> {
+        match &self.backend {
+            Backend::Sled(trees) => Box::new(trees.tree(tree).iter().map(move |item| {
+                let (k, v) = self.sled(item)?;
+                Ok((k.to_vec(), v.to_vec()))
+            })),
+            Backend::Frozen(store) => Box::new(
+                store
+                    .iter(tree)
+                    .map(|item| item.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+            ),
+        }
+    }
+
+    /// Records in `tree` (a scan in sled, which keeps no counts).
+    fn len(&self, tree: Tree) -> usize {
+        match &self.backend {
+            Backend::Sled(trees) => trees.tree(tree).len(),
+            Backend::Frozen(store) => store.len(tree),
         }
     }
 
@@ -138,26 +250,28 @@ impl PassageStore {
             batch.insert(&ord.to_be_bytes(), record);
             id_batch.insert(p.id.as_bytes(), &ord.to_be_bytes());
         }
-        self.sled(self.passages.apply_batch(batch))?;
-        self.sled(self.ids.apply_batch(id_batch))?;
+        let trees = self.writable()?;
+        self.sled(trees.passages.apply_batch(batch))?;
+        self.sled(trees.ids.apply_batch(id_batch))?;
         let ords: Vec<PassageOrd> = (first..first + passages.len() as u64).collect();
-        self.sled(self.documents.insert(
+        self.sled(trees.documents.insert(
             doc_id.as_bytes(),
             serde_json::to_vec(&ords).expect("ords serialise"),
         ))?;
         match metadata {
-            Some(m) => self.sled(self.metadata.insert(
+            Some(m) => self.sled(trees.metadata.insert(
                 doc_id.as_bytes(),
                 serde_json::to_vec(m).expect("a JSON object serialises"),
             ))?,
-            None => self.sled(self.metadata.remove(doc_id.as_bytes()))?,
+            None => self.sled(trees.metadata.remove(doc_id.as_bytes()))?,
         };
         Ok(())
     }
 
     /// Records the SHA-256 of the bytes document `doc_id` was indexed from.
     pub fn put_source_sha256(&self, doc_id: &str, sha256: &str) -> Result<()> {
-        self.sled(self.sources.insert(doc_id.as_bytes(), sha256.as_bytes()))?;
+        let trees = self.writable()?;
+        self.sled(trees.sources.insert(doc_id.as_bytes(), sha256.as_bytes()))?;
         Ok(())
     }
 
@@ -165,13 +279,13 @@ impl PassageStore {
     /// recorded (indexes made before it was are not).
     pub fn source_sha256(&self, doc_id: &str) -> Result<Option<String>> {
         Ok(self
-            .sled(self.sources.get(doc_id.as_bytes()))?
+            .read(Tree::Sources, doc_id.as_bytes())?
             .map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
     /// A live document's metadata object (`None` when it has none).
     pub fn metadata(&self, doc_id: &str) -> Result<Option<Metadata>> {
-        match self.sled(self.metadata.get(doc_id.as_bytes()))? {
+        match self.read(Tree::Metadata, doc_id.as_bytes())? {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
@@ -182,13 +296,13 @@ impl PassageStore {
     /// Records the sentences of the passage at `ord`.
     pub fn put_sentences(&self, ord: PassageOrd, sentences: &[SentenceRef]) -> Result<()> {
         let bytes = serde_json::to_vec(sentences).expect("sentence refs serialise");
-        self.sled(self.sentences.insert(ord.to_be_bytes(), bytes))?;
+        self.sled(self.writable()?.sentences.insert(ord.to_be_bytes(), bytes))?;
         Ok(())
     }
 
     /// The sentences of the passage at `ord` (empty when none were recorded).
     pub fn sentences(&self, ord: PassageOrd) -> Result<Vec<SentenceRef>> {
-        match self.sled(self.sentences.get(ord.to_be_bytes()))? {
+        match self.read(Tree::Sentences, &ord.to_be_bytes())? {
             None => Ok(Vec::new()),
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| self.corrupt(format!("the sentence list of passage {ord}"), e)),
@@ -200,7 +314,7 @@ impl PassageStore {
         if self.is_deleted(ord)? {
             return Ok(None);
         }
-        match self.sled(self.passages.get(ord.to_be_bytes()))? {
+        match self.read(Tree::Passages, &ord.to_be_bytes())? {
             None => Ok(None),
             Some(bytes) => serde_json::from_slice(&bytes)
                 .map(Some)
@@ -211,13 +325,13 @@ impl PassageStore {
     /// The ordinal of a passage id.
     pub fn ord_of(&self, passage_id: &str) -> Result<Option<PassageOrd>> {
         Ok(self
-            .sled(self.ids.get(passage_id.as_bytes()))?
+            .read(Tree::Ids, passage_id.as_bytes())?
             .map(|v| decode_ord(&v)))
     }
 
     /// The live passage ordinals of a document.
     pub fn document_ords(&self, doc_id: &str) -> Result<Option<Vec<PassageOrd>>> {
-        match self.sled(self.documents.get(doc_id.as_bytes()))? {
+        match self.read(Tree::Documents, doc_id.as_bytes())? {
             None => Ok(None),
             Some(bytes) => Ok(Some(serde_json::from_slice(&bytes).map_err(|e| {
                 self.corrupt(format!("the passage list of document {doc_id}"), e)
@@ -227,7 +341,7 @@ impl PassageStore {
 
     /// Whether a document id is live in the store.
     pub fn contains_document(&self, doc_id: &str) -> Result<bool> {
-        self.sled(self.documents.contains_key(doc_id.as_bytes()))
+        Ok(self.read(Tree::Documents, doc_id.as_bytes())?.is_some())
     }
 
     /// Deletes a document: its passages become tombstones (the HNSW graph
@@ -241,41 +355,41 @@ impl PassageStore {
         for ord in &ords {
             batch.insert(&ord.to_be_bytes(), &[]);
         }
-        self.sled(self.deleted.apply_batch(batch))?;
-        self.sled(self.documents.remove(doc_id.as_bytes()))?;
-        self.sled(self.metadata.remove(doc_id.as_bytes()))?;
-        self.sled(self.sources.remove(doc_id.as_bytes()))?;
+        let trees = self.writable()?;
+        self.sled(trees.deleted.apply_batch(batch))?;
+        self.sled(trees.documents.remove(doc_id.as_bytes()))?;
+        self.sled(trees.metadata.remove(doc_id.as_bytes()))?;
+        self.sled(trees.sources.remove(doc_id.as_bytes()))?;
         Ok(Some(ords.len()))
     }
 
     /// Whether `ord` is a tombstone.
     pub fn is_deleted(&self, ord: PassageOrd) -> Result<bool> {
-        self.sled(self.deleted.contains_key(ord.to_be_bytes()))
+        Ok(self.read(Tree::Deleted, &ord.to_be_bytes())?.is_some())
     }
 
     /// All tombstoned ordinals.
     pub fn deleted_ords(&self) -> Result<Vec<PassageOrd>> {
-        self.deleted
-            .iter()
-            .keys()
-            .map(|k| Ok(decode_ord(&self.sled(k)?)))
+        self.records(Tree::Deleted)
+            .map(|item| Ok(decode_ord(&item?.0)))
             .collect()
     }
 
-    /// Record counts: (passages stored, tombstones, live documents). Each is
-    /// a scan of its tree (sled keeps no counts).
+    /// Record counts: (passages stored, tombstones, live documents). In
+    /// sled each is a scan of its tree (it keeps no counts); the frozen file
+    /// records them.
     pub fn counts(&self) -> (u64, u64, u64) {
         (
-            self.passages.len() as u64,
-            self.deleted.len() as u64,
-            self.documents.len() as u64,
+            self.len(Tree::Passages) as u64,
+            self.len(Tree::Deleted) as u64,
+            self.len(Tree::Documents) as u64,
         )
     }
 
     /// Every live passage, in ordinal order.
     pub fn live_passages(&self) -> impl Iterator<Item = Result<(PassageOrd, Passage)>> + '_ {
-        self.passages.iter().filter_map(move |item| {
-            let (k, v) = match self.sled(item) {
+        self.records(Tree::Passages).filter_map(move |item| {
+            let (k, v) = match item {
                 Ok(kv) => kv,
                 Err(e) => return Some(Err(e)),
             };
@@ -294,7 +408,7 @@ impl PassageStore {
 
     /// Writes everything to disk.
     pub fn flush(&self) -> Result<()> {
-        self.sled(self.db.flush())?;
+        self.sled(self.writable()?.db.flush())?;
         Ok(())
     }
 }
@@ -335,9 +449,12 @@ fn remove_stale_copies() {
     }
 }
 
+/// A big-endian ordinal (a damaged, shorter value reads as another number,
+/// never a panic; `index verify` names the file).
 fn decode_ord(bytes: &[u8]) -> PassageOrd {
     let mut buf = [0u8; 8];
-    buf.copy_from_slice(&bytes[..8]);
+    let n = bytes.len().min(8);
+    buf[..n].copy_from_slice(&bytes[..n]);
     u64::from_be_bytes(buf)
 }
 
@@ -379,6 +496,57 @@ mod tests {
     }
 
     #[test]
+    fn the_frozen_file_reads_as_the_sled_store_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store_dir = dir.path().join("store");
+        let writer = PassageStore::open(&store_dir).unwrap();
+        let mut meta = Metadata::new();
+        meta.insert("year".into(), 1843.into());
+        for (i, doc) in ["b", "a", "c"].iter().enumerate() {
+            let first = 2 * i as u64;
+            let passages = [passage(doc, 0), passage(doc, 1)];
+            writer
+                .put_document(doc, first, &passages, Some(&meta))
+                .unwrap();
+            writer.put_source_sha256(doc, "abc").unwrap();
+            let refs = [SentenceRef {
+                start: 0,
+                end: 3,
+                row: first,
+            }];
+            writer.put_sentences(first, &refs).unwrap();
+        }
+        writer.delete_document("c").unwrap();
+        let file = dir.path().join(frozen_store::FILE);
+        writer.write_frozen(&file).unwrap();
+        let frozen = PassageStore::open_frozen(&store_dir, &file).unwrap();
+        assert_eq!(frozen.counts(), writer.counts());
+        assert_eq!(frozen.counts(), (6, 2, 2));
+        for ord in 0..7u64 {
+            let (a, b) = (frozen.get(ord).unwrap(), writer.get(ord).unwrap());
+            assert_eq!(a.map(|p| p.id), b.map(|p| p.id), "ord {ord}");
+            assert_eq!(
+                frozen.sentences(ord).unwrap(),
+                writer.sentences(ord).unwrap()
+            );
+            assert_eq!(
+                frozen.is_deleted(ord).unwrap(),
+                writer.is_deleted(ord).unwrap()
+            );
+        }
+        assert_eq!(frozen.ord_of("a#1").unwrap(), Some(3));
+        assert_eq!(frozen.document_ords("b").unwrap(), Some(vec![0, 1]));
+        assert!(frozen.contains_document("a").unwrap() && !frozen.contains_document("c").unwrap());
+        assert_eq!(frozen.metadata("a").unwrap(), Some(meta.clone()));
+        assert_eq!(frozen.source_sha256("b").unwrap().as_deref(), Some("abc"));
+        assert_eq!(frozen.deleted_ords().unwrap(), vec![4, 5]);
+        let live: Vec<u64> = frozen.live_passages().map(|p| p.unwrap().0).collect();
+        assert_eq!(live, vec![0, 1, 2, 3]);
+        // Read-only: a change is refused, not written.
+        assert!(frozen.delete_document("a").is_err());
+    }
+
+    #[test]
     fn a_reader_opens_a_private_copy_and_never_writes_the_original() {
         let dir = tempfile::tempdir().unwrap();
         let writer = PassageStore::open(dir.path()).unwrap();
@@ -389,7 +557,10 @@ mod tests {
         drop(writer);
         let before = crate::integrity::file_table(dir.path()).unwrap();
         let reader = PassageStore::open_for_reading(dir.path()).unwrap();
-        let copy = reader._snapshot.as_ref().expect("a copy").0.clone();
+        let Backend::Sled(trees) = &reader.backend else {
+            panic!("a sled reader")
+        };
+        let copy = trees._snapshot.as_ref().expect("a copy").0.clone();
         assert!(copy.is_dir());
         assert_eq!(reader.get(0).unwrap().unwrap().id, "a#0");
         assert_eq!(reader.counts(), (1, 0, 1));
