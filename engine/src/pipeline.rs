@@ -249,21 +249,22 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
-    /// A pipeline over `retriever`, with the generative readers that were loaded.
+    /// A pipeline over `retriever` (its encoder loaded now: the extractive
+    /// reader needs it), with the generative readers that were loaded.
     pub fn new(
         retriever: Arc<Retriever>,
         llama: Option<Scheduler>,
         cape: Option<Scheduler>,
         search: SearchOptions,
-    ) -> Self {
-        let extractive = ExtractiveReader::new(retriever.encoder().clone());
-        Self {
+    ) -> Result<Self> {
+        let extractive = ExtractiveReader::new(retriever.encoder()?.clone());
+        Ok(Self {
             retriever,
             extractive,
             llama,
             cape,
             search,
-        }
+        })
     }
 
     /// The retriever.

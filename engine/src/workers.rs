@@ -183,7 +183,7 @@ fn worker(
             }
             Job::Embed { texts, reply } => {
                 let result = guarded(|| {
-                    let encoder = pipeline.retriever().encoder();
+                    let encoder = pipeline.retriever().encoder()?;
                     let tokens = texts
                         .iter()
                         .map(|t| {

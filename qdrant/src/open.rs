@@ -38,6 +38,7 @@ impl IndexLocation {
 /// if that folder exists here, else `fallback` (a server of a collection
 /// needs nothing local but the encoder's weights). Either way the store
 /// refuses an encoder other than the one its passages were embedded with.
+/// The encoder is loaded when a question is first embedded.
 pub fn open_retriever(
     location: &Path,
     encoder: Option<&Path>,
@@ -59,6 +60,9 @@ pub fn open_retriever(
         precision: precision.unwrap_or(store.encoder().precision.for_questions(device)),
         padded: false,
     };
-    let encoder = Encoder::load_with(&path, device, options)?;
-    Retriever::new(store, Arc::new(encoder))
+    let device = device.clone();
+    Ok(Retriever::with_encoder_loader(
+        store,
+        Box::new(move || Ok(Encoder::load_with(&path, &device, options)?)),
+    ))
 }

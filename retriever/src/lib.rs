@@ -27,7 +27,7 @@ pub use error::{Error, Result};
 pub use fusion::{fuse, Fusion};
 pub use metrics::{mrr_at, ndcg_at, recall_at, Judgements};
 pub use retriever::{
-    ComponentScore, Hit, Mode, Retriever, SearchOptions, Unit, DEFAULT_DEPTH, MAX_K,
+    ComponentScore, EncoderLoader, Hit, Mode, Retriever, SearchOptions, Unit, DEFAULT_DEPTH, MAX_K,
 };
 pub use store::{
     Candidate, ComponentQuery, EmbeddedStore, Filter, PassageKey, Rankings, SentenceVector, Store,

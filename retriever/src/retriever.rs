@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use capstan_indexer::{DenseStrategy, Encoder, Location, Passage};
 use serde::{Deserialize, Serialize};
@@ -166,8 +166,13 @@ pub struct Hit {
 /// A store with the encoder for its questions. Cheap to share (`Arc`).
 pub struct Retriever {
     store: Arc<dyn Store>,
-    encoder: Arc<Encoder>,
+    encoder: OnceLock<Arc<Encoder>>,
+    /// Loads the encoder when first needed ([`Retriever::with_encoder_loader`]).
+    load: Option<EncoderLoader>,
 }
+
+/// Loads a retriever's encoder on first use.
+pub type EncoderLoader = Box<dyn Fn() -> Result<Encoder> + Send + Sync>;
 
 impl Retriever {
     /// Opens the index folder `dir` with `encoder`, or with the encoder
@@ -184,7 +189,22 @@ impl Retriever {
     /// Pairs a store with an encoder, checking they belong together.
     pub fn new(store: Arc<dyn Store>, encoder: Arc<Encoder>) -> Result<Self> {
         store.check_encoder(encoder.info())?;
-        Ok(Self { store, encoder })
+        Ok(Self {
+            store,
+            encoder: OnceLock::from(encoder),
+            load: None,
+        })
+    }
+
+    /// A store whose encoder `load` loads when a question is first embedded
+    /// (and checked against the store then): a BM25 search never pays for
+    /// loading the model.
+    pub fn with_encoder_loader(store: Arc<dyn Store>, load: EncoderLoader) -> Self {
+        Self {
+            store,
+            encoder: OnceLock::new(),
+            load: Some(load),
+        }
     }
 
     /// The store.
@@ -192,15 +212,25 @@ impl Retriever {
         &self.store
     }
 
-    /// The encoder.
-    pub fn encoder(&self) -> &Arc<Encoder> {
-        &self.encoder
+    /// The encoder, loaded now if it was not yet.
+    pub fn encoder(&self) -> Result<&Arc<Encoder>> {
+        if let Some(encoder) = self.encoder.get() {
+            return Ok(encoder);
+        }
+        let load = self
+            .load
+            .as_ref()
+            .expect("a retriever is made with an encoder or a loader");
+        let encoder = load()?;
+        self.store.check_encoder(encoder.info())?;
+        // Two first questions at once may both load; one copy is kept.
+        Ok(self.encoder.get_or_init(|| Arc::new(encoder)))
     }
 
     /// Embeds a question as the index's vectors are embedded (unit length).
     pub fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
         let mut v = self
-            .encoder
+            .encoder()?
             .embed(&[query])?
             .pop()
             .expect("one input, one vector");

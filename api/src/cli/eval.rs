@@ -432,7 +432,7 @@ fn retrieval(args: RetrievalEvalArgs) -> anyhow::Result<()> {
     let vectors = if needs_vectors {
         bars.stage("embed", data.queries.len() as u64);
         let texts: Vec<&str> = data.queries.iter().map(|q| q.text.as_str()).collect();
-        let mut v = retriever.encoder().embed(&texts)?;
+        let mut v = retriever.encoder()?.embed(&texts)?;
         v.iter_mut().for_each(|x| capstan_indexer::normalize(x));
         bars.finish();
         v

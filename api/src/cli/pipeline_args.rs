@@ -277,7 +277,7 @@ pub fn build(
     )?;
     let k = args.k.or(file.retrieval.k).unwrap_or(5);
     let search = args.retrieval.options(mode, k);
-    let pipeline = Arc::new(Pipeline::new(retriever, llama, cape, search));
+    let pipeline = Arc::new(Pipeline::new(retriever, llama, cape, search)?);
     if !pipeline.available_readers().contains(&reader) {
         return Err(capstan_engine::Error::NotLoaded(reader).into());
     }

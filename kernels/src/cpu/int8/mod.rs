@@ -68,21 +68,32 @@ impl Int8Matrix {
         let mut packed = vec![0i8; panels * groups * GROUP_BYTES];
         let mut scales = vec![0f32; panels * PANEL];
         let mut offsets = vec![0i32; panels * PANEL];
-        for (j, row) in w.chunks_exact(cols).enumerate() {
-            let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let scale = amax / 127.0;
-            let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-            let (panel, lane) = (j / PANEL, j % PANEL);
-            let mut sum = 0i32;
-            for (k, &v) in row.iter().enumerate() {
-                let q = round_to_i8(v * inv);
-                sum += q as i32;
-                let at = (panel * groups + k / GROUP) * GROUP_BYTES + lane * GROUP + k % GROUP;
-                packed[at] = q;
-            }
-            scales[j] = scale;
-            offsets[j] = 128 * sum;
-        }
+        // One panel (16 output channels) per task: panels own disjoint bytes.
+        packed
+            .par_chunks_mut(groups * GROUP_BYTES)
+            .zip(scales.par_chunks_mut(PANEL))
+            .zip(offsets.par_chunks_mut(PANEL))
+            .enumerate()
+            .for_each(|(panel, ((bytes, scales), offsets))| {
+                for lane in 0..PANEL {
+                    let j = panel * PANEL + lane;
+                    if j >= rows {
+                        break;
+                    }
+                    let row = &w[j * cols..(j + 1) * cols];
+                    let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let scale = amax / 127.0;
+                    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+                    let mut sum = 0i32;
+                    for (k, &v) in row.iter().enumerate() {
+                        let q = round_to_i8(v * inv);
+                        sum += q as i32;
+                        bytes[(k / GROUP) * GROUP_BYTES + lane * GROUP + k % GROUP] = q;
+                    }
+                    scales[lane] = scale;
+                    offsets[lane] = 128 * sum;
+                }
+            });
         Self {
             rows,
             cols,
