@@ -519,12 +519,22 @@ impl FeedForward {
     fn forward(&self, x: &mut [f32], buf: &mut Buffers) {
         let rows = buf.rows;
         observe(&mut buf.absmax, buf.layer, LinearInput::Intermediate, x);
-        self.intermediate
-            .forward_into(x, &mut buf.inter, rows, false);
         let act = self.act;
-        buf.inter
-            .par_chunks_mut(8192)
-            .for_each(|chunk| activate(act, chunk));
+        if let LinearWeights::Int8(m) = &self.intermediate.weights {
+            let activation = |rows: &mut [f32]| activate(act, rows);
+            m.matmul_activated_into(
+                x,
+                &mut buf.inter,
+                Some(&self.intermediate.bias),
+                &activation,
+            );
+        } else {
+            self.intermediate
+                .forward_into(x, &mut buf.inter, rows, false);
+            buf.inter
+                .par_chunks_mut(8192)
+                .for_each(|chunk| activate(act, chunk));
+        }
         observe(&mut buf.absmax, buf.layer, LinearInput::Output, &buf.inter);
         self.output.forward_into(&buf.inter, x, rows, true);
         self.layer_norm.forward_inplace(x);

@@ -165,6 +165,19 @@ impl Int8Matrix {
         self.matmul_into_with(Int8Kernel::best(), x, y, bias, accumulate);
     }
 
+    /// [`Int8Matrix::matmul_into`] (not accumulating) followed by `activation` on every
+    /// output, applied by each thread to the rows it just computed while they are still in
+    /// its cache (an activation pass over the whole output streams it from memory again).
+    pub fn matmul_activated_into(
+        &self,
+        x: &[f32],
+        y: &mut [f32],
+        bias: Option<&[f32]>,
+        activation: &(dyn Fn(&mut [f32]) + Sync),
+    ) {
+        self.matmul_chunks(Int8Kernel::best(), x, y, bias, false, Some(activation));
+    }
+
     /// [`Int8Matrix::matmul_into`] on `kernel` (the best one where this CPU lacks it).
     pub fn matmul_into_with(
         &self,
@@ -173,6 +186,18 @@ impl Int8Matrix {
         y: &mut [f32],
         bias: Option<&[f32]>,
         accumulate: bool,
+    ) {
+        self.matmul_chunks(kernel, x, y, bias, accumulate, None);
+    }
+
+    fn matmul_chunks(
+        &self,
+        kernel: Int8Kernel,
+        x: &[f32],
+        y: &mut [f32],
+        bias: Option<&[f32]>,
+        accumulate: bool,
+        activation: Option<&(dyn Fn(&mut [f32]) + Sync)>,
     ) {
         assert_eq!(
             x.len() % self.cols.max(1),
@@ -198,6 +223,9 @@ impl Int8Matrix {
             let r0 = c * chunk;
             let rows = y_chunk.len() / self.rows;
             self.rows_into(kernel, &xq, r0, rows, y_chunk, bias, accumulate);
+            if let Some(activation) = activation {
+                activation(y_chunk);
+            }
         };
         if n * self.rows * self.cols < PARALLEL_MIN || threads == 1 {
             y.chunks_mut(chunk * self.rows).enumerate().for_each(run);
