@@ -21,6 +21,9 @@ mod x86;
 
 use rayon::prelude::*;
 
+/// A function applied in place to rows of a product's output.
+pub type Activation<'a> = &'a (dyn Fn(&mut [f32]) + Sync);
+
 /// Output channels per panel.
 const PANEL: usize = 16;
 /// Inputs per group (one `vpdpbusd` lane).
@@ -173,7 +176,7 @@ impl Int8Matrix {
         x: &[f32],
         y: &mut [f32],
         bias: Option<&[f32]>,
-        activation: &(dyn Fn(&mut [f32]) + Sync),
+        activation: Activation<'_>,
     ) {
         self.matmul_chunks(Int8Kernel::best(), x, y, bias, false, Some(activation));
     }
@@ -197,7 +200,7 @@ impl Int8Matrix {
         y: &mut [f32],
         bias: Option<&[f32]>,
         accumulate: bool,
-        activation: Option<&(dyn Fn(&mut [f32]) + Sync)>,
+        activation: Option<Activation<'_>>,
     ) {
         assert_eq!(
             x.len() % self.cols.max(1),
