@@ -193,10 +193,35 @@ fn encoder_device_and_dtype_flags() {
         let hits: Vec<serde_json::Value> = serde_json::from_str(&ok(&args)).unwrap();
         hits[0]["doc_id"].as_str().unwrap().to_string()
     };
-    let f32_top = top(&[]);
+    // The index is int8 (the CPU's default), and so are its questions by default; f32, f16
+    // and bf16 questions find the same passage.
+    let gen = std::fs::read_to_string(f.index.join("CURRENT")).unwrap();
+    let gen = gen.split_whitespace().next().unwrap().to_string();
+    let manifest = std::fs::read_to_string(f.index.join(gen).join("manifest.json")).unwrap();
+    assert!(manifest.contains("\"precision\": \"int8\""), "{manifest}");
+    let int8_top = top(&[]);
+    assert_eq!(top(&["--encoder-dtype", "int8"]), int8_top);
+    let f32_top = top(&["--encoder-dtype", "f32"]);
+    assert_eq!(f32_top, int8_top);
     assert_eq!(top(&["--encoder-dtype", "f16"]), f32_top);
     assert_eq!(top(&["--encoder-dtype", "bf16"]), f32_top);
     let corpus = f.data.join("corpus.jsonl");
+    // An int8 index takes no f32 vectors: an append names the precision to use.
+    let err = fails(&[
+        "index",
+        s(&corpus),
+        "--out",
+        s(&f.index),
+        "--append",
+        "--encoder-dtype",
+        "f32",
+        "--encoder",
+        s(&encoder_dir()),
+    ]);
+    assert!(
+        err.contains("holds int8 vectors") && err.contains("--encoder-dtype int8"),
+        "{err}"
+    );
     let out = f.index.parent().unwrap().join("cuda-index");
     let err = fails(&[
         "index",

@@ -13,7 +13,7 @@ use crate::bm25::{Bm25Index, Bm25Params, Bm25Writer};
 use crate::chunk::{ChunkParams, Chunker, Passage};
 use crate::dense::{self, DenseIndex, HnswParams};
 use crate::document::{Corpus, Document};
-use crate::encoder::{Encoder, EncoderInfo};
+use crate::encoder::{Encoder, EncoderInfo, EncoderPrecision};
 use crate::error::{Error, Result};
 use crate::frozen_store;
 use crate::fsutil;
@@ -186,6 +186,18 @@ pub fn append(
     let mut manifest = live.verified_manifest()?;
     let current = live.gen;
     check_encoder(dir, &manifest, encoder.info())?;
+    // Float precisions give the same vectors within their rounding; int8's
+    // differ by more, so one index holds one or the other.
+    let (built, given) = (manifest.encoder.precision, encoder.info().precision);
+    if (built == EncoderPrecision::Int8) != (given == EncoderPrecision::Int8) {
+        return Err(Error::Setting {
+            name: "--encoder-dtype",
+            message: format!(
+                "the index at {} holds {built} vectors; append with --encoder-dtype {built}",
+                dir.display()
+            ),
+        });
+    }
     let chunker = Chunker::for_encoder(encoder, manifest.chunking)?;
     let gen = folder.new_generation()?;
     fsutil::copy_tree(&current, &gen)?;

@@ -6,7 +6,7 @@ use anyhow::Context;
 use std::sync::Arc;
 
 use capstan_indexer::{
-    Bm25Params, ChunkParams, Encoder, EncoderOptions, HnswParams, IndexSettings,
+    Bm25Params, ChunkParams, Encoder, EncoderOptions, EncoderPrecision, HnswParams, IndexSettings,
 };
 use capstan_qdrant::{
     Cluster, CollectionOptions, IndexLocation, Part, QdrantLocation, WriteSettings,
@@ -45,11 +45,13 @@ struct BuildArgs {
     /// answers).
     #[arg(long, value_enum, env = "CAPSTAN_DEVICE", default_value_t = DeviceArg::Auto)]
     device: DeviceArg,
-    /// The encoder's numbers: f32 (on the CPU, Capstan's packed BERT), int8 (its linear
-    /// layers in int8: the CPU's fast mode), f16 or bf16 (candle's padded BERT: a GPU's
-    /// choice). Recorded in the index; questions are embedded the same way by default.
-    #[arg(long, value_enum, default_value_t = EncoderDtypeArg::F32)]
-    encoder_dtype: EncoderDtypeArg,
+    /// The encoder's numbers: int8 (its linear layers in int8: the CPU's fast mode, recall
+    /// within noise of f32's, docs/BENCHMARKS.md), f32 (the parity mode), f16 or bf16
+    /// (candle's padded BERT: a GPU's choice). Recorded in the index; questions are embedded
+    /// the same way by default [default: int8 on the CPU, f32 on a GPU; with --append, the
+    /// index's]
+    #[arg(long, value_enum)]
+    encoder_dtype: Option<EncoderDtypeArg>,
     /// Passage size in encoder tokens.
     #[arg(long, default_value_t = 256)]
     chunk_tokens: usize,
@@ -306,12 +308,24 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     if !corpus.skipped.is_empty() {
         eprintln!("skipped {} bad line(s) or file(s)", corpus.skipped.len());
     }
+    let device = args.device.device()?;
+    let precision = match (args.encoder_dtype, &location) {
+        (Some(given), _) => given.into(),
+        (None, IndexLocation::Folder(dir)) if args.append && dir.join("CURRENT").is_file() => {
+            capstan_indexer::Index::open(dir)?
+                .manifest()
+                .encoder
+                .precision
+        }
+        (None, _) if device.is_cpu() => EncoderPrecision::Int8,
+        (None, _) => EncoderPrecision::F32,
+    };
     let options = EncoderOptions {
-        precision: args.encoder_dtype.into(),
+        precision,
         padded: false,
     };
-    let encoder = Encoder::load_with(&args.encoder, &args.device.device()?, options)
-        .context("loading the dense encoder")?;
+    let encoder =
+        Encoder::load_with(&args.encoder, &device, options).context("loading the dense encoder")?;
     let bars = Bars::new(args.quiet);
     let out = match location {
         IndexLocation::Qdrant(location) => {
