@@ -212,6 +212,11 @@ impl Retriever {
         &self.store
     }
 
+    /// The dimension of the index's vectors (known without loading the encoder).
+    pub fn dimension(&self) -> usize {
+        self.store.encoder().dimension
+    }
+
     /// The encoder, loaded now if it was not yet.
     pub fn encoder(&self) -> Result<&Arc<Encoder>> {
         if let Some(encoder) = self.encoder.get() {

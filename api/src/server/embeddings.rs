@@ -74,13 +74,7 @@ pub async fn embeddings(
             state.limits.max_question_chars * 8
         )));
     }
-    let dim = state
-        .engine
-        .pipeline()
-        .retriever()
-        .store()
-        .encoder()
-        .dimension;
+    let dim = state.engine.pipeline().retriever().dimension();
     if body.dimensions.is_some_and(|d| d != dim) {
         return Err(ApiError::invalid(format!(
             "`dimensions`: this model has {dim}"

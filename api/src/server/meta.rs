@@ -184,13 +184,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
         .chain(readers.iter().map(|r| format!("capstan-{r}")))
         .collect();
     let embedding_model = embedding_model_id(&state);
-    let dimension = state
-        .engine
-        .pipeline()
-        .retriever()
-        .store()
-        .encoder()
-        .dimension;
+    let dimension = state.engine.pipeline().retriever().dimension();
     // Text with something besides white space, within the question limit.
     let question = json!({"type": "string", "minLength": 1, "maxLength": limits.max_question_chars, "pattern": "\\S"});
     let k = json!({"type": "integer", "minimum": 1, "maximum": limits.max_k});
