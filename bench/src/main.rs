@@ -153,6 +153,9 @@ enum Command {
         /// Candidates per retriever [default: the retriever's default].
         #[arg(long)]
         depth: Option<usize>,
+        /// Questions embedded in int8 (`true`) or f32 (`false`) [default: as the index].
+        #[arg(long)]
+        int8_questions: Option<bool>,
     },
     /// Llama reader prefill and decode timings on token ids. Loads the checkpoint once, then
     /// answers one JSON line per stdin line `{"prompt": [ids], "new_tokens": N}` with
@@ -261,6 +264,7 @@ fn main() -> anyhow::Result<()> {
             k,
             fusion,
             depth,
+            int8_questions,
         } => {
             let mut opts = SearchOptions {
                 mode,
@@ -272,7 +276,14 @@ fn main() -> anyhow::Result<()> {
                 opts.fusion = serde_json::from_str(&f).context("--fusion")?;
             }
             opts.depth = depth.unwrap_or(opts.depth);
-            latency(&index, &queries, opts)?
+            let precision = int8_questions.map(|int8| {
+                if int8 {
+                    EncoderPrecision::Int8
+                } else {
+                    EncoderPrecision::F32
+                }
+            });
+            latency(&index, &queries, opts, precision)?
         }
         Command::Crossover {
             vectors,
@@ -629,7 +640,12 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn latency(index: &Path, queries: &Path, opts: SearchOptions) -> anyhow::Result<serde_json::Value> {
+fn latency(
+    index: &Path,
+    queries: &Path,
+    opts: SearchOptions,
+    precision: Option<EncoderPrecision>,
+) -> anyhow::Result<serde_json::Value> {
     let start = Instant::now();
     let encoder = std::env::var_os("CAPSTAN_ENCODER").map(std::path::PathBuf::from);
     let fallback = encoder.clone().unwrap_or_default();
@@ -638,7 +654,7 @@ fn latency(index: &Path, queries: &Path, opts: SearchOptions) -> anyhow::Result<
         encoder.as_deref(),
         &fallback,
         &candle_core::Device::Cpu,
-        None,
+        precision,
     )?;
     let open_seconds = start.elapsed().as_secs_f64();
     let queries: Vec<QueryLine> = read_jsonl(queries)?;
@@ -651,16 +667,28 @@ fn latency(index: &Path, queries: &Path, opts: SearchOptions) -> anyhow::Result<
         retriever.search(&q.text, &opts)?;
         times.push(t.elapsed().as_secs_f64() * 1000.0);
     }
-    times.sort_by(f64::total_cmp);
-    let pct = |p: f64| times[((times.len() as f64 - 1.0) * p).round() as usize];
+    // The question's embedding alone (what the dense and hybrid modes add to BM25's time).
+    let mut embed = Vec::with_capacity(queries.len());
+    for q in &queries {
+        let t = Instant::now();
+        retriever.embed_query(&q.text)?;
+        embed.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let percentile = |times: &mut Vec<f64>, p: f64| {
+        times.sort_by(f64::total_cmp);
+        times[((times.len() as f64 - 1.0) * p).round() as usize]
+    };
     let n = retriever.store().counts()?.passages;
     Ok(json!({
         "passages": n,
         "queries": times.len(),
         "options": opts,
+        "question_precision": retriever.encoder()?.info().precision.to_string(),
         "open_seconds": open_seconds,
-        "p50_ms": pct(0.5),
-        "p99_ms": pct(0.99),
+        "p50_ms": percentile(&mut times, 0.5),
+        "p99_ms": percentile(&mut times, 0.99),
+        "embed_p50_ms": percentile(&mut embed, 0.5),
+        "embed_p99_ms": percentile(&mut embed, 0.99),
         "mean_ms": times.iter().sum::<f64>() / times.len() as f64,
         "peak_rss_mib": peak_rss_mib(),
     }))
