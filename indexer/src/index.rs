@@ -107,6 +107,7 @@ pub fn build(
     if let Some(live) = folder.current()? {
         if let Ok(m) = live.manifest() {
             let same = m.encoder.config_sha256 == encoder.info().config_sha256
+                && m.encoder.precision == encoder.info().precision
                 && m.chunking == settings.chunk
                 && m.bm25 == settings.bm25
                 && m.hnsw == settings.hnsw
