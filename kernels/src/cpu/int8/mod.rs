@@ -223,9 +223,13 @@ impl Int8Matrix {
         // panel's weights in cache across the rows of a task.
         let chunk = (n.div_ceil(threads * 2).div_ceil(4) * 4).clamp(4, 256);
         let run = |(c, y_chunk): (usize, &mut [f32])| {
-            let r0 = c * chunk;
-            let rows = y_chunk.len() / self.rows;
-            self.rows_into(kernel, &xq, r0, rows, y_chunk, bias, accumulate);
+            let job = Job {
+                xq: &xq,
+                r0: c * chunk,
+                bias,
+                accumulate,
+            };
+            self.rows_into(kernel, job, y_chunk);
             if let Some(activation) = activation {
                 activation(y_chunk);
             }
@@ -262,34 +266,27 @@ impl Int8Matrix {
         QuantizedRows { q, scales, stride }
     }
 
-    /// Rows `r0..r0 + rows` of the product into `y` (those rows of the output).
-    #[allow(clippy::too_many_arguments)]
-    fn rows_into(
-        &self,
-        kernel: Int8Kernel,
-        xq: &QuantizedRows,
-        r0: usize,
-        rows: usize,
-        y: &mut [f32],
-        bias: Option<&[f32]>,
-        accumulate: bool,
-    ) {
+    /// `job`'s rows of the product into `y` (those rows of the output).
+    fn rows_into(&self, kernel: Int8Kernel, job: Job<'_>, y: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            // SAFETY: `matmul_into_with` runs only kernels this CPU has; `y` holds `rows`
-            // output rows and `xq` holds rows `r0..r0 + rows`.
+            // SAFETY: `matmul_into_with` runs only kernels this CPU has; `y` holds whole
+            // output rows, and `job.xq` every row from `job.r0` they need.
             match kernel {
                 Int8Kernel::Avx512Vnni => {
-                    return unsafe {
-                        x86::avx512_vnni::rows_into(self, xq, r0, rows, y, bias, accumulate)
-                    }
+                    return unsafe { x86::avx512_vnni::rows_into(self, job, y) }
                 }
-                Int8Kernel::Avx2 => {
-                    return unsafe { x86::avx2::rows_into(self, xq, r0, rows, y, bias, accumulate) }
-                }
+                Int8Kernel::Avx2 => return unsafe { x86::avx2::rows_into(self, job, y) },
                 Int8Kernel::Portable => {}
             }
         }
+        let Job {
+            xq,
+            r0,
+            bias,
+            accumulate,
+        } = job;
+        let rows = y.len() / self.rows;
         let _ = kernel;
         for i in 0..rows {
             let qx = &xq.q[(r0 + i) * xq.stride..(r0 + i + 1) * xq.stride];
@@ -340,6 +337,16 @@ fn quantize_row(
         *o = (round_to_i8(z(k) * inv) as u8).wrapping_add(shift);
     }
     scale
+}
+
+/// One task's share of a product: the quantized rows of `x` from `r0`, and what the epilogue
+/// adds.
+#[derive(Clone, Copy)]
+pub(crate) struct Job<'a> {
+    pub(crate) xq: &'a QuantizedRows,
+    pub(crate) r0: usize,
+    pub(crate) bias: Option<&'a [f32]>,
+    pub(crate) accumulate: bool,
 }
 
 /// One output from its integer sum: the same f32 operations, in the same order, as the SIMD

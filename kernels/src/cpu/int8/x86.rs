@@ -2,7 +2,7 @@
 //! of 16 outputs, the integer sums kept in registers across the whole row, then scaled, biased
 //! and stored in one pass (the epilogue).
 
-use super::{Int8Matrix, QuantizedRows, GROUP, GROUP_BYTES, PANEL};
+use super::{Int8Matrix, Job, QuantizedRows, GROUP, GROUP_BYTES, PANEL};
 
 /// AVX-512 VNNI: `vpdpbusd` adds, per 32-bit lane, the products of 4 unsigned activation
 /// bytes (a broadcast group of one row) and 4 signed weight bytes (one output of a panel).
@@ -11,21 +11,19 @@ pub(super) mod avx512_vnni {
 
     use super::*;
 
-    /// Rows `r0..r0 + rows` of `x W^T (+ b)` into `y` (`rows x m.rows`).
+    /// `job`'s rows of `x W^T (+ b)` into `y` (whole rows of the output).
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW, VL and VNNI; `xq` is unsigned and holds the rows; `y` holds
-    /// `rows * m.rows` floats.
+    /// The CPU has AVX-512 F, BW, VL and VNNI; `job.xq` is unsigned and holds the rows.
     #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni")]
-    pub(in super::super) unsafe fn rows_into(
-        m: &Int8Matrix,
-        xq: &QuantizedRows,
-        r0: usize,
-        rows: usize,
-        y: &mut [f32],
-        bias: Option<&[f32]>,
-        accumulate: bool,
-    ) {
+    pub(in super::super) unsafe fn rows_into(m: &Int8Matrix, job: Job<'_>, y: &mut [f32]) {
+        let Job {
+            xq,
+            r0,
+            bias,
+            accumulate,
+        } = job;
+        let rows = y.len() / m.rows;
         let mut p0 = 0;
         while p0 < m.panels {
             let np = (m.panels - p0).min(4);
@@ -186,20 +184,19 @@ pub(super) mod avx2 {
     use super::*;
     use crate::cpu::int8::scale_output;
 
-    /// Rows `r0..r0 + rows` of `x W^T (+ b)` into `y` (`rows x m.rows`).
+    /// `job`'s rows of `x W^T (+ b)` into `y` (whole rows of the output).
     ///
     /// # Safety
-    /// The CPU has AVX2; `xq` is signed and holds the rows; `y` holds `rows * m.rows` floats.
+    /// The CPU has AVX2; `job.xq` is signed and holds the rows.
     #[target_feature(enable = "avx2")]
-    pub(in super::super) unsafe fn rows_into(
-        m: &Int8Matrix,
-        xq: &QuantizedRows,
-        r0: usize,
-        rows: usize,
-        y: &mut [f32],
-        bias: Option<&[f32]>,
-        accumulate: bool,
-    ) {
+    pub(in super::super) unsafe fn rows_into(m: &Int8Matrix, job: Job<'_>, y: &mut [f32]) {
+        let Job {
+            xq,
+            r0,
+            bias,
+            accumulate,
+        } = job;
+        let rows = y.len() / m.rows;
         for p in 0..m.panels {
             let mut i0 = 0;
             while i0 < rows {
