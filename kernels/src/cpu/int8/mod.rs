@@ -78,22 +78,21 @@ impl Int8Matrix {
             .zip(offsets.par_chunks_mut(PANEL))
             .enumerate()
             .for_each(|(panel, ((bytes, scales), offsets))| {
+                let mut q = vec![0u8; cols];
                 for lane in 0..PANEL {
                     let j = panel * PANEL + lane;
                     if j >= rows {
                         break;
                     }
+                    // A weight row is quantized as an activation row is, on the portable path.
                     let row = &w[j * cols..(j + 1) * cols];
-                    let amax = row.iter().fold(0f32, |m, v| m.max(v.abs()));
-                    let scale = amax / 127.0;
-                    let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+                    scales[lane] = quantize_row(Int8Kernel::Portable, row, None, &mut q, false);
                     let mut sum = 0i32;
-                    for (k, &v) in row.iter().enumerate() {
-                        let q = round_to_i8(v * inv);
-                        sum += q as i32;
-                        bytes[(k / GROUP) * GROUP_BYTES + lane * GROUP + k % GROUP] = q;
+                    for (k, &v) in q.iter().enumerate() {
+                        let v = v as i8;
+                        sum += v as i32;
+                        bytes[(k / GROUP) * GROUP_BYTES + lane * GROUP + k % GROUP] = v;
                     }
-                    scales[lane] = scale;
                     offsets[lane] = 128 * sum;
                 }
             });
@@ -136,11 +135,6 @@ impl Int8Matrix {
     /// Input size.
     pub fn cols(&self) -> usize {
         self.cols
-    }
-
-    /// Bytes held.
-    pub fn bytes(&self) -> usize {
-        self.packed.len() + self.scales.len() * 4 + self.offsets.len() * 4
     }
 
     /// The matrix the products use, in f32, row-major (`s_j q_jk`, times `1 / s_k` where
