@@ -158,6 +158,21 @@ impl Linear {
         }
     }
 
+    /// `dst = act(src · Wᵀ + b)`: in int8 the activation is applied by each
+    /// thread to the rows it has just computed, still in its cache.
+    fn forward_activated_into(&self, src: &[f32], dst: &mut [f32], rows: usize, act: HiddenAct) {
+        let activation = |rows: &mut [f32]| activate(act, rows);
+        match &self.weights {
+            LinearWeights::Int8(m) => {
+                m.matmul_activated_into(src, dst, Some(&self.bias), &activation)
+            }
+            LinearWeights::F32 { .. } => {
+                self.forward_into(src, dst, rows, false);
+                dst.par_chunks_mut(8192).for_each(activation);
+            }
+        }
+    }
+
     /// `dst = src · Wᵀ + b`, or with `accumulate` `dst += src · Wᵀ + b`
     /// (a fused residual connection); `src` is `rows x n_in`, `dst` is
     /// `rows x n_out`.
@@ -223,9 +238,12 @@ enum LinearInput {
     Output = 3,
 }
 
+/// Per layer and [`LinearInput`], the largest magnitude each input channel reached.
+type InputRanges = Vec<[Vec<f32>; 4]>;
+
 /// Records the largest magnitude of every channel of `x` (`rows x width`)
 /// into `absmax[layer][input]`, when recording.
-fn observe(absmax: &mut Option<Vec<[Vec<f32>; 4]>>, layer: usize, input: LinearInput, x: &[f32]) {
+fn observe(absmax: &mut Option<InputRanges>, layer: usize, input: LinearInput, x: &[f32]) {
     let Some(absmax) = absmax else { return };
     let seen = &mut absmax[layer][input as usize];
     let width = seen.len();
@@ -519,22 +537,8 @@ impl FeedForward {
     fn forward(&self, x: &mut [f32], buf: &mut Buffers) {
         let rows = buf.rows;
         observe(&mut buf.absmax, buf.layer, LinearInput::Intermediate, x);
-        let act = self.act;
-        if let LinearWeights::Int8(m) = &self.intermediate.weights {
-            let activation = |rows: &mut [f32]| activate(act, rows);
-            m.matmul_activated_into(
-                x,
-                &mut buf.inter,
-                Some(&self.intermediate.bias),
-                &activation,
-            );
-        } else {
-            self.intermediate
-                .forward_into(x, &mut buf.inter, rows, false);
-            buf.inter
-                .par_chunks_mut(8192)
-                .for_each(|chunk| activate(act, chunk));
-        }
+        self.intermediate
+            .forward_activated_into(x, &mut buf.inter, rows, self.act);
         observe(&mut buf.absmax, buf.layer, LinearInput::Output, &buf.inter);
         self.output.forward_into(&buf.inter, x, rows, true);
         self.layer_norm.forward_inplace(x);
@@ -561,8 +565,8 @@ struct Buffers {
     rows: usize,
     /// The layer running.
     layer: usize,
-    /// Per layer and linear input, the largest magnitude of each channel, when recording.
-    absmax: Option<Vec<[Vec<f32>; 4]>>,
+    /// The ranges of the linear layers' inputs, when recording.
+    absmax: Option<InputRanges>,
     qkv: Vec<f32>,
     ctx: Vec<f32>,
     inter: Vec<f32>,
@@ -612,22 +616,18 @@ impl BertModel {
         let (_, absmax) = self.run(calibration, true)?;
         let absmax = absmax.expect("recorded");
         for (layer, seen) in self.layers.iter_mut().zip(absmax) {
-            layer
-                .attention
-                .qkv
-                .quantize_int8(&seen[LinearInput::Qkv as usize]);
-            layer
-                .attention
-                .output
-                .quantize_int8(&seen[LinearInput::AttentionOutput as usize]);
-            layer
-                .feed_forward
-                .intermediate
-                .quantize_int8(&seen[LinearInput::Intermediate as usize]);
-            layer
-                .feed_forward
-                .output
-                .quantize_int8(&seen[LinearInput::Output as usize]);
+            let linears = [
+                (&mut layer.attention.qkv, LinearInput::Qkv),
+                (&mut layer.attention.output, LinearInput::AttentionOutput),
+                (
+                    &mut layer.feed_forward.intermediate,
+                    LinearInput::Intermediate,
+                ),
+                (&mut layer.feed_forward.output, LinearInput::Output),
+            ];
+            for (linear, input) in linears {
+                linear.quantize_int8(&seen[input as usize]);
+            }
         }
         Ok(())
     }
@@ -641,8 +641,7 @@ impl BertModel {
 
     /// [`BertModel::forward`], recording with `record` the largest magnitude
     /// of every input channel of every linear layer.
-    #[allow(clippy::type_complexity)]
-    fn run(&self, seqs: &[&[u32]], record: bool) -> Result<(Vec<f32>, Option<Vec<[Vec<f32>; 4]>>)> {
+    fn run(&self, seqs: &[&[u32]], record: bool) -> Result<(Vec<f32>, Option<InputRanges>)> {
         let mut spans = Vec::with_capacity(seqs.len());
         let mut rows = 0;
         for s in seqs {
