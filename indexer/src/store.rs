@@ -48,29 +48,15 @@ enum Backend {
 /// The sled database and its trees.
 struct SledTrees {
     db: sled::Db,
-    passages: sled::Tree,
-    sentences: sled::Tree,
-    ids: sled::Tree,
-    documents: sled::Tree,
-    metadata: sled::Tree,
-    /// Document id -> SHA-256 of the bytes it was indexed from.
-    sources: sled::Tree,
-    deleted: sled::Tree,
+    /// One per [`Tree`], in [`Tree::ALL`]'s order.
+    trees: [sled::Tree; 7],
     /// Declared last so that sled closes its files before the copy goes.
     _snapshot: Option<Snapshot>,
 }
 
 impl SledTrees {
     fn tree(&self, tree: Tree) -> &sled::Tree {
-        match tree {
-            Tree::Passages => &self.passages,
-            Tree::Sentences => &self.sentences,
-            Tree::Ids => &self.ids,
-            Tree::Documents => &self.documents,
-            Tree::Metadata => &self.metadata,
-            Tree::Sources => &self.sources,
-            Tree::Deleted => &self.deleted,
-        }
+        &self.trees[tree as usize]
     }
 }
 
@@ -150,16 +136,13 @@ impl PassageStore {
     }
 
     fn from_db(dir: &Path, db: sled::Db, snapshot: Option<Snapshot>) -> Result<Self> {
-        let tree = |name: &str| guarded(dir, || db.open_tree(name));
+        let mut trees = Vec::with_capacity(Tree::ALL.len());
+        for tree in Tree::ALL {
+            trees.push(guarded(dir, || db.open_tree(tree.sled_name()))?);
+        }
         Ok(Self {
             backend: Backend::Sled(SledTrees {
-                passages: tree(Tree::Passages.sled_name())?,
-                sentences: tree(Tree::Sentences.sled_name())?,
-                ids: tree(Tree::Ids.sled_name())?,
-                documents: tree(Tree::Documents.sled_name())?,
-                metadata: tree(Tree::Metadata.sled_name())?,
-                sources: tree(Tree::Sources.sled_name())?,
-                deleted: tree(Tree::Deleted.sled_name())?,
+                trees: trees.try_into().expect("one sled tree per Tree"),
                 db,
                 _snapshot: snapshot,
             }),
@@ -251,19 +234,19 @@ impl PassageStore {
             id_batch.insert(p.id.as_bytes(), &ord.to_be_bytes());
         }
         let trees = self.writable()?;
-        self.sled(trees.passages.apply_batch(batch))?;
-        self.sled(trees.ids.apply_batch(id_batch))?;
+        self.sled(trees.tree(Tree::Passages).apply_batch(batch))?;
+        self.sled(trees.tree(Tree::Ids).apply_batch(id_batch))?;
         let ords: Vec<PassageOrd> = (first..first + passages.len() as u64).collect();
-        self.sled(trees.documents.insert(
+        self.sled(trees.tree(Tree::Documents).insert(
             doc_id.as_bytes(),
             serde_json::to_vec(&ords).expect("ords serialise"),
         ))?;
         match metadata {
-            Some(m) => self.sled(trees.metadata.insert(
+            Some(m) => self.sled(trees.tree(Tree::Metadata).insert(
                 doc_id.as_bytes(),
                 serde_json::to_vec(m).expect("a JSON object serialises"),
             ))?,
-            None => self.sled(trees.metadata.remove(doc_id.as_bytes()))?,
+            None => self.sled(trees.tree(Tree::Metadata).remove(doc_id.as_bytes()))?,
         };
         Ok(())
     }
@@ -271,7 +254,11 @@ impl PassageStore {
     /// Records the SHA-256 of the bytes document `doc_id` was indexed from.
     pub fn put_source_sha256(&self, doc_id: &str, sha256: &str) -> Result<()> {
         let trees = self.writable()?;
-        self.sled(trees.sources.insert(doc_id.as_bytes(), sha256.as_bytes()))?;
+        self.sled(
+            trees
+                .tree(Tree::Sources)
+                .insert(doc_id.as_bytes(), sha256.as_bytes()),
+        )?;
         Ok(())
     }
 
@@ -296,7 +283,11 @@ impl PassageStore {
     /// Records the sentences of the passage at `ord`.
     pub fn put_sentences(&self, ord: PassageOrd, sentences: &[SentenceRef]) -> Result<()> {
         let bytes = serde_json::to_vec(sentences).expect("sentence refs serialise");
-        self.sled(self.writable()?.sentences.insert(ord.to_be_bytes(), bytes))?;
+        self.sled(
+            self.writable()?
+                .tree(Tree::Sentences)
+                .insert(ord.to_be_bytes(), bytes),
+        )?;
         Ok(())
     }
 
@@ -356,10 +347,10 @@ impl PassageStore {
             batch.insert(&ord.to_be_bytes(), &[]);
         }
         let trees = self.writable()?;
-        self.sled(trees.deleted.apply_batch(batch))?;
-        self.sled(trees.documents.remove(doc_id.as_bytes()))?;
-        self.sled(trees.metadata.remove(doc_id.as_bytes()))?;
-        self.sled(trees.sources.remove(doc_id.as_bytes()))?;
+        self.sled(trees.tree(Tree::Deleted).apply_batch(batch))?;
+        self.sled(trees.tree(Tree::Documents).remove(doc_id.as_bytes()))?;
+        self.sled(trees.tree(Tree::Metadata).remove(doc_id.as_bytes()))?;
+        self.sled(trees.tree(Tree::Sources).remove(doc_id.as_bytes()))?;
         Ok(Some(ords.len()))
     }
 
