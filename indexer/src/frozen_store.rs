@@ -69,30 +69,40 @@ const HEADER: usize = MAGIC.len() + Tree::ALL.len() * 32;
 /// Writes `trees` (each tree's records in key order, as sled iterates them)
 /// to `path`, durably.
 pub fn write(path: &Path, trees: &[Vec<(Vec<u8>, Vec<u8>)>; 7]) -> Result<()> {
-    let mut body = Vec::new();
-    let mut header = MAGIC.to_vec();
+    let record_len = |(key, value): &(Vec<u8>, Vec<u8>)| 4 + key.len() + value.len();
+    // Where each tree's offset table and records go, so that the file is
+    // written in one pass into one buffer.
+    let mut layout = Vec::with_capacity(trees.len());
+    let mut at = HEADER;
     for records in trees {
-        let index_pos = HEADER + body.len();
-        let mut data = Vec::new();
-        let mut offsets = Vec::with_capacity(records.len() + 1);
-        for (key, value) in records {
-            offsets.push(data.len() as u64);
-            data.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            data.extend_from_slice(key);
-            data.extend_from_slice(value);
-        }
-        offsets.push(data.len() as u64);
-        for o in &offsets {
-            body.extend_from_slice(&o.to_le_bytes());
-        }
-        let data_pos = HEADER + body.len();
-        body.extend_from_slice(&data);
-        for v in [records.len(), index_pos, data_pos, data.len()] {
-            header.extend_from_slice(&(v as u64).to_le_bytes());
+        let data_len: usize = records.iter().map(record_len).sum();
+        let index_pos = at;
+        let data_pos = index_pos + (records.len() + 1) * 8;
+        layout.push([records.len(), index_pos, data_pos, data_len]);
+        at = data_pos + data_len;
+    }
+    let mut out = Vec::with_capacity(at);
+    out.extend_from_slice(MAGIC);
+    for fields in &layout {
+        for v in fields {
+            out.extend_from_slice(&(*v as u64).to_le_bytes());
         }
     }
-    header.extend_from_slice(&body);
-    crate::fsutil::write_durably(path, &header)
+    for records in trees {
+        let mut offset = 0u64;
+        for record in records {
+            out.extend_from_slice(&offset.to_le_bytes());
+            offset += record_len(record) as u64;
+        }
+        out.extend_from_slice(&offset.to_le_bytes());
+        for (key, value) in records {
+            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+            out.extend_from_slice(key);
+            out.extend_from_slice(value);
+        }
+    }
+    debug_assert_eq!(out.len(), at);
+    crate::fsutil::write_durably(path, &out)
 }
 
 /// Where one tree lies in the file.
