@@ -296,11 +296,7 @@ impl Decoding {
         self.tokens.push(next);
         self.seen.push(next);
         if let Some(tok) = tokenizer {
-            self.text = tok
-                .decode(&self.tokens, true)
-                .map_err(|e| Error::Tokenizer {
-                    reason: e.to_string(),
-                })?;
+            self.text = crate::prompt::decode(tok, &self.tokens)?;
         }
         if self.params.stop_token_ids.contains(&next) {
             self.stop = Some(StopReason::StopToken(next));
@@ -324,11 +320,7 @@ impl Decoding {
             // text is cut below what was streamed and this token's piece is empty.
             self.tokens.truncate(self.tokens.len() - 2 * period);
             if let Some(tok) = tokenizer {
-                self.text = tok
-                    .decode(&self.tokens, true)
-                    .map_err(|e| Error::Tokenizer {
-                        reason: e.to_string(),
-                    })?;
+                self.text = crate::prompt::decode(tok, &self.tokens)?;
             }
         } else if self.tokens.len() >= self.params.max_new_tokens {
             self.stop = Some(StopReason::Length);

@@ -123,11 +123,7 @@ impl LanguageModel {
 
     /// Text of `ids`, special tokens skipped.
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.tokenizer()
-            .decode(ids, true)
-            .map_err(|e| Error::Tokenizer {
-                reason: e.to_string(),
-            })
+        crate::prompt::decode(self.tokenizer(), ids)
     }
 
     /// `messages` rendered by the chat template with the generation prompt.

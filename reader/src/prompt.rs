@@ -143,6 +143,13 @@ pub(crate) fn encode(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
         .to_vec())
 }
 
+/// Text of `ids`, special tokens skipped.
+pub(crate) fn decode(tok: &Tokenizer, ids: &[u32]) -> Result<String> {
+    tok.decode(ids, true).map_err(|e| Error::Tokenizer {
+        reason: e.to_string(),
+    })
+}
+
 impl CepePrompt {
     /// Adds in-context demonstrations as the reference's QA code does: all of them form ONE
     /// extra encoder chunk, placed first: `Question: {q1}\nAnswer: {a1}\n\nQuestion: ...`.
