@@ -36,8 +36,6 @@ struct Entry {
 /// The scheduler thread's prefix cache.
 pub(super) struct PrefixCache {
     entries: HashMap<u64, Entry>,
-    /// Tokens held, in all blocks.
-    pub tokens: usize,
     clock: u64,
     /// Blocks evicted so far.
     pub evicted: u64,
@@ -62,10 +60,14 @@ impl PrefixCache {
     pub fn new() -> Self {
         Self {
             entries: HashMap::new(),
-            tokens: 0,
             clock: 0,
             evicted: 0,
         }
+    }
+
+    /// Tokens held, in all blocks.
+    pub fn tokens(&self) -> usize {
+        self.entries.len() * BLOCK_TOKENS
     }
 
     /// The cached blocks that begin `prompt`, first to last, leaving at least
@@ -117,7 +119,6 @@ impl PrefixCache {
             );
             added += BLOCK_TOKENS;
         }
-        self.tokens += added;
         added
     }
 
@@ -133,7 +134,6 @@ impl PrefixCache {
             return false;
         };
         self.entries.remove(&hash);
-        self.tokens -= BLOCK_TOKENS;
         self.evicted += 1;
         true
     }

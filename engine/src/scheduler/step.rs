@@ -162,11 +162,11 @@ fn admit(
                 if full || q.fits(&shared.settings, reserve) || !cache.evict_one() {
                     break;
                 }
-                q.cached = cache.tokens;
+                q.cached = cache.tokens();
             }
-            q.cached = cache.tokens;
+            q.cached = cache.tokens();
             let mut stats = shared.stats.lock().expect("scheduler stats lock");
-            stats.prefix_cached_tokens = cache.tokens;
+            stats.prefix_cached_tokens = cache.tokens();
             stats.prefix_evicted_blocks = cache.evicted;
         }
         q.promote(&shared.settings);
@@ -298,8 +298,8 @@ fn step(
         if let (Some(prompt), Some(cache)) = (r.prompt.take(), prefixes.as_deref_mut()) {
             if cache.insert(shared.model.model(), &prompt, &r.cache) > 0 {
                 let mut q = shared.queue.lock().expect("scheduler queue lock");
-                while q.kv_used + cache.tokens > shared.settings.kv_tokens && cache.evict_one() {}
-                q.cached = cache.tokens;
+                while q.kv_used + cache.tokens() > shared.settings.kv_tokens && cache.evict_one() {}
+                q.cached = cache.tokens();
                 drop(q);
                 shared
                     .stats
