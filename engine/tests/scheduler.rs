@@ -238,6 +238,7 @@ fn a_burst_past_the_kv_budget_waits_and_past_the_queue_is_refused() {
         step_tokens: 512,
         queue: 3,
         prefix_cache: true,
+        passage_cache_bytes: 0,
     };
     let scheduler = Scheduler::start("test", Arc::new(lm), settings);
     let too_large = scheduler.submit(requests[0].clone(), GenerationParams::greedy(3 * n_new));
@@ -527,5 +528,48 @@ fn smollm2_answers_a_repeated_prompt_from_its_cached_prefix_as_afresh() {
     assert!(
         prompts[0].len() > 200 && s.prefix_hit_tokens >= 3 * 128,
         "{s:?}"
+    );
+}
+
+/// CAPE's passage cache behind the scheduler: passages read before are not encoded again
+/// (in another order, beside new ones), the answers are those of generation alone, and the
+/// metrics say what was reused.
+#[test]
+fn cape_passages_read_before_are_reused_exactly() {
+    let (_dir, lm) = tiny("cepe-tiny");
+    let v = 512;
+    let a = prompt(31, 9, v);
+    let b = prompt(32, 6, v);
+    let c = prompt(33, 12, v);
+    let request = |chunks: &[&Vec<u32>]| Request {
+        prompt: prompt(30, 5, v),
+        encoder_chunks: chunks.iter().map(|c| c.to_vec()).collect(),
+    };
+    let requests = [
+        request(&[&a, &b]),
+        request(&[&b, &a]),
+        request(&[&c, &a, &b]),
+    ];
+    let params = GenerationParams::greedy(6);
+    let want: Vec<Vec<u32>> = requests.iter().map(|r| alone(&lm, r, &params)).collect();
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    for (r, w) in requests.iter().zip(&want) {
+        assert_eq!(
+            &scheduler
+                .generate(r.clone(), params.clone())
+                .unwrap()
+                .tokens,
+            w
+        );
+    }
+    let s = scheduler.stats().passages;
+    assert_eq!(s.encoded_tokens, 9 + 6 + 12, "{s:?}");
+    assert_eq!(s.hit_tokens, (6 + 9) + (9 + 6), "{s:?}");
+    assert_eq!(s.chunks, 3, "{s:?}");
+    let mut text = String::new();
+    capstan_engine::scheduler::render_schedulers(&mut text, &[("cape", scheduler.stats())]);
+    assert!(
+        text.contains("capstan_scheduler_passage_hit_tokens_total{reader=\"cape\"} 30"),
+        "{text}"
     );
 }

@@ -362,3 +362,80 @@ fn qwen2_matches_transformers() {
     );
     check_decoder("qwen2-tiny", "expected.json", false);
 }
+
+/// Logits of `prompt` with the encoder context taken through `passages`.
+fn logits_cached(
+    model: &Llama,
+    prompt: &[u32],
+    chunks: &[Vec<u32>],
+    pad: u32,
+    passages: &mut capstan_reader::PassageCache,
+) -> Vec<Vec<f32>> {
+    let mut cache = Cache::new(model);
+    model
+        .set_encoder_context_cached(&[chunks.to_vec()], pad, &mut cache, passages)
+        .unwrap();
+    let input = Tensor::new(prompt, model.device())
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    let out = model.forward(&input, None, &mut cache).unwrap();
+    out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
+}
+
+/// CAPE's passage cache: a request whose chunks were read before (in another order, or
+/// among others) gives the logits of encoding them afresh, bit for bit; under a budget too
+/// small for all of them it evicts and stays exact.
+#[test]
+fn cepe_passage_cache_is_exact_in_any_order() {
+    let dir = fixture("cepe-tiny");
+    let (_, model) = load(&dir);
+    let inputs = json(&dir.join("inputs.json"));
+    let prompt = ids(&inputs["input_ids"][0]);
+    let pad = inputs["encoder_pad_token_id"].as_u64().unwrap() as u32;
+    let chunks = encoder_chunks(&inputs);
+    assert!(chunks.len() >= 2, "the fixture has several chunks");
+    let total: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+    let mut reversed = chunks.clone();
+    reversed.reverse();
+    let extra = prompt[..3.min(prompt.len())].to_vec();
+    let mixed = vec![
+        chunks[0].clone(),
+        extra.clone(),
+        chunks[chunks.len() - 1].clone(),
+    ];
+    for budget in [
+        usize::MAX,
+        0,
+        4 * model.config().encoder_config.as_ref().unwrap().hidden_size * 9,
+    ] {
+        let mut passages = capstan_reader::PassageCache::new(budget);
+        for (round, order) in [&chunks, &reversed, &mixed, &chunks]
+            .into_iter()
+            .enumerate()
+        {
+            let afresh = logits(&model, &prompt, order, pad);
+            let cached = logits_cached(&model, &prompt, order, pad, &mut passages);
+            assert_eq!(cached, afresh, "budget {budget}, round {round}");
+        }
+        let s = passages.stats();
+        let read: u64 = [&chunks, &reversed, &mixed, &chunks]
+            .iter()
+            .flat_map(|o| o.iter())
+            .map(|c| c.len() as u64)
+            .sum();
+        assert_eq!(s.hit_tokens + s.encoded_tokens, read, "{s:?}");
+        match budget {
+            usize::MAX => {
+                // Each distinct chunk encoded once.
+                assert_eq!(s.encoded_tokens, total + extra.len() as u64, "{s:?}");
+                assert_eq!(s.evicted, 0);
+            }
+            0 => assert_eq!((s.hit_tokens, s.bytes), (0, 0), "{s:?}"),
+            _ => {
+                assert!(s.evicted > 0 && s.hit_tokens > 0, "{s:?}");
+                assert!(s.bytes <= budget, "{s:?}");
+            }
+        }
+    }
+}

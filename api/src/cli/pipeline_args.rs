@@ -117,6 +117,10 @@ pub struct SchedulingArgs {
     /// default: a prompt starting like an earlier one reads only what is new).
     #[arg(long)]
     pub no_prefix_cache: bool,
+    /// MiB of CAPE encoder states kept by passage, so that a passage read before is not
+    /// encoded again (0: none kept) [default: 256].
+    #[arg(long, env = "CAPSTAN_CAPE_CACHE_MB")]
+    pub cape_cache_mb: Option<usize>,
 }
 
 impl SchedulingArgs {
@@ -129,6 +133,9 @@ impl SchedulingArgs {
             step_tokens: self.step_tokens.unwrap_or(d.step_tokens),
             queue: d.queue,
             prefix_cache: !self.no_prefix_cache,
+            passage_cache_bytes: self
+                .cape_cache_mb
+                .map_or(d.passage_cache_bytes, |mb| mb << 20),
         }
     }
 }

@@ -50,6 +50,9 @@ pub struct SchedulerSettings {
     /// Keep the KV of prompts read before and start a prompt from its longest cached
     /// prefix ([`prefix`]); the blocks count against `kv_tokens`.
     pub prefix_cache: bool,
+    /// Bytes of CAPE encoder states kept by passage ([`capstan_reader::PassageCache`]; 0:
+    /// none kept).
+    pub passage_cache_bytes: usize,
 }
 
 impl Default for SchedulerSettings {
@@ -60,6 +63,7 @@ impl Default for SchedulerSettings {
             step_tokens: 512,
             queue: 256,
             prefix_cache: true,
+            passage_cache_bytes: 256 << 20,
         }
     }
 }

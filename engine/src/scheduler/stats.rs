@@ -3,6 +3,8 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use capstan_reader::PassageCacheStats;
+
 use super::SchedulerSettings;
 use crate::metrics::{header, Histogram};
 
@@ -37,6 +39,8 @@ pub struct SchedulerStats {
     pub prefix_cached_tokens: usize,
     /// Prefix blocks evicted.
     pub prefix_evicted_blocks: u64,
+    /// CAPE's passage cache.
+    pub passages: PassageCacheStats,
     batch: Histogram,
     queue_wait: Histogram,
     first_token: Histogram,
@@ -59,6 +63,7 @@ impl SchedulerStats {
             prefix_hit_tokens: 0,
             prefix_cached_tokens: 0,
             prefix_evicted_blocks: 0,
+            passages: PassageCacheStats::default(),
             batch: Histogram::with_bounds(&BATCH_BUCKETS),
             queue_wait: Histogram::default(),
             first_token: Histogram::default(),
@@ -90,7 +95,7 @@ impl SchedulerStats {
             .for_each(|d| self.inter_token.observe(d.as_secs_f64()));
     }
 
-    fn gauges(&self) -> [(&'static str, &'static str, usize); 6] {
+    fn gauges(&self) -> [(&'static str, &'static str, usize); 7] {
         [
             (
                 "capstan_scheduler_running_sequences",
@@ -122,10 +127,15 @@ impl SchedulerStats {
                 "KV-cache tokens the prefix cache holds (part of the budget).",
                 self.prefix_cached_tokens,
             ),
+            (
+                "capstan_scheduler_passage_cache_bytes",
+                "Bytes of CAPE encoder states the passage cache holds.",
+                self.passages.bytes,
+            ),
         ]
     }
 
-    fn counters(&self) -> [(&'static str, &'static str, u64); 6] {
+    fn counters(&self) -> [(&'static str, &'static str, u64); 9] {
         [
             (
                 "capstan_scheduler_steps_total",
@@ -156,6 +166,21 @@ impl SchedulerStats {
                 "capstan_scheduler_prefix_evicted_blocks_total",
                 "Prefix-cache blocks evicted for room.",
                 self.prefix_evicted_blocks,
+            ),
+            (
+                "capstan_scheduler_passage_hit_tokens_total",
+                "CAPE encoder tokens whose states came from the passage cache.",
+                self.passages.hit_tokens,
+            ),
+            (
+                "capstan_scheduler_passage_encoded_tokens_total",
+                "CAPE encoder tokens computed.",
+                self.passages.encoded_tokens,
+            ),
+            (
+                "capstan_scheduler_passage_evicted_total",
+                "CAPE passage-cache chunks evicted for room.",
+                self.passages.evicted,
             ),
         ]
     }

@@ -10,6 +10,7 @@ use capstan_reader::{Cache, Decoding, Generation, PackedInput};
 use super::prefix::PrefixCache;
 use super::{Event, Shared, Waiting};
 use crate::error::{panic_message, Error};
+use capstan_reader::PassageCache;
 
 /// A prompt is read in chunks of at least this many tokens a step, even when decoding rows
 /// fill the step's budget (so prefill always progresses).
@@ -73,13 +74,14 @@ enum Ending {
 pub(super) fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
     let mut prefixes = shared.settings.prefix_cache.then(PrefixCache::new);
+    let mut passages = PassageCache::new(shared.settings.passage_cache_bytes);
     loop {
         let Some(admitted) = admit(shared, running.len(), prefixes.as_mut()) else {
             break;
         };
         let mut ended = Vec::new();
         for w in admitted {
-            match start(shared, w, prefixes.as_mut()) {
+            match start(shared, w, prefixes.as_mut(), &mut passages) {
                 Ok(r) if r.decoding.is_done() => ended.push(Ending::Finished(Box::new(r))),
                 Ok(r) => running.push(r),
                 Err((reserve, events, error)) => ended.push(Ending::Failed {
@@ -188,6 +190,7 @@ fn start(
     shared: &Shared,
     w: Waiting,
     prefixes: Option<&mut PrefixCache>,
+    passages: &mut PassageCache,
 ) -> Result<Running, StartError> {
     let model = shared.model.model();
     let mut cache = Cache::new(model);
@@ -209,12 +212,14 @@ fn start(
     }
     if !w.request.encoder_chunks.is_empty() {
         let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            model.set_encoder_context(
+            model.set_encoder_context_cached(
                 std::slice::from_ref(&w.request.encoder_chunks),
                 shared.model.pad_id(),
                 &mut cache,
+                passages,
             )
         }));
+        shared.stats.lock().expect("scheduler stats lock").passages = passages.stats();
         let err = match set {
             Ok(Ok(())) => None,
             Ok(Err(e)) => Some(Error::from(e)),

@@ -3,6 +3,7 @@
 use candle_core::{Module, Tensor};
 
 use super::cache::{Cache, CrossContext, CrossKv, CrossLayerState, EncodedChunks};
+use super::passage_states::PassageCache;
 use super::{CResult, Llama, MASKED};
 use crate::error::{Error, Result};
 
@@ -70,25 +71,53 @@ impl Llama {
     /// Encodes each row's chunks and stores the cross-attention keys/values in `cache`, once
     /// per request. `rows[r]` are the (unpadded) encoder chunks of batch row `r`; rows may
     /// have different numbers of chunks (missing ones are masked), and a row without chunks
-    /// decodes as plain Llama.
+    /// decodes as plain Llama. Nothing is kept between calls: see
+    /// [`Llama::set_encoder_context_cached`].
     pub fn set_encoder_context(
         &self,
         rows: &[Vec<Vec<u32>>],
         pad_id: u32,
         cache: &mut Cache,
     ) -> Result<()> {
+        self.set_encoder_context_cached(rows, pad_id, cache, &mut PassageCache::new(0))
+    }
+
+    /// [`Llama::set_encoder_context`] taking the states of chunks read before from
+    /// `passages` and keeping those it encodes there. Each distinct chunk is encoded alone
+    /// (positions `0..len`, no padding), so the result is the same, bit for bit, whatever
+    /// the cache holds and in whatever order the chunks come.
+    pub fn set_encoder_context_cached(
+        &self,
+        rows: &[Vec<Vec<u32>>],
+        pad_id: u32,
+        cache: &mut Cache,
+        passages: &mut PassageCache,
+    ) -> Result<()> {
         cache.ensure_batch(rows.len())?;
         let b = rows.len();
         let n_ctx = rows.iter().map(Vec::len).max().unwrap_or(0).max(1);
-        let mut chunks = Vec::with_capacity(b * n_ctx);
-        for row in rows {
-            chunks.extend(row.iter().cloned());
-            chunks.extend(std::iter::repeat_n(Vec::new(), n_ctx - row.len()));
+        let len = rows.iter().flatten().map(Vec::len).max().unwrap_or(0);
+        if len == 0 {
+            return Err(Error::invalid("no encoder tokens"));
         }
-        let enc = self.encode_chunks(&chunks, pad_id)?;
-        let (_, len, d) = enc.hidden_states.dims3()?;
-        let states = enc.hidden_states.reshape((b, n_ctx * len, d))?;
-        let flat: Vec<Vec<bool>> = enc.mask.chunks(n_ctx).map(|c| c.concat()).collect();
+        // Each chunk's states, left-padded with zeros to `len` (padding is masked).
+        let mut padded = Vec::with_capacity(b * n_ctx);
+        let mut chunk_mask = Vec::with_capacity(b * n_ctx);
+        for row in rows {
+            for i in 0..n_ctx {
+                let chunk = row.get(i).map_or(&[][..], Vec::as_slice);
+                padded.push(self.chunk_states(chunk, len, pad_id, passages)?);
+                chunk_mask.push(
+                    (0..len)
+                        .map(|p| p >= len - chunk.len())
+                        .collect::<Vec<bool>>(),
+                );
+            }
+        }
+        let states = Tensor::stack(&padded, 0)?;
+        let d = states.dim(2)?;
+        let states = states.reshape((b, n_ctx * len, d))?;
+        let flat: Vec<Vec<bool>> = chunk_mask.chunks(n_ctx).map(|c| c.concat()).collect();
         let add: Vec<f32> = flat
             .iter()
             .flat_map(|r| r.iter().map(|&m| if m { 0.0 } else { MASKED }))
@@ -150,5 +179,41 @@ impl Llama {
             row_gate,
         });
         Ok(())
+    }
+
+    /// The states of one chunk, `(len, hidden)`: from `passages` or encoded alone, then
+    /// left-padded with zeros to `len` rows.
+    fn chunk_states(
+        &self,
+        chunk: &[u32],
+        len: usize,
+        pad_id: u32,
+        passages: &mut PassageCache,
+    ) -> Result<Tensor> {
+        let hidden = self
+            .cfg
+            .encoder_config
+            .as_deref()
+            .ok_or_else(|| Error::invalid("this model has no context encoder"))?
+            .hidden_size;
+        let zeros = |rows: usize| Tensor::zeros((rows, hidden), self.dtype, &self.device);
+        if chunk.is_empty() {
+            return Ok(zeros(len)?);
+        }
+        let states = match passages.get(chunk) {
+            Some(states) => states,
+            None => {
+                let states = self
+                    .encode_chunks(&[chunk.to_vec()], pad_id)?
+                    .hidden_states
+                    .squeeze(0)?;
+                passages.put(chunk, &states);
+                states
+            }
+        };
+        if chunk.len() == len {
+            return Ok(states);
+        }
+        Ok(Tensor::cat(&[&zeros(len - chunk.len())?, &states], 0)?)
     }
 }

@@ -22,6 +22,7 @@ mod cache;
 mod cepe;
 mod layers;
 mod packed;
+mod passage_states;
 mod rope;
 mod weights;
 
@@ -45,6 +46,7 @@ pub const STABLE_CHUNK_ROWS: usize = if attend::KERNEL_ROWS > weights::DEQUANTIZ
 };
 use layers::{LayerAttention, Stack};
 pub use packed::PackedInput;
+pub use passage_states::{PassageCache, PassageCacheStats};
 use weights::Proj;
 pub(crate) use weights::Weights;
 
