@@ -417,3 +417,130 @@ fn kv_retrieval_and_passkey_probes_on_a_tiny_checkpoint() {
         "{partial} lines before the kill"
     );
 }
+
+/// Mean loss of each bucket of a pattern in a perplexity results.json.
+fn bucket_loss(r: &Value, pattern: usize) -> Vec<f64> {
+    r["patterns"][pattern]["bucket_loss"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect()
+}
+
+fn assert_close(a: &[f64], b: &[f64], tol: f64, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    for (x, y) in a.iter().zip(b) {
+        assert!((x - y).abs() <= tol, "{what}: {a:?} vs {b:?}");
+    }
+}
+
+#[test]
+fn perplexity_by_position_on_a_tiny_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let model = tmp.path().join("tiny-llama");
+    tiny_checkpoint(&model);
+    let words: Vec<&str> = WORDS.split_whitespace().collect();
+    let text = |n: usize, step: usize| -> String {
+        (0..n)
+            .map(|i| words[(i * step) % words.len()])
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let corpus = tmp.path().join("long.jsonl");
+    let docs = [
+        serde_json::json!({"_id": "short", "text": text(100, 1)}),
+        serde_json::json!({"_id": "a", "text": text(400, 7)}),
+        serde_json::json!({"_id": "b", "text": text(400, 3)}),
+        serde_json::json!({"_id": "c", "text": text(400, 5)}),
+    ];
+    let lines: Vec<String> = docs.iter().map(Value::to_string).collect();
+    std::fs::write(&corpus, lines.join("\n") + "\n").unwrap();
+    let run = |out: &str, chunk: &str| {
+        let out = tmp.path().join(out);
+        let table = ok(&[
+            "eval",
+            "perplexity",
+            s(&corpus),
+            "--model",
+            s(&model),
+            "--out",
+            s(&out),
+            "--length",
+            "256",
+            "--bucket",
+            "64",
+            "--documents",
+            "2",
+            "--chunk",
+            chunk,
+            "--report-at",
+            "128,256",
+            "--attention",
+            "full",
+            "--attention",
+            "selfextend:group=2,window=256",
+            "--attention",
+            "zebra:every=2,window=16",
+            "--device",
+            "cpu",
+            "-q",
+        ]);
+        assert!(table.contains("| attention |"), "{table}");
+        assert_png(&out.join("perplexity.png"));
+        read_json(&out.join("results.json"))
+    };
+    let whole = run("whole", "256");
+    assert_eq!(whole["documents"], serde_json::json!(["a", "b"]), "{whole}");
+    let full = bucket_loss(&whole, 0);
+    assert_eq!(full.len(), 4);
+    assert!(full.iter().all(|l| l.is_finite() && *l > 0.0), "{full:?}");
+    // The prefix mean over 128 tokens is the token-weighted mean of the first two buckets
+    // (63 and 64 predicted tokens: the first token is never predicted).
+    let at_128 = whole["patterns"][0]["prefix_loss"][0][1].as_f64().unwrap();
+    let want = (full[0] * 63.0 + full[1] * 64.0) / 127.0;
+    assert!((at_128 - want).abs() < 1e-9, "{at_128} vs {want}");
+    // SelfExtend whose neighbour window covers every token is full attention.
+    assert_close(
+        &bucket_loss(&whole, 1),
+        &full,
+        1e-3,
+        "selfextend, window >= length",
+    );
+    // Zebra's 16-token windows in odd layers see less than full attention past 16 tokens.
+    let zebra = bucket_loss(&whole, 2);
+    assert!(
+        zebra
+            .iter()
+            .zip(&full)
+            .skip(1)
+            .all(|(z, f)| (z - f).abs() > 1e-4),
+        "{zebra:?} vs {full:?}"
+    );
+    // Reading in chunks of 50 through the KV cache gives the loss of one pass.
+    let chunked = run("chunked", "50");
+    for p in 0..3 {
+        assert_close(
+            &bucket_loss(&chunked, p),
+            &bucket_loss(&whole, p),
+            1e-3,
+            &format!("pattern {p}, chunks of 50"),
+        );
+    }
+    // Too long for every document: named.
+    let err = fails(&[
+        "eval",
+        "perplexity",
+        s(&corpus),
+        "--model",
+        s(&model),
+        "--out",
+        s(&tmp.path().join("none")),
+        "--length",
+        "5000",
+        "--device",
+        "cpu",
+        "-q",
+    ]);
+    assert!(err.contains("5000 tokens"), "{err}");
+}

@@ -42,6 +42,9 @@ enum EvalTask {
     KvRetrieval(KvEvalArgs),
     /// Synthetic passkey retrieval at several lengths and depths with a generative model.
     Passkey(PasskeyEvalArgs),
+    /// Next-token loss by position over long documents, per attention pattern (how far a
+    /// model reads past its trained context).
+    Perplexity(PerplexityEvalArgs),
 }
 
 /// Output, resumption and parallelism of the batch evaluations.
@@ -191,6 +194,52 @@ struct PasskeyEvalArgs {
 }
 
 #[derive(Debug, Args)]
+struct PerplexityEvalArgs {
+    /// Long documents in any format `capstan index` reads (JSONL, BEIR corpus, a folder of
+    /// text, HTML, PDF, DOCX or EPUB files); the first ones with --length tokens are read.
+    corpus: PathBuf,
+    /// Generative checkpoint: a Hugging Face folder with tokenizer.json, or a .gguf file
+    /// [default: SmolLM2-135M-Instruct under $CAPSTAN_HOME/models, when installed].
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Weights in this dtype (a GGUF file dequantized) instead of their natural form.
+    #[arg(long, value_enum)]
+    dtype: Option<DtypeArg>,
+    /// Device: cpu, cuda or auto.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto)]
+    device: DeviceArg,
+    /// Self-attention patterns to compare, each over every document (repeat the flag, e.g.
+    /// `--attention full --attention selfextend:group=4,window=2048`).
+    #[arg(long, default_value = "full")]
+    attention: Vec<AttentionPattern>,
+    /// Tokens read per document (BOS included); shorter documents are skipped.
+    #[arg(long, default_value_t = 16384)]
+    length: usize,
+    /// Width of a position bucket in tokens.
+    #[arg(long, default_value_t = 1024)]
+    bucket: usize,
+    /// Documents read at most.
+    #[arg(long, default_value_t = 4)]
+    documents: usize,
+    /// Tokens per forward pass (earlier ones are read from the KV cache).
+    #[arg(long, default_value_t = 1024)]
+    chunk: usize,
+    /// Prefix lengths whose mean loss is reported, multiples of --bucket [default: every
+    /// 4,096 tokens up to --length].
+    #[arg(long, value_delimiter = ',')]
+    report_at: Vec<usize>,
+    /// Output folder: config.json, items.jsonl, results.json, results.md, perplexity.png.
+    #[arg(long)]
+    out: PathBuf,
+    /// Discard the items of an earlier run in --out instead of resuming it.
+    #[arg(long)]
+    restart: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Debug, Args)]
 struct RetrievalEvalArgs {
     /// The index folder (built from the dataset's corpus.jsonl).
     index: PathBuf,
@@ -221,6 +270,7 @@ pub fn run(args: EvalArgs) -> anyhow::Result<()> {
         EvalTask::Position(a) => position(a),
         EvalTask::KvRetrieval(a) => kv_retrieval(a),
         EvalTask::Passkey(a) => passkey(a),
+        EvalTask::Perplexity(a) => perplexity(a),
     }
 }
 
@@ -407,6 +457,59 @@ fn passkey(args: PasskeyEvalArgs) -> anyhow::Result<()> {
         &settings,
         &spec(&args.run, config, "passkey", &bars, true),
     )
+}
+
+fn perplexity(args: PerplexityEvalArgs) -> anyhow::Result<()> {
+    let path = args
+        .model
+        .clone()
+        .or_else(default_llama_model)
+        .context("no --model given and the default model is not installed (scripts/setup.sh installs SmolLM2-135M-Instruct)")?;
+    let report_at = if args.report_at.is_empty() {
+        (4096..args.length)
+            .step_by(4096)
+            .chain([args.length])
+            .collect()
+    } else {
+        args.report_at.clone()
+    };
+    let settings = eval::perplexity::PerplexitySettings {
+        length: args.length,
+        bucket: args.bucket,
+        documents: args.documents,
+        chunk: args.chunk,
+        report_at,
+        patterns: args.attention.clone(),
+    };
+    let corpus = capstan_indexer::read_corpus(&args.corpus, false)
+        .with_context(|| format!("reading {}", args.corpus.display()))?;
+    let config = serde_json::json!({
+        "task": "perplexity",
+        "model": canonical(&path),
+        "dtype": args.dtype.map(|d| format!("{d:?}")),
+        "corpus": canonical(&args.corpus),
+        "corpus_sha256": corpus.sha256,
+        "length": settings.length,
+        "bucket": settings.bucket,
+        "documents": settings.documents,
+        "chunk": settings.chunk,
+    });
+    let opts = LoadOptions {
+        dtype: args.dtype.map(DtypeArg::dtype),
+        no_chat_template: true,
+    };
+    let mut lm = capstan_reader::LanguageModel::load(&path, &args.device.device()?, opts)
+        .with_context(|| format!("loading the model {}", path.display()))?;
+    let bars = Bars::new(args.quiet);
+    let spec = RunSpec {
+        out: &args.out,
+        config,
+        restart: args.restart,
+        concurrency: 1,
+        stage: "perplexity",
+        progress: &bars,
+    };
+    eval::perplexity::run(&mut lm, &corpus, &settings, &spec)
 }
 
 /// Passages retrieved per query: enough for 100 distinct documents in most cases.

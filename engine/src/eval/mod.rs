@@ -1,6 +1,6 @@
 //! Batch evaluations of `capstan eval` beyond retrieval: open-domain QA, the
 //! lost-in-the-middle position protocol and the synthetic long-context probes
-//! (key-value retrieval, passkey).
+//! (key-value retrieval, passkey) and perplexity by position over long text.
 //!
 //! Every run writes into its output folder:
 //! - `config.json`: what the run measures (a resumed run must match it);
@@ -8,6 +8,7 @@
 //!   interrupted run resumes where it stopped;
 //! - `results.json`, `results.md` and PNG plots, written at the end.
 
+pub mod perplexity;
 pub mod plot;
 pub mod position;
 pub mod probes;

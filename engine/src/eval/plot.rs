@@ -24,7 +24,7 @@ fn register_font() {
 pub struct Series {
     /// Legend entry (not shown for a single series).
     pub name: String,
-    /// (x, y) points, y in [0, 1].
+    /// (x, y) points (y in [0, 1] for [`lines`]).
     pub points: Vec<(f64, f64)>,
 }
 
@@ -40,11 +40,45 @@ pub struct Labels<'a> {
 
 /// Draws `series` (y from 0 to 1) into the PNG file `path`.
 pub fn lines(path: &Path, labels: &Labels, series: &[Series]) -> anyhow::Result<()> {
-    register_font();
-    draw_lines(path, labels, series).with_context(|| format!("drawing {}", path.display()))
+    lines_in(path, labels, series, Some((0.0, 1.02)))
 }
 
-fn draw_lines(path: &Path, labels: &Labels, series: &[Series]) -> anyhow::Result<()> {
+/// Draws `series` into the PNG file `path` with the y axis over `y` (`None`: the data's range).
+pub fn lines_in(
+    path: &Path,
+    labels: &Labels,
+    series: &[Series],
+    y: Option<(f64, f64)>,
+) -> anyhow::Result<()> {
+    register_font();
+    let y =
+        y.unwrap_or_else(|| data_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1))));
+    draw_lines(path, labels, series, y).with_context(|| format!("drawing {}", path.display()))
+}
+
+/// The range of `values` with 5% of room each side (0..1 when empty, ±0.5 when flat).
+fn data_range(values: impl Iterator<Item = f64>) -> (f64, f64) {
+    let (lo, hi) = values
+        .filter(|v| v.is_finite())
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), v| {
+            (a.min(v), b.max(v))
+        });
+    if !lo.is_finite() {
+        return (0.0, 1.0);
+    }
+    if hi - lo < 1e-9 {
+        return (lo - 0.5, hi + 0.5);
+    }
+    let pad = (hi - lo) * 0.05;
+    (lo - pad, hi + pad)
+}
+
+fn draw_lines(
+    path: &Path,
+    labels: &Labels,
+    series: &[Series],
+    (y0, y1): (f64, f64),
+) -> anyhow::Result<()> {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
         (a.min(x), b.max(x))
@@ -74,7 +108,7 @@ fn draw_lines(path: &Path, labels: &Labels, series: &[Series]) -> anyhow::Result
         .margin(18)
         .x_label_area_size(50)
         .y_label_area_size(65)
-        .build_cartesian_2d((x0 - pad)..(x1 + pad), 0f64..1.02)?;
+        .build_cartesian_2d((x0 - pad)..(x1 + pad), y0..y1)?;
     chart
         .configure_mesh()
         .x_desc(labels.x)
@@ -82,7 +116,13 @@ fn draw_lines(path: &Path, labels: &Labels, series: &[Series]) -> anyhow::Result
         .label_style((FAMILY, 15))
         .axis_desc_style((FAMILY, 17))
         .x_label_formatter(&x_format)
-        .y_label_formatter(&|y| format!("{y:.1}"))
+        .y_label_formatter(&|y| {
+            if y1 - y0 < 2.0 {
+                format!("{y:.2}")
+            } else {
+                format!("{y:.1}")
+            }
+        })
         .draw()?;
     for (i, s) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
