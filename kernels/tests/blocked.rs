@@ -55,31 +55,97 @@ fn blocked_attention_equals_the_reference() {
             randn(&mut rng, nk),
         );
         let mask: Vec<bool> = (0..batch * kv_len).map(|i| i % 5 != 3).collect();
-        let pos = AttnPositions {
-            q_pos0: (kv_len - q_len) as u64,
-            k_pos0: 0,
-            scale: 1.0 / (dim as f32).sqrt(),
-        };
-        for pattern in patterns(heads) {
-            for masked in [false, true] {
-                let extras = AttnExtras {
-                    q_grouped: Some(&qg),
-                    k_grouped: Some(&kg),
-                    key_mask: masked.then_some(mask.as_slice()),
-                };
-                let want = cpu::attention(&q, &k, &v, dims, pos, &pattern, extras);
-                let got = cpu::attention_blocked(&q, &k, &v, dims, pos, &pattern, extras);
-                let worst = want
-                    .iter()
-                    .zip(&got)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0f32, f32::max);
-                assert!(
+        // Keys from position 0, and a cache that starts late (a Zebra local layer's, trimmed).
+        for k_pos0 in [0u64, 37] {
+            let pos = AttnPositions {
+                q_pos0: k_pos0 + (kv_len - q_len) as u64,
+                k_pos0,
+                scale: 1.0 / (dim as f32).sqrt(),
+            };
+            for pattern in patterns(heads) {
+                for masked in [false, true] {
+                    let extras = AttnExtras {
+                        q_grouped: Some(&qg),
+                        k_grouped: Some(&kg),
+                        key_mask: masked.then_some(mask.as_slice()),
+                    };
+                    let want = cpu::attention(&q, &k, &v, dims, pos, &pattern, extras);
+                    let got = cpu::attention_blocked(&q, &k, &v, dims, pos, &pattern, extras);
+                    let worst = want
+                        .iter()
+                        .zip(&got)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0f32, f32::max);
+                    assert!(
                     worst <= 2e-5,
-                    "{pattern:?} masked {masked} shape {dims:?}: differs by {worst}"
+                    "{pattern:?} masked {masked} shape {dims:?} from {k_pos0}: differs by {worst}"
                 );
-                assert!(want.iter().any(|&x| x != 0.0), "{pattern:?}: all zeros");
+                    assert!(want.iter().any(|&x| x != 0.0), "{pattern:?}: all zeros");
+                }
             }
+        }
+    }
+}
+
+/// A prompt read in two chunks gives every row the bits one chunk gives it (the tiled path's
+/// arithmetic depends only on the row and the keys it sees), for every pattern.
+#[test]
+fn tiled_rows_are_the_same_in_any_chunking() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let (heads, kv_heads, dim, past, q_len, first) = (6, 2, 64, 150, 90, 40);
+    let kv_len = past + q_len;
+    assert!(first >= cpu::TILED_ROWS && q_len - first >= cpu::TILED_ROWS);
+    let (q, qg) = (
+        randn(&mut rng, heads * q_len * dim),
+        randn(&mut rng, heads * q_len * dim),
+    );
+    let (k, kg, v) = (
+        randn(&mut rng, kv_heads * kv_len * dim),
+        randn(&mut rng, kv_heads * kv_len * dim),
+        randn(&mut rng, kv_heads * kv_len * dim),
+    );
+    // Rows `r0..r1` of the chunk, heads-major, and the keys they see (the cache buffer is the
+    // whole key array: `kv_stride` stays `kv_len`).
+    let rows = |x: &[f32], r0: usize, r1: usize| -> Vec<f32> {
+        (0..heads)
+            .flat_map(|h| x[(h * q_len + r0) * dim..(h * q_len + r1) * dim].to_vec())
+            .collect()
+    };
+    let call = |r0: usize, r1: usize, pattern: &Pattern| -> Vec<f32> {
+        let dims = AttnDims {
+            batch: 1,
+            heads,
+            kv_heads,
+            q_len: r1 - r0,
+            kv_len: past + r1,
+            kv_stride: kv_len,
+            dim,
+        };
+        let pos = AttnPositions {
+            q_pos0: (past + r0) as u64,
+            k_pos0: 0,
+            scale: 0.125,
+        };
+        let qg = rows(&qg, r0, r1);
+        let extras = AttnExtras {
+            q_grouped: Some(&qg),
+            k_grouped: Some(&kg),
+            key_mask: None,
+        };
+        cpu::attention_blocked(&rows(&q, r0, r1), &k, &v, dims, pos, pattern, extras)
+    };
+    // Cross-attention sees every key: its keys do not grow with the prompt.
+    for pattern in patterns(heads).into_iter().filter(|p| *p != Pattern::Cross) {
+        let whole = call(0, q_len, &pattern);
+        let (a, b) = (call(0, first, &pattern), call(first, q_len, &pattern));
+        for h in 0..heads {
+            let want = &whole[h * q_len * dim..(h + 1) * q_len * dim];
+            let got: Vec<f32> = a[h * first * dim..(h + 1) * first * dim]
+                .iter()
+                .chain(&b[h * (q_len - first) * dim..(h + 1) * (q_len - first) * dim])
+                .copied()
+                .collect();
+            assert!(want == got.as_slice(), "{pattern:?}, head {h}");
         }
     }
 }

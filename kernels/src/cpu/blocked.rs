@@ -1,4 +1,5 @@
-//! The attention the CPU runs: [`super::attention`]'s arithmetic (tiles of [`TILE`] keys, an
+//! The attention the CPU runs (calls of [`TILED_ROWS`] query rows or more go to
+//! [`super::tiled`]): [`super::attention`]'s arithmetic (tiles of [`TILE`] keys, an
 //! online softmax, f32 accumulation, every pattern) made fast. Heads and blocks of query rows
 //! run on the thread pool; the query heads that share a key head read each key and value once
 //! (grouped-query attention; SCCA's heads differ and run alone); keys and values are read where
@@ -8,6 +9,7 @@
 use rayon::prelude::*;
 
 use super::math;
+use super::tiled::{run_all, PackedKeys, Tiled, QUERY_BLOCK as TILED_BLOCK, TILED_ROWS};
 use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
@@ -49,6 +51,33 @@ pub fn attention_blocked(
     };
     let groups = batch * heads / group;
     let ptr = OutPtr(out.as_mut_ptr());
+    if q_len >= TILED_ROWS {
+        let tiled = Tiled {
+            q,
+            v,
+            dims,
+            pos,
+            pattern,
+            extras,
+            keys: PackedKeys::pack(k, dims, pos.k_pos0),
+            grouped: match (pattern, extras.k_grouped) {
+                (Pattern::SelfExtend { .. }, Some(kg)) => {
+                    Some(PackedKeys::pack(kg, dims, pos.k_pos0))
+                }
+                _ => None,
+            },
+        };
+        let tiled_blocks = q_len.div_ceil(TILED_BLOCK);
+        let group = if matches!(pattern, Pattern::Scca(_))
+            || batch * kv_heads * tiled_blocks < 4 * rayon::current_num_threads()
+        {
+            1
+        } else {
+            heads / kv_heads
+        };
+        run_all(&tiled, group, ptr);
+        return out;
+    }
     let run = |task: usize| {
         let (g, blk) = (task / blocks, task % blocks);
         let rows = Rows {

@@ -78,7 +78,7 @@ pub fn sum(x: &[f32]) -> f32 {
 
 /// Largest element, with eight lanes (`-inf` for an empty slice).
 #[inline(always)]
-fn max(x: &[f32]) -> f32 {
+pub(crate) fn max(x: &[f32]) -> f32 {
     let mut lanes = [f32::NEG_INFINITY; 8];
     let mut chunks = x.chunks_exact(8);
     for c in &mut chunks {

@@ -7,8 +7,10 @@ mod blocked;
 pub mod int8;
 pub mod math;
 pub mod qmatmul;
+mod tiled;
 
 pub use blocked::attention_blocked;
+pub use tiled::TILED_ROWS;
 
 use crate::pattern::{key_range, visible, Pattern, TILE};
 

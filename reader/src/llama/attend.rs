@@ -11,10 +11,6 @@ use super::{CResult, MASKED};
 /// queries (bounds the attention-score memory and skips keys no query of the block sees).
 pub(super) const QUERY_BLOCK: usize = 256;
 
-/// On the CPU, query rows up to which causal attention runs Capstan's blocked kernel rather
-/// than matrix products with the softmax between (measured: docs/BENCHMARKS.md, issue 24).
-pub(super) const KERNEL_ROWS: usize = 64;
-
 /// On a GPU (the matrix-product path), per block of this many queries: 32 heads x 1,024 rows x
 /// 32K keys of f32 scores are 4 GiB.
 const GPU_QUERY_BLOCK: usize = 1024;
@@ -76,9 +72,11 @@ pub(super) fn attend(
     n_rep: usize,
 ) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
-    if mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32 && s <= KERNEL_ROWS {
-        // Decoding steps and short chunks: Capstan's blocked kernel reads the cache in place,
-        // threaded over heads.
+    if mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32 {
+        // Capstan's kernel reads the cache in place: one dot product per key for decoding
+        // steps and short chunks, query blocks against tiles of keys for longer ones (measured
+        // as fast as the matrix products at 512 and 2,048 tokens and 8% faster at 8,192:
+        // docs/BENCHMARKS.md, issue 24).
         let t = k.dim(2)?;
         let mut opts = AttentionOptions::new(Pattern::Causal);
         opts.q_pos0 = (t - s) as u64;

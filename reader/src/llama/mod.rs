@@ -36,11 +36,12 @@ use crate::error::{Error, Result};
 pub use cache::{Cache, CrossKv, EncodedChunks, KvBlock};
 
 /// A prompt chunk of at least this many rows runs the same kernels whatever its length
-/// (smaller ones run the blocked attention kernel and the quantized tiles, whose rounding
+/// (smaller ones run the per-row attention path and the quantized tiles, whose rounding
 /// differs): a prefix cache leaves at least this many prompt tokens to read, so that a prompt
 /// started from cached keys and values gives the logits a fresh read gives.
-pub const STABLE_CHUNK_ROWS: usize = if attend::KERNEL_ROWS > weights::DEQUANTIZE_ROWS {
-    attend::KERNEL_ROWS + 1
+pub const STABLE_CHUNK_ROWS: usize = if capstan_kernels::cpu::TILED_ROWS > weights::DEQUANTIZE_ROWS
+{
+    capstan_kernels::cpu::TILED_ROWS + 1
 } else {
     weights::DEQUANTIZE_ROWS + 1
 };
