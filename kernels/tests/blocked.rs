@@ -10,6 +10,13 @@ fn randn(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-2.0f32..2.0)).collect()
 }
 
+/// Every form of the tiled path (those this CPU lacks are skipped).
+const ISAS: [cpu::TileIsa; 3] = [
+    cpu::TileIsa::Portable,
+    cpu::TileIsa::Avx2,
+    cpu::TileIsa::Avx512,
+];
+
 fn patterns(heads: usize) -> Vec<Pattern> {
     vec![
         Pattern::Causal,
@@ -111,41 +118,43 @@ fn tiled_rows_are_the_same_in_any_chunking() {
             .flat_map(|h| x[(h * q_len + r0) * dim..(h * q_len + r1) * dim].to_vec())
             .collect()
     };
-    let call = |r0: usize, r1: usize, pattern: &Pattern| -> Vec<f32> {
-        let dims = AttnDims {
-            batch: 1,
-            heads,
-            kv_heads,
-            q_len: r1 - r0,
-            kv_len: past + r1,
-            kv_stride: kv_len,
-            dim,
+    for isa in ISAS.into_iter().filter(|i| i.available()) {
+        let call = |r0: usize, r1: usize, pattern: &Pattern| -> Vec<f32> {
+            let dims = AttnDims {
+                batch: 1,
+                heads,
+                kv_heads,
+                q_len: r1 - r0,
+                kv_len: past + r1,
+                kv_stride: kv_len,
+                dim,
+            };
+            let pos = AttnPositions {
+                q_pos0: (past + r0) as u64,
+                k_pos0: 0,
+                scale: 0.125,
+            };
+            let qg = rows(&qg, r0, r1);
+            let extras = AttnExtras {
+                q_grouped: Some(&qg),
+                k_grouped: Some(&kg),
+                key_mask: None,
+            };
+            cpu::attention_blocked_on(isa, &rows(&q, r0, r1), &k, &v, dims, pos, pattern, extras)
         };
-        let pos = AttnPositions {
-            q_pos0: (past + r0) as u64,
-            k_pos0: 0,
-            scale: 0.125,
-        };
-        let qg = rows(&qg, r0, r1);
-        let extras = AttnExtras {
-            q_grouped: Some(&qg),
-            k_grouped: Some(&kg),
-            key_mask: None,
-        };
-        cpu::attention_blocked(&rows(&q, r0, r1), &k, &v, dims, pos, pattern, extras)
-    };
-    // Cross-attention sees every key: its keys do not grow with the prompt.
-    for pattern in patterns(heads).into_iter().filter(|p| *p != Pattern::Cross) {
-        let whole = call(0, q_len, &pattern);
-        let (a, b) = (call(0, first, &pattern), call(first, q_len, &pattern));
-        for h in 0..heads {
-            let want = &whole[h * q_len * dim..(h + 1) * q_len * dim];
-            let got: Vec<f32> = a[h * first * dim..(h + 1) * first * dim]
-                .iter()
-                .chain(&b[h * (q_len - first) * dim..(h + 1) * (q_len - first) * dim])
-                .copied()
-                .collect();
-            assert!(want == got.as_slice(), "{pattern:?}, head {h}");
+        // Cross-attention sees every key: its keys do not grow with the prompt.
+        for pattern in patterns(heads).into_iter().filter(|p| *p != Pattern::Cross) {
+            let whole = call(0, q_len, &pattern);
+            let (a, b) = (call(0, first, &pattern), call(first, q_len, &pattern));
+            for h in 0..heads {
+                let want = &whole[h * q_len * dim..(h + 1) * q_len * dim];
+                let got: Vec<f32> = a[h * first * dim..(h + 1) * first * dim]
+                    .iter()
+                    .chain(&b[h * (q_len - first) * dim..(h + 1) * (q_len - first) * dim])
+                    .copied()
+                    .collect();
+                assert!(want == got.as_slice(), "{isa:?} {pattern:?}, head {h}");
+            }
         }
     }
 }

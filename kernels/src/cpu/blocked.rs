@@ -9,7 +9,7 @@
 use rayon::prelude::*;
 
 use super::math;
-use super::tiled::{run_all, PackedKeys, Tiled, QUERY_BLOCK as TILED_BLOCK, TILED_ROWS};
+use super::tiled::{run_all, PackedKeys, TileIsa, Tiled, QUERY_BLOCK as TILED_BLOCK, TILED_ROWS};
 use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
@@ -26,6 +26,27 @@ pub fn attention_blocked(
     pattern: &Pattern,
     extras: AttnExtras<'_>,
 ) -> Vec<f32> {
+    attention_blocked_on(TileIsa::best(), q, k, v, dims, pos, pattern, extras)
+}
+
+/// [`attention_blocked`] with the tiled path on `isa` (for tests and probes of each one;
+/// `isa` must be available on this CPU, else the portable form runs).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_blocked_on(
+    isa: TileIsa,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    dims: AttnDims,
+    pos: AttnPositions,
+    pattern: &Pattern,
+    extras: AttnExtras<'_>,
+) -> Vec<f32> {
+    let isa = if isa.available() {
+        isa
+    } else {
+        TileIsa::Portable
+    };
     let AttnDims {
         batch,
         heads,
@@ -53,6 +74,7 @@ pub fn attention_blocked(
     let ptr = OutPtr(out.as_mut_ptr());
     if q_len >= TILED_ROWS {
         let tiled = Tiled {
+            isa,
             q,
             v,
             dims,

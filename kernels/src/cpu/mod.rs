@@ -9,8 +9,8 @@ pub mod math;
 pub mod qmatmul;
 mod tiled;
 
-pub use blocked::attention_blocked;
-pub use tiled::TILED_ROWS;
+pub use blocked::{attention_blocked, attention_blocked_on};
+pub use tiled::{TileIsa, TILED_ROWS};
 
 use crate::pattern::{key_range, visible, Pattern, TILE};
 

@@ -82,8 +82,43 @@ impl PackedKeys {
     }
 }
 
+/// The instruction sets the tiled path is written for. Each gives a row the same result in
+/// any chunk; they differ from each other by rounding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TileIsa {
+    /// Plain Rust (any CPU).
+    Portable,
+    /// AVX2 and FMA, one row per pass over a tile.
+    Avx2,
+    /// AVX-512 F, four rows per pass over a tile.
+    Avx512,
+}
+
+impl TileIsa {
+    /// The fastest this CPU runs.
+    pub fn best() -> Self {
+        if math::has_avx512() {
+            TileIsa::Avx512
+        } else if math::has_avx2() {
+            TileIsa::Avx2
+        } else {
+            TileIsa::Portable
+        }
+    }
+
+    /// Whether this CPU runs it.
+    pub fn available(self) -> bool {
+        match self {
+            TileIsa::Portable => true,
+            TileIsa::Avx2 => math::has_avx2(),
+            TileIsa::Avx512 => math::has_avx512(),
+        }
+    }
+}
+
 /// The inputs of one call, shared by its tasks.
 pub(super) struct Tiled<'a> {
+    pub(super) isa: TileIsa,
     pub(super) q: &'a [f32],
     pub(super) v: &'a [f32],
     pub(super) dims: AttnDims,
@@ -108,17 +143,15 @@ impl Tiled<'_> {
         r1: usize,
         out: OutPtr,
     ) {
-        #[cfg(target_arch = "x86_64")]
-        if math::has_avx512() {
-            // SAFETY: the CPU supports AVX-512 F, AVX2 and FMA.
-            return unsafe { self.run_avx512(b, h0, group, r0, r1, out) };
+        match self.isa {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `TileIsa::available` checked that the CPU supports AVX-512 F, AVX2, FMA.
+            TileIsa::Avx512 => unsafe { self.run_avx512(b, h0, group, r0, r1, out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `TileIsa::available` checked that the CPU supports AVX2 and FMA.
+            TileIsa::Avx2 => unsafe { self.run_avx2(b, h0, group, r0, r1, out) },
+            _ => unsafe { self.run_generic::<Portable>(b, h0, group, r0, r1, out) },
         }
-        #[cfg(target_arch = "x86_64")]
-        if math::has_avx2() {
-            // SAFETY: the CPU supports AVX2 and FMA.
-            return unsafe { self.run_avx2(b, h0, group, r0, r1, out) };
-        }
-        unsafe { self.run_generic::<Portable>(b, h0, group, r0, r1, out) }
     }
 
     #[cfg(target_arch = "x86_64")]
