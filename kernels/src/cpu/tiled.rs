@@ -279,16 +279,19 @@ impl Tiled<'_> {
                     K::scores(&qs[..n], kgt.expect("grouped keys"), &mut grouped[..n]);
                 }
                 for (j, lane) in batch.iter().enumerate() {
-                    // Zero outside the lane's keys: the batch's product adds nothing there.
+                    // Whole tiles of slots, -inf (then weight 0) outside the lane's keys, so
+                    // that every loop has a fixed length and vectorises, and the batch's
+                    // product adds nothing there.
+                    let (xa, xz, split, i) = (lane.xa, lane.xz, lane.split, lane.i);
                     let w = &mut weights[j];
-                    w.fill(0.0);
-                    let (xa, xz, i) = (lane.xa, lane.xz, lane.i);
-                    for x in xa..xz {
-                        w[x] = if x < lane.split {
-                            grouped[j][x]
+                    let (sj, gj) = (&scores[j], &grouped[j]);
+                    for x in 0..KEY_TILE {
+                        let s = if x < split { gj[x] } else { sj[x] } * pos.scale;
+                        w[x] = if x >= xa && x < xz {
+                            s
                         } else {
-                            scores[j][x]
-                        } * pos.scale;
+                            f32::NEG_INFINITY
+                        };
                     }
                     if !range_is_visible {
                         for (x, s) in w.iter_mut().enumerate().take(xz).skip(xa) {
@@ -301,7 +304,6 @@ impl Tiled<'_> {
                             }
                         }
                     }
-                    let w = &mut w[xa..xz];
                     let tile_max = math::max(w);
                     if tile_max == f32::NEG_INFINITY {
                         // Nothing seen: weights 0, the accumulator kept as it is.
@@ -324,14 +326,17 @@ impl Tiled<'_> {
                 let x1 = batch.iter().map(|l| l.xz).max().expect("a lane");
                 let kr0 = (tabs + x0 as u64 - pos.k_pos0) as usize;
                 let vtile = &self.v[vbase + kr0 * dim..vbase + (kr0 + x1 - x0) * dim];
-                let rows_of: Vec<usize> = batch.iter().map(|l| l.row).collect();
+                let mut rows_of = [0usize; MAX_ROWS];
+                for (r, lane) in rows_of.iter_mut().zip(batch) {
+                    *r = lane.row;
+                }
                 K::accumulate(
                     &weights[..n],
                     x0,
                     vtile,
                     &mut acc,
                     dim,
-                    &rows_of,
+                    &rows_of[..n],
                     &corr[..n],
                 );
             }
