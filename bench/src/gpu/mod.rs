@@ -11,6 +11,7 @@ mod decode;
 mod device;
 mod encode;
 mod parity;
+mod passage_cache;
 mod prefill;
 mod shapes;
 
@@ -82,6 +83,29 @@ pub enum GpuCommand {
         /// reported as weights + KV cache, a lower bound, and no throughput).
         #[arg(long, default_value_t = 32768)]
         full_max: usize,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+    },
+    /// CAPE's passage cache under a RAG load (popular passages recur): encoder tokens computed
+    /// and request times with the cache off and on, and whether the logits are identical.
+    PassageCache {
+        /// cepe-7b, cepe-smol (CEPE's encoder, a SmolLM2-shaped decoder) or cepe-tiny.
+        #[arg(long, default_value = "cepe-7b")]
+        shape: String,
+        #[arg(long, default_value_t = 24)]
+        requests: usize,
+        /// Passages per request.
+        #[arg(long, default_value_t = 5)]
+        k: usize,
+        /// Distinct passages the requests draw from (Zipf, s = 1).
+        #[arg(long, default_value_t = 20)]
+        pool: usize,
+        #[arg(long, default_value_t = 256)]
+        chunk: usize,
+        #[arg(long, default_value_t = 64)]
+        question: usize,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -170,6 +194,25 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             decoder_tokens,
             chunk,
             full_max,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::PassageCache {
+            shape,
+            requests,
+            k,
+            pool,
+            chunk,
+            question,
+            device,
+            dtype,
+        } => passage_cache::run(
+            &shape,
+            requests,
+            k,
+            pool,
+            chunk,
+            question,
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),

@@ -10,10 +10,11 @@ use serde_json::{json, Value};
 
 /// The shapes `--shape` takes: Llama-2-7B, Llama-3-8B, CEPE (Llama-2-7B with cross-attention
 /// in every layer and a 435M bidirectional encoder), and tiny versions of each for the CPU.
-pub const SHAPES: [&str; 6] = [
+pub const SHAPES: [&str; 7] = [
     "llama2-7b",
     "llama3-8b",
     "cepe-7b",
+    "cepe-smol",
     "llama2-tiny",
     "llama3-tiny",
     "cepe-tiny",
@@ -62,6 +63,12 @@ pub fn config(shape: &str) -> anyhow::Result<LlamaConfig> {
         // CEPE's encoder (LLaMA-MLM-Large): 24 layers of width 1024, 435M parameters.
         "cepe-7b" => cepe(
             llama(4096, 11008, 32, 32, 32, 32000, 10000.0),
+            llama(1024, 4096, 24, 16, 16, 32000, 10000.0),
+        ),
+        // CEPE's encoder with a decoder of SmolLM2-135M's shape: what the encoder's share of a
+        // request is when the decoder is small (no such checkpoint exists; a CPU-sized shape).
+        "cepe-smol" => cepe(
+            llama(576, 1536, 30, 9, 3, 49152, 100000.0),
             llama(1024, 4096, 24, 16, 16, 32000, 10000.0),
         ),
         "llama2-tiny" => llama(128, 256, 2, 4, 4, 512, 10000.0),
