@@ -115,6 +115,10 @@ def main():
                       "max_abs_diff_vs_cpu": enc.get("max_abs_diff_vs_cpu"),
                       "min_cosine_vs_sentence_transformers": encp.get("min_cosine_vs_capstan")}
     res["gguf"] = load(raw, "gguf")
+    pc = load(raw, "passage_cache") or {}
+    res["passage_cache"] = {f: pc.get(f) for f in ("shape", "requests", "encoder_tokens_ratio_on_off",
+                                                   "time_ratio_on_off", "logits_identical",
+                                                   "bytes_per_cached_passage")}
 
     def ge(x, y):
         return None if x is None or y is None else x >= y
@@ -162,6 +166,11 @@ def main():
     md += ["", f"Encoder ({e['dtype']}, {e['passages']} passages): {fmt(e['passages_per_s'], 1)} passages/s vs "
            f"sentence-transformers {fmt(e['sentence_transformers_passages_per_s'], 1)}; min cosine vs CPU "
            f"{fmt(e['min_cosine_vs_cpu'], 5)}, vs sentence-transformers {fmt(e['min_cosine_vs_sentence_transformers'], 5)}.", ""]
+    p = res["passage_cache"]
+    if p["shape"]:
+        md += [f"CAPE passage cache ({p['shape']}, {p['requests']} requests of popular passages): encoder tokens "
+               f"{fmt(p['encoder_tokens_ratio_on_off'], 3)}x and time {fmt(p['time_ratio_on_off'], 3)}x of the "
+               f"cache off; logits identical: {p['logits_identical']}.", ""]
     if res["gguf"]:
         md += [f"GGUF {res['gguf'].get('model')}: {res['gguf'].get('tokens_per_s'):.1f} tokens/s decoding.", ""]
     for name, st in steps.items():

@@ -72,6 +72,7 @@ if [ "$CPU" = 1 ]; then
   PREFILL_MODEL="--shape llama3-tiny" PREFILL_MODEL_CONTEXTS="1024 2048"
   SDPA="--contexts 256,1024 --heads 4 --kv-heads 2 --dim 32"
   CAPE="--shape cepe-tiny --decoder-tokens 1024 --chunk 64 --full-max 4096"
+  PASSAGE_CACHE="--shape cepe-tiny --requests 12"
   CAPE_TOTALS="4096 8192"
   ENC_N=200 TIMEOUT=900 BUDGET=${CAPSTAN_GPU_CHECK_SECONDS:-1800}
   [ -x "${PYTHON:-}" ] || PY="$CAPSTAN_HOME/bench-venv/bin/python3"
@@ -89,6 +90,7 @@ else
   PREFILL_MODEL="--shape llama3-8b" PREFILL_MODEL_CONTEXTS="8192 32768"
   SDPA="--contexts 8192,32768 --heads 32 --kv-heads 8 --dim 128"
   CAPE="--shape cepe-7b --decoder-tokens 4096 --chunk 256 --full-max 32768"
+  PASSAGE_CACHE="--shape cepe-7b --requests 48"
   CAPE_TOTALS="8192 32768 131072"
   ENC_N=5000 TIMEOUT=180
   # The CUDA 13 libraries (cuBLAS, cuRAND, NVRTC, runtime) of the machine's PyTorch wheels and
@@ -171,6 +173,9 @@ for total in $CAPE_TOTALS; do
   # shellcheck disable=SC2086
   step "cape_$total" "$BENCH" gpu cape $CAPE --totals "$total" --device "$DEV" --dtype "$DT"
 done
+# CAPE's passage cache: popular passages recurring across requests, cache off vs on.
+# shellcheck disable=SC2086
+step passage_cache "$BENCH" gpu passage-cache $PASSAGE_CACHE --device "$DEV" --dtype "$DT"
 
 report
 say "results: $OUT/results.json, $OUT/results.md (${SECONDS} s)"
