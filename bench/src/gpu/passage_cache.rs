@@ -79,7 +79,11 @@ pub fn run(
         .ok_or_else(|| anyhow::anyhow!("{shape} has no context encoder"))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
     let texts: Vec<Vec<u32>> = (0..pool)
-        .map(|_| (0..chunk).map(|_| rng.gen_range(3..enc_vocab as u32)).collect())
+        .map(|_| {
+            (0..chunk)
+                .map(|_| rng.gen_range(3..enc_vocab as u32))
+                .collect()
+        })
         .collect();
     let load = workload(requests, k, pool, question, cfg.vocab_size as u32);
     // Warm-up: kernels compiled, allocator primed.
@@ -96,7 +100,10 @@ pub fn run(
             let q = Tensor::new(r.question.as_slice(), device)?.unsqueeze(0)?;
             let (logits, s) = timed(device, || request(&model, &chunks, &q, &mut passages))?;
             seconds.push(s);
-            let logits = logits.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+            let logits = logits
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?;
             match first_logits.get(i) {
                 Some(want) => identical &= *want == logits,
                 None => first_logits.push(logits),
@@ -118,7 +125,11 @@ pub fn run(
         );
     }
     let total = |m: &str| rows[m]["total_seconds"].as_f64().unwrap_or(f64::NAN);
-    let computed = |m: &str| rows[m]["encoder_tokens_computed"].as_f64().unwrap_or(f64::NAN);
+    let computed = |m: &str| {
+        rows[m]["encoder_tokens_computed"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    };
     Ok(json!({
         "shape": shape,
         "device": describe(device),

@@ -51,9 +51,16 @@ pub fn lines_in(
     y: Option<(f64, f64)>,
 ) -> anyhow::Result<()> {
     register_font();
+    // Accuracies end high on the right; losses over the data's range start high on the left.
+    let legend = if y.is_some() {
+        SeriesLabelPosition::LowerRight
+    } else {
+        SeriesLabelPosition::UpperLeft
+    };
     let y =
         y.unwrap_or_else(|| data_range(series.iter().flat_map(|s| s.points.iter().map(|p| p.1))));
-    draw_lines(path, labels, series, y).with_context(|| format!("drawing {}", path.display()))
+    draw_lines(path, labels, series, y, legend)
+        .with_context(|| format!("drawing {}", path.display()))
 }
 
 /// The range of `values` with 5% of room each side (0..1 when empty, ±0.5 when flat).
@@ -78,6 +85,7 @@ fn draw_lines(
     labels: &Labels,
     series: &[Series],
     (y0, y1): (f64, f64),
+    legend: SeriesLabelPosition,
 ) -> anyhow::Result<()> {
     let xs = series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
     let (mut x0, mut x1) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
@@ -142,7 +150,7 @@ fn draw_lines(
     if series.len() > 1 {
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(legend)
             .label_font((FAMILY, 15))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
