@@ -66,6 +66,8 @@ pub struct ReaderConfig {
     pub best_last: Option<bool>,
     /// A worked example in the Llama reader's prompt.
     pub example: Option<bool>,
+    /// rank | stable: the documents' order in the Llama reader's prompt.
+    pub passage_order: Option<capstan_engine::context::PassageOrder>,
 }
 
 /// `[server]`
@@ -128,5 +130,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("workerz"), "{err}");
+        let c: FileConfig = toml::from_str("[reader]\npassage_order = \"stable\"\n").unwrap();
+        assert_eq!(
+            c.reader.passage_order,
+            Some(capstan_engine::context::PassageOrder::Stable)
+        );
+        let err = toml::from_str::<FileConfig>("[reader]\npassage_order = \"best\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("passage_order") || err.contains("best"),
+            "{err}"
+        );
+        // The example file parses.
+        let example = include_str!("../../capstan.example.toml");
+        toml::from_str::<FileConfig>(example).unwrap();
     }
 }

@@ -497,6 +497,49 @@ fn cut(text: &str) -> String {
     }
 }
 
+/// The order of the documents in the Llama reader's prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PassageOrder {
+    /// By retrieval rank (best last or first, see [`PromptStyle::best_last`]).
+    Rank,
+    /// In a fixed order (by title, then text) whatever the question: prompts that retrieve the
+    /// same passages share them as a prefix, which the prefix cache reuses.
+    Stable,
+}
+
+impl PassageOrder {
+    /// The default for a context mode (measured on the dev split, docs/BENCHMARKS.md): whole
+    /// passages recur between questions, so stable; a question's own sentences do not, so by
+    /// rank, as the prompt was chosen.
+    pub fn default_for(context: ContextMode) -> Self {
+        match context {
+            ContextMode::Passages => PassageOrder::Stable,
+            ContextMode::Sentences(_) => PassageOrder::Rank,
+        }
+    }
+}
+
+impl std::str::FromStr for PassageOrder {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "rank" => Ok(PassageOrder::Rank),
+            "stable" => Ok(PassageOrder::Stable),
+            other => Err(format!("`{other}`: expected rank or stable")),
+        }
+    }
+}
+
+impl std::fmt::Display for PassageOrder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PassageOrder::Rank => "rank",
+            PassageOrder::Stable => "stable",
+        })
+    }
+}
+
 /// How the Llama reader's prompt is made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PromptStyle {
@@ -511,6 +554,8 @@ pub struct PromptStyle {
     pub query_aware: bool,
     /// One worked example as an earlier turn.
     pub example: bool,
+    /// The documents' order.
+    pub order: PassageOrder,
 }
 
 /// The instruction of the default prompt (chosen on the dev split, docs/BENCHMARKS.md).
@@ -525,6 +570,7 @@ impl Default for PromptStyle {
             lost_in_the_middle: false,
             query_aware: false,
             example: true,
+            order: PassageOrder::default_for(crate::pipeline::DEFAULT_CONTEXT),
         }
     }
 }
@@ -532,8 +578,12 @@ impl Default for PromptStyle {
 impl PromptStyle {
     fn text(&self, question: &str, passages: &[Passage]) -> String {
         let mut ordered = passages.to_vec();
-        if self.best_last {
-            ordered.reverse();
+        match self.order {
+            PassageOrder::Stable => {
+                ordered.sort_by(|a, b| (&a.title, &a.text).cmp(&(&b.title, &b.text)))
+            }
+            PassageOrder::Rank if self.best_last => ordered.reverse(),
+            PassageOrder::Rank => {}
         }
         capstan_reader::llama_prompt(
             question,
@@ -610,6 +660,37 @@ impl PromptStyle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stable order gives the same prompt whatever the passages' ranks; by rank, the best
+    /// passage ends the documents (best last) or opens them.
+    #[test]
+    fn stable_order_does_not_depend_on_rank() {
+        let p = |t: &str, x: &str| Passage::new(t, x);
+        let ranked = [p("B", "xtwo"), p("A", "xone"), p("C", "xthree")];
+        let reranked = [p("C", "xthree"), p("B", "xtwo"), p("A", "xone")];
+        let style = |order, best_last| PromptStyle {
+            order,
+            best_last,
+            ..PromptStyle::default()
+        };
+        let stable = style(PassageOrder::Stable, true);
+        assert_eq!(stable.text("q?", &ranked), stable.text("q?", &reranked));
+        let text = stable.text("q?", &ranked);
+        assert!(text.find("xone") < text.find("xtwo") && text.find("xtwo") < text.find("xthree"));
+        let rank = style(PassageOrder::Rank, true).text("q?", &ranked);
+        assert!(
+            rank.find("xone") < rank.find("xtwo"),
+            "best (xtwo) last: {rank}"
+        );
+        let first = style(PassageOrder::Rank, false).text("q?", &ranked);
+        assert!(first.find("xtwo") < first.find("xone"), "{first}");
+        assert_eq!(
+            PassageOrder::default_for(ContextMode::Passages),
+            PassageOrder::Stable
+        );
+        assert_eq!("stable".parse::<PassageOrder>(), Ok(PassageOrder::Stable));
+        assert!("best".parse::<PassageOrder>().is_err());
+    }
 
     fn hit(id: &str, text: &str) -> Hit {
         Hit {

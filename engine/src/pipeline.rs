@@ -12,7 +12,9 @@ use capstan_reader::{
 use capstan_retriever::{Filter, Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
 
-use crate::context::{resolve_span, AnswerMode, AnswerSpan, Context, ContextMode, PromptStyle};
+use crate::context::{
+    resolve_span, AnswerMode, AnswerSpan, Context, ContextMode, PassageOrder, PromptStyle,
+};
 pub use crate::conversation::{Role, Turn};
 use crate::error::{Error, Result};
 use crate::scheduler::Scheduler;
@@ -87,6 +89,9 @@ pub struct QaRequest {
     pub best_last: bool,
     /// A worked example in the prompt (Llama reader).
     pub example: bool,
+    /// The documents' order in the prompt (Llama reader; `None`: the context mode's default,
+    /// [`PassageOrder::default_for`]).
+    pub passage_order: Option<PassageOrder>,
     /// Added to the end-of-answer logits of a span answer where it may end (> 0: shorter).
     pub span_end_bias: f32,
     /// Weight of the question's words in choosing sentences (`ContextMode::Sentences`).
@@ -117,6 +122,7 @@ impl QaRequest {
             instruction: style.instruction,
             best_last: style.best_last,
             example: style.example,
+            passage_order: None,
             span_end_bias: DEFAULT_SPAN_END_BIAS,
             sentence_lexical_weight: DEFAULT_SENTENCE_LEXICAL_WEIGHT,
             short_free_answer: true,
@@ -141,6 +147,9 @@ impl QaRequest {
             lost_in_the_middle: self.lost_in_the_middle,
             query_aware: self.query_aware,
             example: self.example,
+            order: self
+                .passage_order
+                .unwrap_or_else(|| PassageOrder::default_for(self.context)),
         }
     }
 }

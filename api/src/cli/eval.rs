@@ -312,6 +312,10 @@ fn qa_setup(
         "context": request.context.to_string(),
         "instruction": request.instruction,
         "best_last": request.best_last,
+        "passage_order": request
+            .passage_order
+            .unwrap_or_else(|| capstan_engine::context::PassageOrder::default_for(request.context))
+            .to_string(),
         "example": request.example,
         "span_end_bias": request.span_end_bias,
         "sentence_lexical_weight": request.sentence_lexical_weight,

@@ -12,7 +12,7 @@ use clap::Args;
 use super::encoder_arg::default_encoder;
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
-use capstan_engine::context::{AnswerMode, ContextMode};
+use capstan_engine::context::{AnswerMode, ContextMode, PassageOrder};
 use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
 use capstan_engine::{Scheduler, SchedulerSettings};
 
@@ -86,6 +86,11 @@ pub struct PipelineArgs {
     /// [default: true].
     #[arg(long, num_args = 0..=1, default_missing_value = "true")]
     pub example: Option<bool>,
+    /// The documents' order in the Llama reader's prompt: `rank` (by retrieval rank) or
+    /// `stable` (by title and text, so that prompts retrieving the same passages share a
+    /// cached prefix) [default: stable with `--context passages`, rank with sentences].
+    #[arg(long)]
+    pub passage_order: Option<PassageOrder>,
     /// Added to the end-of-answer logit of a span answer wherever it may end: higher, shorter
     /// answers [default: 2].
     #[arg(long, allow_negative_numbers = true)]
@@ -323,6 +328,7 @@ pub fn build(
             .example
             .or(file.reader.example)
             .unwrap_or(defaults.example),
+        passage_order: args.passage_order.or(file.reader.passage_order),
         span_end_bias: args.span_end_bias.unwrap_or(defaults.span_end_bias),
         sentence_lexical_weight: args
             .sentence_lexical_weight
