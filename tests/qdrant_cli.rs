@@ -131,6 +131,25 @@ fn index_search_ask_and_serve_through_a_qdrant_cluster() {
         s(&encoder_dir()),
     ]);
     assert!(again.contains("wrote 0 document(s)"), "{again}");
+    // One collection holds int8 or float vectors (the writers above wrote int8, the CPU's
+    // default): a float writer is refused, naming both.
+    let err = fails(&[
+        "index",
+        s(&corpus),
+        "--out",
+        &location,
+        "--part",
+        "1/2",
+        "--encoder-dtype",
+        "f32",
+        "-q",
+        "--encoder",
+        s(&encoder_dir()),
+    ]);
+    assert!(
+        err.contains("encoder precision") && err.contains("int8") && err.contains("f32"),
+        "{err}"
+    );
 
     // The same BM25 ranking as an index folder of the same corpus.
     let folder = tmp.path().join("index");

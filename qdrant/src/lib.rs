@@ -35,7 +35,7 @@ pub use error::{Error, Result};
 pub use location::{QdrantLocation, SCHEME};
 pub use open::{open_retriever, IndexLocation};
 pub use points::point_uuid;
-pub use schema::{CollectionOptions, Description, BM25, DENSE, FORMAT};
+pub use schema::{collection_description, CollectionOptions, Description, BM25, DENSE, FORMAT};
 pub use sparse::{term_id, Bm25Encoder, Bm25Values, Sparse, TERM_IDS};
 pub use store::QdrantStore;
 pub use writer::{

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 
-use capstan_indexer::{Bm25Analyzer, ChunkParams, EncoderInfo};
+use capstan_indexer::{Bm25Analyzer, ChunkParams, EncoderInfo, EncoderPrecision};
 use qdrant_client::qdrant::{
     CreateCollectionBuilder, CreateFieldIndexCollectionBuilder, Distance, FieldType,
     HnswConfigDiffBuilder, Modifier, SparseIndexConfigBuilder, SparseVectorParamsBuilder,
@@ -131,6 +131,26 @@ impl Description {
     }
 }
 
+impl Description {
+    /// Refuses a writer whose vectors are int8 where the collection's are float, or the
+    /// reverse (as an index folder does): float precisions give the same vectors within their
+    /// rounding, int8's differ by more, so one collection holds one or the other.
+    pub fn check_writer_precision(&self, location: &str, encoder: &EncoderInfo) -> Result<()> {
+        let (built, given) = (self.encoder.precision, encoder.precision);
+        if (built == EncoderPrecision::Int8) != (given == EncoderPrecision::Int8) {
+            return Err(Error::Mismatch {
+                location: location.to_string(),
+                key: "encoder precision",
+                built: built.to_string(),
+                given: given.to_string(),
+                advice: "write with the collection's --encoder-dtype (left out, `capstan index \
+                         --append` takes it from the collection)",
+            });
+        }
+        Ok(())
+    }
+}
+
 /// How a new collection is laid out in the cluster.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CollectionOptions {
@@ -190,6 +210,11 @@ impl CollectionOptions {
 
 /// The collection's description, or `None` when the collection does not
 /// exist. A collection without one was not made by Capstan.
+/// The description of the collection at `cluster`'s location (`None`: no collection yet).
+pub fn collection_description(cluster: &Cluster) -> Result<Option<Description>> {
+    cluster.block_on(read_description(cluster))
+}
+
 pub(crate) async fn read_description(cluster: &Cluster) -> Result<Option<Description>> {
     let location = cluster.location();
     let name = location.collection.clone();

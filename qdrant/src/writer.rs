@@ -157,6 +157,7 @@ pub fn write_corpus(
     };
     if let Some(d) = &existing {
         d.check(&location, encoder.info())?;
+        d.check_writer_precision(&location, encoder.info())?;
     }
     let chunker = Chunker::for_encoder(encoder, chunk)?;
     let docs: Vec<&Document> = corpus
@@ -197,6 +198,7 @@ pub fn write_corpus(
                         location: location.clone(),
                     })?;
                 theirs.check(&location, encoder.info())?;
+                theirs.check_writer_precision(&location, encoder.info())?;
                 check_same(&location, &theirs, settings)?;
                 (theirs, false)
             }

@@ -317,6 +317,16 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
                 .encoder
                 .precision
         }
+        // Writing into an existing collection: its precision (one collection holds int8 or
+        // float vectors, never both).
+        (None, IndexLocation::Qdrant(location)) => {
+            let cluster = Cluster::new(location.clone())?;
+            match capstan_qdrant::collection_description(&cluster)? {
+                Some(d) => d.encoder.precision,
+                None if device.is_cpu() => EncoderPrecision::Int8,
+                None => EncoderPrecision::F32,
+            }
+        }
         (None, _) if device.is_cpu() => EncoderPrecision::Int8,
         (None, _) => EncoderPrecision::F32,
     };
