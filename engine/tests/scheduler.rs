@@ -577,3 +577,27 @@ fn cape_passages_read_before_are_reused_exactly() {
         "{text}"
     );
 }
+
+/// SelfExtend's prefixes are reused too (its grouped keys come along): a repeated prompt
+/// reads only what the prefix cache leaves, and answers as generation alone does.
+#[test]
+fn selfextend_prompts_start_from_their_cached_prefix() {
+    let (_dir, mut lm) = tiny("llama3-rope-tiny");
+    lm.model_mut()
+        .set_attention(capstan_reader::AttentionPattern::SelfExtend {
+            group: 2,
+            window: 32,
+        })
+        .unwrap();
+    let base = prompt(9, 200, 384);
+    let params = GenerationParams::greedy(8);
+    let want = alone(&lm, &decoder_request(&base), &params);
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    assert_eq!(run(&scheduler, &base, &params), want);
+    assert_eq!(scheduler.stats().prefix_hit_tokens, 0);
+    assert_eq!(run(&scheduler, &base, &params), want);
+    let stable = capstan_reader::STABLE_CHUNK_ROWS;
+    let hit = ((200 - stable) / 64 * 64) as u64;
+    assert!(hit > 0);
+    assert_eq!(scheduler.stats().prefix_hit_tokens, hit);
+}

@@ -102,8 +102,8 @@ impl PrefixCache {
                 continue;
             }
             let start = i * BLOCK_TOKENS;
-            // A model or cache whose prefixes cannot be reused (windowed or grouped
-            // attention, an encoder context) gives no blocks.
+            // A model or cache whose prefixes cannot be reused (windowed attention, an
+            // encoder context) gives no blocks.
             let Ok(Some(kv)) = cache.copy_block(model, start, start + BLOCK_TOKENS) else {
                 break;
             };

@@ -402,8 +402,9 @@ impl Cache {
 /// block of a prompt prefix cache ([`Cache::copy_block`], [`Cache::load_prefix`]).
 #[derive(Debug)]
 pub struct KvBlock {
-    /// Per layer, keys and values `(1, kv_heads, len, head_dim)`.
-    layers: Vec<(Tensor, Tensor)>,
+    /// Per layer, keys, values and (SelfExtend) the keys rotated at grouped positions,
+    /// `(1, kv_heads, len, head_dim)`.
+    layers: Vec<(Tensor, Tensor, Option<Tensor>)>,
     len: usize,
 }
 
@@ -422,7 +423,10 @@ impl KvBlock {
     pub fn bytes(&self) -> usize {
         self.layers
             .iter()
-            .map(|(k, v)| (k.elem_count() + v.elem_count()) * k.dtype().size_in_bytes())
+            .map(|(k, v, g)| {
+                (k.elem_count() + v.elem_count() + g.as_ref().map_or(0, Tensor::elem_count))
+                    * k.dtype().size_in_bytes()
+            })
             .sum()
     }
 }
@@ -430,16 +434,15 @@ impl KvBlock {
 impl Cache {
     /// Whether this cache's prefixes can be reused by another sequence: one row, no
     /// padding, no encoder context, every layer holding every position from 0 (full
-    /// attention: windowed layers forget keys, SelfExtend keeps grouped keys too).
+    /// attention or SelfExtend, whose grouped keys come along; windowed layers forget keys).
     fn reusable(&self, model: &Llama) -> bool {
-        model.attention == crate::AttentionPattern::Full
+        prefix_reusable(model.attention)
             && self.cross.is_none()
             && self.key_mask.len() == 1
             && self.key_mask[0].iter().all(|&m| m)
             && self.kv.iter().all(|kv| {
-                kv.as_ref().is_some_and(|kv| {
-                    kv.start == 0 && kv.k_grouped.is_none() && kv.len == self.seq_len
-                })
+                kv.as_ref()
+                    .is_some_and(|kv| kv.start == 0 && kv.len == self.seq_len)
             })
     }
 
@@ -460,7 +463,8 @@ impl Cache {
                     t.narrow(2, kv.offset + start, end - start)?
                         .force_contiguous()
                 };
-                Ok((rows(&kv.k)?, rows(&kv.v)?))
+                let grouped = kv.k_grouped.as_ref().map(rows).transpose()?;
+                Ok((rows(&kv.k)?, rows(&kv.v)?, grouped))
             })
             .collect::<CResult<Vec<_>>>()?;
         Ok(Some(KvBlock {
@@ -471,15 +475,15 @@ impl Cache {
 
     /// Starts an empty cache from `blocks`, a prompt's first positions in order, as if
     /// their tokens had been read: the next token read is at position `Σ len`. For
-    /// models with full attention and no encoder context (the blocks come from
-    /// [`Cache::copy_block`], which gives none otherwise).
+    /// models with full attention or SelfExtend and no encoder context (the blocks come
+    /// from [`Cache::copy_block`], which gives none otherwise).
     pub fn load_prefix(&mut self, model: &Llama, blocks: &[&KvBlock]) -> Result<()> {
         if self.seq_len > 0 || self.cross.is_some() {
             return Err(Error::invalid("a prefix goes into an empty cache"));
         }
-        if model.attention != crate::AttentionPattern::Full {
+        if !prefix_reusable(model.attention) {
             return Err(Error::invalid(
-                "prefixes are reused with full attention only",
+                "prefixes are reused with full attention or SelfExtend only",
             ));
         }
         let len: usize = blocks.iter().map(|b| b.len).sum();
@@ -496,13 +500,33 @@ impl Cache {
             let ks: Vec<&Tensor> = blocks.iter().map(|b| &b.layers[layer].0).collect();
             let vs: Vec<&Tensor> = blocks.iter().map(|b| &b.layers[layer].1).collect();
             let (k, v) = (Tensor::cat(&ks, 2)?, Tensor::cat(&vs, 2)?);
-            LayerKv::append(kv, &k, &v, None, reserve)?;
+            let gs: Option<Vec<&Tensor>> =
+                blocks.iter().map(|b| b.layers[layer].2.as_ref()).collect();
+            let grouped = match gs {
+                Some(gs) => Some(Tensor::cat(&gs, 2)?),
+                None if matches!(model.attention, crate::AttentionPattern::SelfExtend { .. }) => {
+                    return Err(Error::invalid(
+                        "a prefix block without SelfExtend's grouped keys",
+                    ))
+                }
+                None => None,
+            };
+            LayerKv::append(kv, &k, &v, grouped.as_ref(), reserve)?;
         }
         self.key_mask = vec![vec![true; len]];
         self.real = vec![len as u32];
         self.seq_len = len;
         Ok(())
     }
+}
+
+/// Whether a model with `attention` keeps every position's keys from 0 in every layer, so
+/// that a prompt's prefix can be copied out and loaded into another sequence's cache.
+fn prefix_reusable(attention: crate::AttentionPattern) -> bool {
+    matches!(
+        attention,
+        crate::AttentionPattern::Full | crate::AttentionPattern::SelfExtend { .. }
+    )
 }
 
 /// Encoder chunks after left padding: `hidden_states` `(chunks, len, hidden)` (after the final
