@@ -132,9 +132,10 @@ fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
             assert!(!stderr.contains("panicked"), "{what}: {stderr}");
             // The sled store and hnsw_rs's files are read only by changes
             // (searches read store.frozen and graph.frozen, and check the
-            // others' sizes only): a flipped byte there leaves a search's
-            // answer as it was, and `index verify` names the file.
-            let unread = ["store/", "hnsw/"]
+            // others' sizes only), the sentence vectors only by the extractive
+            // reader: a flipped byte there leaves a search's answer as it was,
+            // and `index verify` names the file.
+            let unread = ["store/", "hnsw/", "sentences.f32"]
                 .iter()
                 .any(|dir| file.to_string_lossy().contains(dir));
             if unread && out.status.success() {
@@ -163,6 +164,17 @@ fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
                 assert!(
                     stderr.contains(&*name) || (!parent.is_empty() && stderr.contains(&parent)),
                     "{what}: the error does not name the file: {stderr}"
+                );
+            }
+            if file.ends_with("sentences.f32") && out.status.success() {
+                // The reader that reads them names them.
+                let out = run(&["ask", s(&copy), QUERY]);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert!(
+                    !out.status.success()
+                        && stderr.contains("sentences.f32")
+                        && !stderr.contains("panicked"),
+                    "{what}: ask: {stderr}"
                 );
             }
             if file.to_string_lossy() != "CURRENT" {

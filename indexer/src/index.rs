@@ -812,7 +812,9 @@ impl Live {
             .iter()
             .filter(|(name, _)| {
                 !(frozen_store && name.starts_with("store/")
-                    || frozen_graph && name.starts_with("hnsw/"))
+                    || frozen_graph && name.starts_with("hnsw/")
+                    // Read (and checksummed) on first use: searches never read them.
+                    || name.as_str() == dense::SENTENCE_VECTORS)
             })
             .map(|(name, sum)| (name.clone(), sum.clone()))
             .collect();
@@ -881,8 +883,11 @@ impl Verification {
 /// An index opened for search.
 pub struct Index {
     dir: PathBuf,
+    /// The generation searched.
+    gen: PathBuf,
     manifest: Manifest,
-    sentence_vectors: Vec<f32>,
+    /// The sentence vectors (the extractive reader's), read and checksummed on first use.
+    sentence_vectors: std::sync::OnceLock<Vec<f32>>,
     bm25: Bm25Index,
     dense: DenseIndex,
     store: PassageStore,
@@ -931,13 +936,19 @@ impl Index {
                 ),
             ));
         }
-        let sentence_vectors = dense::read_vectors(gen, dense::SENTENCE_VECTORS, dim)?;
-        let sentence_rows = (sentence_vectors.len() / dim) as u64;
-        if sentence_rows != counts.stored_sentences {
+        // The sentence vectors' rows from their size (their values are read on first use).
+        let sentence_bytes = match std::fs::metadata(gen.join(dense::SENTENCE_VECTORS)) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => return Err(Error::io(&gen.join(dense::SENTENCE_VECTORS), e)),
+        };
+        let row_bytes = (4 * dim) as u64;
+        if sentence_bytes % row_bytes != 0 || sentence_bytes / row_bytes != counts.stored_sentences
+        {
             return Err(damaged(
                 dense::SENTENCE_VECTORS,
                 format!(
-                    "holds {sentence_rows} rows, the manifest says {}",
+                    "holds {sentence_bytes} bytes, not the manifest's {} rows of {dim} f32s",
                     counts.stored_sentences
                 ),
             ));
@@ -966,7 +977,8 @@ impl Index {
         let deleted = store.deleted_ords()?.into_iter().collect();
         Ok(Self {
             dir: dir.to_path_buf(),
-            sentence_vectors,
+            gen: gen.to_path_buf(),
+            sentence_vectors: std::sync::OnceLock::new(),
             manifest,
             bm25,
             dense,
@@ -985,7 +997,9 @@ impl Index {
         let files = manifest.files.len();
         let bytes = manifest.files.values().map(|f| f.bytes).sum();
         let opened = if damage.is_empty() {
-            Self::open_checked(dir, &live.gen, manifest).err()
+            Self::open_checked(dir, &live.gen, manifest)
+                .and_then(|index| index.sentence_vectors().map(|_| ()))
+                .err()
         } else {
             None
         };
@@ -1033,21 +1047,48 @@ impl Index {
         self.store.get(ord)
     }
 
+    /// The sentence vectors, read on first use after their checksum and values are checked
+    /// (an open checks only their size: searches never read them).
+    fn sentence_vectors(&self) -> Result<&[f32]> {
+        if let Some(v) = self.sentence_vectors.get() {
+            return Ok(v);
+        }
+        if let Some(sum) = self.manifest.files.get(dense::SENTENCE_VECTORS) {
+            let table: integrity::FileTable = [(dense::SENTENCE_VECTORS.to_string(), sum.clone())]
+                .into_iter()
+                .collect();
+            integrity::first_error(integrity::check(&self.gen, &table, Depth::Checksums))?;
+        }
+        let dim = self.manifest.encoder.dimension;
+        let v = dense::read_vectors(&self.gen, dense::SENTENCE_VECTORS, dim)?;
+        if (v.len() / dim) as u64 != self.manifest.counts.stored_sentences {
+            return Err(Error::Damaged {
+                path: self.gen.join(dense::SENTENCE_VECTORS),
+                message: format!(
+                    "holds {} rows, the manifest says {}",
+                    v.len() / dim,
+                    self.manifest.counts.stored_sentences
+                ),
+            });
+        }
+        Ok(self.sentence_vectors.get_or_init(|| v))
+    }
+
     /// The sentences of a passage with their unit vectors (empty when the
     /// index was built without sentence vectors).
     pub fn sentences(&self, ord: PassageOrd) -> Result<Vec<(SentenceRef, &[f32])>> {
         let dim = self.manifest.encoder.dimension;
-        self.store
-            .sentences(ord)?
-            .into_iter()
+        let refs = self.store.sentences(ord)?;
+        if refs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let vectors = self.sentence_vectors()?;
+        refs.into_iter()
             .map(|r| {
                 let start = r.row as usize * dim;
-                let v = self
-                    .sentence_vectors
-                    .get(start..start + dim)
-                    .ok_or_else(|| {
-                        Error::index(&self.dir, format!("sentence vector {} is missing", r.row))
-                    })?;
+                let v = vectors.get(start..start + dim).ok_or_else(|| {
+                    Error::index(&self.dir, format!("sentence vector {} is missing", r.row))
+                })?;
                 Ok((r, v))
             })
             .collect()
