@@ -940,7 +940,7 @@ impl Index {
         let sentence_bytes = match std::fs::metadata(gen.join(dense::SENTENCE_VECTORS)) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(Error::io(&gen.join(dense::SENTENCE_VECTORS), e)),
+            Err(e) => return Err(Error::io(gen.join(dense::SENTENCE_VECTORS), e)),
         };
         let row_bytes = (4 * dim) as u64;
         if sentence_bytes % row_bytes != 0 || sentence_bytes / row_bytes != counts.stored_sentences
