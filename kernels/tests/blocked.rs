@@ -42,6 +42,9 @@ fn blocked_attention_equals_the_reference() {
         (1, 6, 2, 1, 300, 384, 32),
         (1, 4, 4, 5, 133, 160, 64),
         (1, 9, 3, 40, 1100, 1100, 64),
+        // Widths past the vector forms' widths: a tail of 8 (AVX-512) and of 4 (AVX2).
+        (1, 4, 2, 24, 90, 96, 72),
+        (1, 4, 2, 20, 60, 60, 20),
     ];
     for (batch, heads, kv_heads, q_len, kv_len, kv_stride, dim) in shapes {
         let dims = AttnDims {

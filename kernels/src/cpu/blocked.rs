@@ -9,7 +9,7 @@
 use rayon::prelude::*;
 
 use super::math;
-use super::tiled::{run_all, PackedKeys, TileIsa, Tiled, QUERY_BLOCK as TILED_BLOCK, TILED_ROWS};
+use super::tiled::{PackedKeys, TileIsa, Tiled, QUERY_BLOCK as TILED_BLOCK, TILED_ROWS};
 use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
 use crate::pattern::{key_range, visible, Pattern, TILE};
 
@@ -50,7 +50,6 @@ pub fn attention_blocked_on(
     let AttnDims {
         batch,
         heads,
-        kv_heads,
         q_len,
         dim,
         ..
@@ -59,18 +58,6 @@ pub fn attention_blocked_on(
     if out.is_empty() {
         return out;
     }
-    // Heads attending together: all those of a key head, unless their key ranges differ or
-    // there would be too few tasks to keep the threads busy (a decoding step of a model with
-    // three key heads on two threads: measured slower grouped).
-    let blocks = q_len.div_ceil(QUERY_BLOCK);
-    let group = if matches!(pattern, Pattern::Scca(_))
-        || batch * kv_heads * blocks < 4 * rayon::current_num_threads()
-    {
-        1
-    } else {
-        heads / kv_heads
-    };
-    let groups = batch * heads / group;
     let ptr = OutPtr(out.as_mut_ptr());
     if q_len >= TILED_ROWS {
         let tiled = Tiled {
@@ -89,19 +76,17 @@ pub fn attention_blocked_on(
                 _ => None,
             },
         };
-        let tiled_blocks = q_len.div_ceil(TILED_BLOCK);
-        let group = if matches!(pattern, Pattern::Scca(_))
-            || batch * kv_heads * tiled_blocks < 4 * rayon::current_num_threads()
-        {
-            1
-        } else {
-            heads / kv_heads
-        };
-        run_all(&tiled, group, ptr);
+        let tasks = Tasks::new(dims, pattern, TILED_BLOCK);
+        (0..tasks.count()).into_par_iter().for_each(|i| {
+            let t = tasks.get(i);
+            // SAFETY: each task writes its own heads' rows `r0..r1`, inside `out`.
+            unsafe { tiled.run(t.b, t.h0, tasks.group, t.r0, t.r1, ptr) };
+        });
         return out;
     }
-    let run = |task: usize| {
-        let (g, blk) = (task / blocks, task % blocks);
+    let tasks = Tasks::new(dims, pattern, QUERY_BLOCK);
+    let run = |i: usize| {
+        let t = tasks.get(i);
         let rows = Rows {
             q,
             k,
@@ -110,20 +95,83 @@ pub fn attention_blocked_on(
             pos,
             pattern,
             extras,
-            b: g * group / heads,
-            h0: g * group % heads,
-            group,
+            b: t.b,
+            h0: t.h0,
+            group: tasks.group,
         };
-        let r0 = blk * QUERY_BLOCK;
         // SAFETY: each task writes its own heads' rows `r0..r1`, inside `out`.
-        unsafe { rows.run(r0, (r0 + QUERY_BLOCK).min(q_len), ptr) };
+        unsafe { rows.run(t.r0, t.r1, ptr) };
     };
     if batch * heads * q_len * dims.kv_len * dim < 1 << 15 {
-        (0..groups * blocks).for_each(run);
+        (0..tasks.count()).for_each(run);
     } else {
-        (0..groups * blocks).into_par_iter().for_each(run);
+        (0..tasks.count()).into_par_iter().for_each(run);
     }
     out
+}
+
+/// How a call splits into tasks on the thread pool: blocks of `block` query rows of `group`
+/// heads that share a key head. All the heads of a key head attend together, unless their key
+/// ranges differ (SCCA) or there would be too few tasks to keep the threads busy (a decoding
+/// step of a model with three key heads on two threads: measured slower grouped).
+struct Tasks {
+    heads: usize,
+    q_len: usize,
+    block: usize,
+    blocks: usize,
+    group: usize,
+    groups: usize,
+}
+
+/// One task: query rows `r0..r1` of heads `h0..h0 + group` of batch row `b`.
+struct Task {
+    b: usize,
+    h0: usize,
+    r0: usize,
+    r1: usize,
+}
+
+impl Tasks {
+    fn new(dims: AttnDims, pattern: &Pattern, block: usize) -> Self {
+        let AttnDims {
+            batch,
+            heads,
+            kv_heads,
+            q_len,
+            ..
+        } = dims;
+        let blocks = q_len.div_ceil(block);
+        let group = if matches!(pattern, Pattern::Scca(_))
+            || batch * kv_heads * blocks < 4 * rayon::current_num_threads()
+        {
+            1
+        } else {
+            heads / kv_heads
+        };
+        Self {
+            heads,
+            q_len,
+            block,
+            blocks,
+            group,
+            groups: batch * heads / group,
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.groups * self.blocks
+    }
+
+    fn get(&self, task: usize) -> Task {
+        let (g, blk) = (task / self.blocks, task % self.blocks);
+        let r0 = blk * self.block;
+        Task {
+            b: g * self.group / self.heads,
+            h0: g * self.group % self.heads,
+            r0,
+            r1: (r0 + self.block).min(self.q_len),
+        }
+    }
 }
 
 /// The query rows of `group` heads from `h0` (sharing a key head) and everything they read.

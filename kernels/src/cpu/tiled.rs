@@ -434,15 +434,32 @@ impl TileKernels for Portable {
         rows: &[usize],
         corr: &[f32],
     ) {
-        for ((w, &row), &corr) in w.iter().zip(rows).zip(corr) {
-            let acc = &mut acc[row * dim..(row + 1) * dim];
-            for a in acc.iter_mut() {
-                *a *= corr;
-            }
-            for (&e, vr) in w[x0..].iter().zip(v.chunks_exact(dim)) {
-                for (a, &x) in acc.iter_mut().zip(vr) {
-                    *a += e * x;
-                }
+        accumulate_dims(w, x0, v, acc, dim, 0, rows, corr);
+    }
+}
+
+/// [`TileKernels::accumulate`] over dimensions `from..dim` only, in plain Rust: the portable
+/// form, and the vector forms' dimensions past their widths.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn accumulate_dims(
+    w: &[[f32; KEY_TILE]],
+    x0: usize,
+    v: &[f32],
+    acc: &mut [f32],
+    dim: usize,
+    from: usize,
+    rows: &[usize],
+    corr: &[f32],
+) {
+    for ((w, &row), &corr) in w.iter().zip(rows).zip(corr) {
+        let acc = &mut acc[row * dim + from..(row + 1) * dim];
+        for a in acc.iter_mut() {
+            *a *= corr;
+        }
+        for (&e, vr) in w[x0..].iter().zip(v.chunks_exact(dim)) {
+            for (a, &x) in acc.iter_mut().zip(&vr[from..]) {
+                *a += e * x;
             }
         }
     }
@@ -517,14 +534,9 @@ impl TileKernels for Avx2 {
                     }
                     c += 8 * width;
                 }
-                for c in c..dim {
-                    acc[c] *= corr;
-                    for (j, &e) in w.iter().enumerate() {
-                        acc[c] += e * v[j * dim + c];
-                    }
-                }
             }
         }
+        accumulate_dims(w, x0, v, acc, dim, dim / 8 * 8, rows, corr);
     }
 }
 
@@ -662,47 +674,6 @@ impl TileKernels for Avx512 {
             }
             c += 64;
         }
-        // Dimensions past the last 64 as the portable form.
-        if c < dim {
-            for ((w, &row), &corr) in w.iter().zip(rows).zip(corr) {
-                let acc = &mut acc[row * dim..(row + 1) * dim];
-                for a in &mut acc[c..] {
-                    *a *= corr;
-                }
-                for (x, &e) in w[x0..x0 + keys].iter().enumerate() {
-                    for d in c..dim {
-                        acc[d] += e * v[x * dim + d];
-                    }
-                }
-            }
-        }
+        accumulate_dims(w, x0, v, acc, dim, c, rows, corr);
     }
-}
-
-/// Runs the tiled path over every row of a call: tasks of [`QUERY_BLOCK`] rows of `group`
-/// heads sharing a key head.
-pub(super) fn run_all(tiled: &Tiled<'_>, group: usize, out: OutPtr) {
-    let AttnDims {
-        batch,
-        heads,
-        q_len,
-        ..
-    } = tiled.dims;
-    let blocks = q_len.div_ceil(QUERY_BLOCK);
-    let groups = batch * heads / group;
-    (0..groups * blocks).into_par_iter().for_each(|task| {
-        let (g, blk) = (task / blocks, task % blocks);
-        let r0 = blk * QUERY_BLOCK;
-        // SAFETY: each task writes its own heads' rows `r0..r1`, inside `out`.
-        unsafe {
-            tiled.run(
-                g * group / heads,
-                g * group % heads,
-                group,
-                r0,
-                (r0 + QUERY_BLOCK).min(q_len),
-                out,
-            )
-        };
-    });
 }
