@@ -10,7 +10,7 @@ use capstan_reader::{Cache, Checkpoint, GenerationParams, Generator, Llama, Requ
 use serde_json::Value;
 
 mod common;
-use common::{fixture, greedy, ids, json, logits};
+use common::{fixture, greedy, ids, json, logits, logits_cached};
 
 const TOL: f32 = 2e-4;
 
@@ -361,26 +361,6 @@ fn qwen2_matches_transformers() {
         capstan_reader::Architecture::Qwen2
     );
     check_decoder("qwen2-tiny", "expected.json", false);
-}
-
-/// Logits of `prompt` with the encoder context taken through `passages`.
-fn logits_cached(
-    model: &Llama,
-    prompt: &[u32],
-    chunks: &[Vec<u32>],
-    pad: u32,
-    passages: &mut capstan_reader::PassageCache,
-) -> Vec<Vec<f32>> {
-    let mut cache = Cache::new(model);
-    model
-        .set_encoder_context_cached(&[chunks.to_vec()], pad, &mut cache, passages)
-        .unwrap();
-    let input = Tensor::new(prompt, model.device())
-        .unwrap()
-        .unsqueeze(0)
-        .unwrap();
-    let out = model.forward(&input, None, &mut cache).unwrap();
-    out.squeeze(0).unwrap().to_vec2::<f32>().unwrap()
 }
 
 /// CAPE's passage cache: a request whose chunks were read before (in another order, or

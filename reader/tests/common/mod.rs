@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::Tensor;
-use capstan_reader::{Cache, GenerationParams, Generator, Llama, Request};
+use capstan_reader::{Cache, GenerationParams, Generator, Llama, PassageCache, Request};
 use serde_json::Value;
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -28,10 +28,21 @@ pub fn ids(v: &Value) -> Vec<u32> {
 
 /// Logits of every position of batch-1 `prompt` (with optional CEPE encoder chunks).
 pub fn logits(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32) -> Vec<Vec<f32>> {
+    logits_cached(model, prompt, chunks, pad, &mut PassageCache::new(0))
+}
+
+/// [`logits`] with the encoder context taken through `passages` (CAPE's passage cache).
+pub fn logits_cached(
+    model: &Llama,
+    prompt: &[u32],
+    chunks: &[Vec<u32>],
+    pad: u32,
+    passages: &mut PassageCache,
+) -> Vec<Vec<f32>> {
     let mut cache = Cache::new(model);
     if !chunks.is_empty() {
         model
-            .set_encoder_context(&[chunks.to_vec()], pad, &mut cache)
+            .set_encoder_context_cached(&[chunks.to_vec()], pad, &mut cache, passages)
             .unwrap();
     }
     let input = Tensor::new(prompt, model.device())
