@@ -45,6 +45,11 @@ fn blocked_attention_equals_the_reference() {
         // Widths past the vector forms' widths: a tail of 8 (AVX-512) and of 4 (AVX2).
         (1, 4, 2, 24, 90, 96, 72),
         (1, 4, 2, 20, 60, 60, 20),
+        // Decoding steps whose keys fall in several splits (the per-row path's split-K), a
+        // batch of them, and a width with a tail.
+        (2, 9, 3, 3, 700, 768, 64),
+        (1, 4, 1, 1, 600, 600, 128),
+        (1, 4, 2, 2, 530, 530, 20),
     ];
     for (batch, heads, kv_heads, q_len, kv_len, kv_stride, dim) in shapes {
         let dims = AttnDims {
@@ -80,17 +85,21 @@ fn blocked_attention_equals_the_reference() {
                         key_mask: masked.then_some(mask.as_slice()),
                     };
                     let want = cpu::attention(&q, &k, &v, dims, pos, &pattern, extras);
-                    let got = cpu::attention_blocked(&q, &k, &v, dims, pos, &pattern, extras);
-                    let worst = want
-                        .iter()
-                        .zip(&got)
-                        .map(|(a, b)| (a - b).abs())
-                        .fold(0f32, f32::max);
-                    assert!(
-                    worst <= 2e-5,
-                    "{pattern:?} masked {masked} shape {dims:?} from {k_pos0}: differs by {worst}"
-                );
                     assert!(want.iter().any(|&x| x != 0.0), "{pattern:?}: all zeros");
+                    for isa in ISAS.into_iter().filter(|i| i.available()) {
+                        let got =
+                            cpu::attention_blocked_on(isa, &q, &k, &v, dims, pos, &pattern, extras);
+                        let worst = want
+                            .iter()
+                            .zip(&got)
+                            .map(|(a, b)| (a - b).abs())
+                            .fold(0f32, f32::max);
+                        assert!(
+                            worst <= 2e-5,
+                            "{isa:?} {pattern:?} masked {masked} shape {dims:?} from {k_pos0}: \
+                             differs by {worst}"
+                        );
+                    }
                 }
             }
         }
@@ -157,6 +166,102 @@ fn tiled_rows_are_the_same_in_any_chunking() {
                     .copied()
                     .collect();
                 assert!(want == got.as_slice(), "{isa:?} {pattern:?}, head {h}");
+            }
+        }
+    }
+}
+
+/// A decoding row (the per-row path, its keys cut into splits) gets the same bits alone, among
+/// other rows, in a batch, and on any number of threads: a step's answer does not depend on
+/// what else the scheduler packed into it.
+#[test]
+fn decoding_rows_are_the_same_alone_or_together() {
+    let mut rng = StdRng::seed_from_u64(9);
+    // Rows 0..5 after 253 keys: the first rows' keys lie in one split, the later ones' in two.
+    let (batch, heads, kv_heads, dim, past, q_len) = (2, 6, 2, 64, 253, 5);
+    let kv_len = past + q_len;
+    assert!(q_len < cpu::TILED_ROWS);
+    let nq = batch * heads * q_len * dim;
+    let (q, qg) = (randn(&mut rng, nq), randn(&mut rng, nq));
+    let nk = batch * kv_heads * kv_len * dim;
+    let (k, kg, v) = (
+        randn(&mut rng, nk),
+        randn(&mut rng, nk),
+        randn(&mut rng, nk),
+    );
+    // Batch row `b`'s query row `r` of every head.
+    let one = |x: &[f32], b: usize, r: usize| -> Vec<f32> {
+        (0..heads)
+            .flat_map(|h| x[((b * heads + h) * q_len + r) * dim..][..dim].to_vec())
+            .collect()
+    };
+    for isa in ISAS.into_iter().filter(|i| i.available()) {
+        for pattern in patterns(heads).into_iter().filter(|p| *p != Pattern::Cross) {
+            let extras = AttnExtras {
+                q_grouped: Some(&qg),
+                k_grouped: Some(&kg),
+                key_mask: None,
+            };
+            let dims = AttnDims {
+                batch,
+                heads,
+                kv_heads,
+                q_len,
+                kv_len,
+                kv_stride: kv_len,
+                dim,
+            };
+            let pos = AttnPositions {
+                q_pos0: past as u64,
+                k_pos0: 0,
+                scale: 0.125,
+            };
+            let whole = cpu::attention_blocked_on(isa, &q, &k, &v, dims, pos, &pattern, extras);
+            let single = rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .build()
+                .unwrap()
+                .install(|| {
+                    cpu::attention_blocked_on(isa, &q, &k, &v, dims, pos, &pattern, extras)
+                });
+            assert!(whole == single, "{isa:?} {pattern:?}: one thread differs");
+            for b in 0..batch {
+                for r in 0..q_len {
+                    // This row alone, over the keys it sees (its batch row's, in place).
+                    let (qr, qgr) = (one(&q, b, r), one(&qg, b, r));
+                    let alone = AttnDims {
+                        batch: 1,
+                        q_len: 1,
+                        kv_len: past + r + 1,
+                        ..dims
+                    };
+                    let kv = |x: &[f32]| x[b * kv_heads * kv_len * dim..].to_vec();
+                    let (kb, kgb, vb) = (kv(&k), kv(&kg), kv(&v));
+                    let got = cpu::attention_blocked_on(
+                        isa,
+                        &qr,
+                        &kb,
+                        &vb,
+                        alone,
+                        AttnPositions {
+                            q_pos0: (past + r) as u64,
+                            ..pos
+                        },
+                        &pattern,
+                        AttnExtras {
+                            q_grouped: Some(&qgr),
+                            k_grouped: Some(&kgb),
+                            key_mask: None,
+                        },
+                    );
+                    for h in 0..heads {
+                        let want = &whole[((b * heads + h) * q_len + r) * dim..][..dim];
+                        assert!(
+                            want == &got[h * dim..(h + 1) * dim],
+                            "{isa:?} {pattern:?}: batch row {b}, row {r}, head {h}"
+                        );
+                    }
+                }
             }
         }
     }

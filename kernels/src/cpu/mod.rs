@@ -7,6 +7,7 @@ mod blocked;
 pub mod int8;
 pub mod math;
 pub mod qmatmul;
+mod rows;
 mod tiled;
 
 pub use blocked::{attention_blocked, attention_blocked_on};
