@@ -6,11 +6,13 @@
 mod blocked;
 pub mod int8;
 pub mod math;
+mod pool;
 pub mod qmatmul;
 mod rows;
 mod tiled;
 
 pub use blocked::{attention_blocked, attention_blocked_on};
+pub use pool::on_compute_pool;
 pub use tiled::{TileIsa, TILED_ROWS};
 
 use crate::pattern::{key_range, visible, Pattern, TILE};
