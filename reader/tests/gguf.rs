@@ -410,3 +410,74 @@ fn a_prompt_started_from_cached_keys_and_values_gives_the_logits_of_a_fresh_read
         .unwrap()
         .is_none());
 }
+
+/// A quantized model's packed step gives each sequence the logits it gets alone, bit for bit:
+/// a decoding row packed beside another sequence's long prompt chunk (which alone runs the f32
+/// GEMM, where a lone row runs the quantized kernels), and many decoding rows together (more
+/// rows than the GEMM threshold). Found by `tests/server_cli.rs`, whose concurrent span
+/// answers differed from the same questions asked one at a time.
+#[test]
+fn packed_quantized_rows_equal_each_sequence_alone_bit_for_bit() {
+    let model = Checkpoint::open(smollm2())
+        .unwrap()
+        .load_model(&Device::Cpu, None)
+        .unwrap();
+    let inputs = json(&fixture("smollm2/inputs.json"));
+    let prompt = ids(&inputs["input_ids"][0]);
+    assert!(prompt.len() >= 40, "a prompt long enough for the GEMM path");
+    let last = |cache: &mut Cache, tokens: &[u32]| -> Vec<f32> {
+        let input = Tensor::new(tokens, model.device())
+            .unwrap()
+            .unsqueeze(0)
+            .unwrap();
+        model
+            .forward_last(&input, None, cache)
+            .unwrap()
+            .squeeze(0)
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    // Sequence i: the prompt's first 8 + i tokens read, then one decoding step alone.
+    let n = 34;
+    let mut caches: Vec<Cache> = (0..n).map(|_| Cache::new(&model)).collect();
+    let mut want = Vec::new();
+    for (i, cache) in caches.iter_mut().enumerate() {
+        let mut alone = Cache::new(&model);
+        last(&mut alone, &prompt[..8 + i]);
+        want.push(last(&mut alone, &[prompt[8 + i]]));
+        last(cache, &prompt[..8 + i]);
+    }
+    // The same decoding steps packed, with a fresh sequence's whole prompt among them.
+    let mut fresh = Cache::new(&model);
+    let want_fresh = last(&mut Cache::new(&model), &prompt);
+    let steps: Vec<[u32; 1]> = (0..n).map(|i| [prompt[8 + i]]).collect();
+    let mut packed: Vec<capstan_reader::PackedInput> = caches
+        .iter_mut()
+        .zip(&steps)
+        .map(|(cache, t)| capstan_reader::PackedInput { tokens: t, cache })
+        .collect();
+    packed.insert(
+        n / 2,
+        capstan_reader::PackedInput {
+            tokens: &prompt,
+            cache: &mut fresh,
+        },
+    );
+    let rows = model
+        .forward_packed(&mut packed)
+        .unwrap()
+        .to_vec2::<f32>()
+        .unwrap();
+    for (i, w) in want.iter().enumerate() {
+        let row = if i < n / 2 { i } else { i + 1 };
+        assert!(
+            &rows[row] == w,
+            "decoding sequence {i}: logits differ from alone"
+        );
+    }
+    assert!(
+        rows[n / 2] == want_fresh,
+        "the prompt's logits differ from alone"
+    );
+}

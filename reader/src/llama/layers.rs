@@ -48,14 +48,22 @@ impl SelfAttention {
 
     /// Queries, keys and values of `x` `(b, s, hidden)` as `(b, heads, s, head_dim)`, before
     /// RoPE.
-    fn project_heads(&self, x: &Tensor) -> CResult<(Tensor, Tensor, Tensor)> {
+    /// `spans`: a packed step's sequences ([`ProjGroup::forward_spans`]).
+    fn project_heads(
+        &self,
+        x: &Tensor,
+        spans: Option<&[Span]>,
+    ) -> CResult<(Tensor, Tensor, Tensor)> {
         let (b, s, _) = x.dims3()?;
         let heads = |t: &Tensor, n: usize| -> CResult<Tensor> {
             t.reshape((b, s, n, self.head_dim))?
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let qkv = self.qkv.forward(x)?;
+        let qkv = match spans {
+            Some(spans) => self.qkv.forward_spans(x, spans)?,
+            None => self.qkv.forward(x)?,
+        };
         Ok((
             heads(&qkv[0], self.n_heads)?,
             heads(&qkv[1], self.n_kv_heads)?,
@@ -75,7 +83,7 @@ impl SelfAttention {
         pattern: Option<&LayerAttention>,
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
-        let (q_raw, k_raw, v) = self.project_heads(x)?;
+        let (q_raw, k_raw, v) = self.project_heads(x, None)?;
         let (q, k) = rope.apply(&q_raw, &k_raw)?;
         let Some(la) = pattern.filter(|la| la.use_kernels) else {
             let (k, v) = match pattern {
@@ -131,7 +139,7 @@ impl SelfAttention {
         spans: &[Span],
         kvs: &mut [&mut Option<LayerKv>],
     ) -> CResult<Tensor> {
-        let (q, k, v) = self.project_heads(x)?;
+        let (q, k, v) = self.project_heads(x, Some(spans))?;
         let (q, k) = rope.apply(&q, &k)?;
         let outs = spans
             .iter()
@@ -142,7 +150,7 @@ impl SelfAttention {
                 attend(&part(&q)?, ck, cv, None, self.n_heads / self.n_kv_heads)
             })
             .collect::<CResult<Vec<_>>>()?;
-        self.o_proj.forward(&Tensor::cat(&outs, 1)?)
+        self.o_proj.forward_spans(&Tensor::cat(&outs, 1)?, spans)
     }
 }
 
@@ -282,6 +290,13 @@ impl Mlp {
         self.down_proj
             .forward(&(candle_nn::ops::silu(&gu[0])? * &gu[1])?)
     }
+
+    /// [`Mlp::forward`] on a packed step's rows ([`Proj::forward_spans`]).
+    pub(super) fn forward_spans(&self, x: &Tensor, spans: &[Span]) -> CResult<Tensor> {
+        let gu = self.gate_up.forward_spans(x, spans)?;
+        self.down_proj
+            .forward_spans(&(candle_nn::ops::silu(&gu[0])? * &gu[1])?, spans)
+    }
 }
 
 /// Pre-norm transformer layer (`LlamaDecoderLayer`), optionally with cross-attention between
@@ -388,7 +403,7 @@ impl Layer {
         }
         let h = self
             .mlp
-            .forward(&self.post_attention_layernorm.forward(&x)?)?;
+            .forward_spans(&self.post_attention_layernorm.forward(&x)?, spans)?;
         x + h
     }
 }

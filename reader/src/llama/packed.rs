@@ -136,6 +136,7 @@ impl Llama {
         let last = Tensor::from_vec(last, n, &self.device)?;
         let x = x.squeeze(0)?.index_select(&last, 0)?;
         let x = self.decoder.norm.forward(&x)?;
-        Ok(self.lm_head.forward(&x)?.to_dtype(DType::F32)?)
+        // One row per sequence: the quantized kernels, as for a sequence alone.
+        Ok(self.lm_head.forward_on(&x, false)?.to_dtype(DType::F32)?)
     }
 }

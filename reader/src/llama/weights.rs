@@ -8,6 +8,7 @@ use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QMatrix};
 
+use super::packed::Span;
 use super::CResult;
 use crate::gguf::GgufWeights;
 
@@ -194,10 +195,20 @@ impl ProjGroup {
 
     /// Each projection of `x`, in order (views of one product's output when stacked).
     pub(crate) fn forward(&self, x: &Tensor) -> CResult<Vec<Tensor>> {
+        self.apply(|p| p.forward(x))
+    }
+
+    /// [`ProjGroup::forward`] on a packed step's rows ([`Proj::forward_spans`]).
+    pub(super) fn forward_spans(&self, x: &Tensor, spans: &[Span]) -> CResult<Vec<Tensor>> {
+        self.apply(|p| p.forward_spans(x, spans))
+    }
+
+    /// Each projection by `product`, in order.
+    fn apply(&self, product: impl Fn(&Proj) -> CResult<Tensor>) -> CResult<Vec<Tensor>> {
         match self {
-            Self::Separate(parts) => parts.iter().map(|p| p.forward(x)).collect(),
+            Self::Separate(parts) => parts.iter().map(product).collect(),
             Self::Stacked { proj, widths } => {
-                let y = proj.forward(x)?;
+                let y = product(proj)?;
                 let last = y.rank() - 1;
                 let mut at = 0;
                 widths
@@ -226,10 +237,18 @@ fn rows(x: &Tensor) -> usize {
 
 impl Module for Proj {
     fn forward(&self, x: &Tensor) -> CResult<Tensor> {
+        self.forward_on(x, rows(x) >= DEQUANTIZE_ROWS)
+    }
+}
+
+impl Proj {
+    /// The product on the f32 GEMM (`gemm`: a quantized matrix dequantized first) or on the
+    /// quantized kernels, whatever the rows.
+    pub(super) fn forward_on(&self, x: &Tensor, gemm: bool) -> CResult<Tensor> {
         let (y, bias) = match self {
             Proj::Dense(l) => return l.forward(x),
             Proj::Packed { weight, bias } => {
-                let y = if rows(x) >= DEQUANTIZE_ROWS {
+                let y = if gemm {
                     let (r, c) = (weight.rows(), weight.cols());
                     let w = Tensor::from_vec(weight.dequantize(), (r, c), x.device())?;
                     x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?)?
@@ -240,7 +259,7 @@ impl Module for Proj {
             }
             Proj::Quantized { weight, bias } => {
                 let y = match weight {
-                    QMatMul::QTensor(q) if x.device().is_cpu() && rows(x) >= DEQUANTIZE_ROWS => {
+                    QMatMul::QTensor(q) if x.device().is_cpu() && gemm => {
                         x.broadcast_matmul(&q.dequantize(x.device())?.t()?)?
                     }
                     _ => weight.forward(x)?,
@@ -251,6 +270,36 @@ impl Module for Proj {
         match bias {
             Some(b) => y.broadcast_add(b),
             None => Ok(y),
+        }
+    }
+
+    /// The product of a packed step's rows `x` `(1, rows, in)`, each sequence's rows on the
+    /// path its own number of rows picks, as [`Module::forward`] does for that sequence alone:
+    /// what a sequence computes does not depend on what the scheduler packed beside it (the
+    /// quantized kernels' rows are independent of each other; the GEMM's are taken as such).
+    pub(super) fn forward_spans(&self, x: &Tensor, spans: &[Span]) -> CResult<Tensor> {
+        let long = |sp: &Span| sp.len >= DEQUANTIZE_ROWS;
+        let mut parts = Vec::new();
+        let mut i = 0;
+        while i < spans.len() {
+            // A run of consecutive sequences on the same path.
+            let mut j = i + 1;
+            while j < spans.len() && long(&spans[j]) == long(&spans[i]) {
+                j += 1;
+            }
+            let (start, end) = (spans[i].start, spans[j - 1].start + spans[j - 1].len);
+            let rows = if i == 0 && j == spans.len() {
+                x.clone()
+            } else {
+                x.narrow(1, start, end - start)?
+            };
+            parts.push(self.forward_on(&rows, long(&spans[i]))?);
+            i = j;
+        }
+        if parts.len() == 1 {
+            Ok(parts.remove(0))
+        } else {
+            Tensor::cat(&parts, 1)
         }
     }
 }
