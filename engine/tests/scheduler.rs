@@ -601,3 +601,46 @@ fn selfextend_prompts_start_from_their_cached_prefix() {
     assert!(hit > 0);
     assert_eq!(scheduler.stats().prefix_hit_tokens, hit);
 }
+
+/// Prompts cut by a small step budget answer as they do read whole, on the quantized model
+/// (whose short pieces would otherwise run other kernels than a whole read: the per-row
+/// attention and the quantized products instead of the tiled attention and the GEMM).
+#[test]
+fn prompts_cut_by_the_step_budget_answer_as_read_whole() {
+    let natural = LoadOptions {
+        dtype: None,
+        no_chat_template: false,
+    };
+    let lm = LanguageModel::load(&smollm2(), &Device::Cpu, natural).unwrap();
+    let questions = [
+        "Write one sentence about rivers, mountains, forests and the sea, and say why each matters to people who live near it.",
+        "Name three colours of the rainbow, separated by commas, and say which one is the brightest to the human eye.",
+        "What is the capital of France, and which river runs through it?",
+        "List the first five prime numbers and explain in a few words what makes a number prime.",
+    ];
+    let cases: Vec<(Request, GenerationParams)> = questions
+        .iter()
+        .map(|q| {
+            let request = Request {
+                prompt: lm.user_prompt(q).unwrap(),
+                encoder_chunks: Vec::new(),
+            };
+            (request, lm.with_stops(GenerationParams::greedy(12)))
+        })
+        .collect();
+    assert!(cases.iter().all(|(r, _)| r.prompt.len() > 40));
+    let want: Vec<Vec<u32>> = cases.iter().map(|(r, p)| alone(&lm, r, p)).collect();
+    let settings = SchedulerSettings {
+        step_tokens: 40,
+        prefix_cache: false,
+        ..SchedulerSettings::default()
+    };
+    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
+    let seqs: Vec<_> = cases
+        .iter()
+        .map(|(r, p)| scheduler.submit(r.clone(), p.clone()).unwrap())
+        .collect();
+    for (i, seq) in seqs.iter().enumerate() {
+        assert_eq!(finish(seq).tokens, want[i], "question {i}: cut vs whole");
+    }
+}

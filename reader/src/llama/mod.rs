@@ -313,7 +313,13 @@ impl Llama {
         let mut outs = Vec::new();
         let mut start = 0;
         while start < s {
-            let len = PREFILL_CHUNK.min(s - start);
+            // The last chunk keeps at least STABLE_CHUNK_ROWS rows (the kernels of the others).
+            let rest = s - start;
+            let len = if rest > PREFILL_CHUNK && rest - PREFILL_CHUNK < STABLE_CHUNK_ROWS {
+                rest - STABLE_CHUNK_ROWS
+            } else {
+                PREFILL_CHUNK.min(rest)
+            };
             let last = start + len == s;
             let chunk_mask: Vec<Vec<bool>> = mask
                 .iter()
