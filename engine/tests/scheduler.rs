@@ -67,8 +67,18 @@ fn alone(lm: &LanguageModel, request: &Request, params: &GenerationParams) -> Ve
 /// Submits every request at once and checks each result against its generation alone, and
 /// that some step ran at least `min_batch` sequences together.
 fn check_together(lm: LanguageModel, cases: Vec<(Request, GenerationParams)>, min_batch: usize) {
+    check_together_with(lm, cases, min_batch, SchedulerSettings::default());
+}
+
+/// [`check_together`] on a scheduler with `settings`.
+fn check_together_with(
+    lm: LanguageModel,
+    cases: Vec<(Request, GenerationParams)>,
+    min_batch: usize,
+    settings: SchedulerSettings,
+) {
     let want: Vec<Vec<u32>> = cases.iter().map(|(r, p)| alone(&lm, r, p)).collect();
-    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
     let seqs: Vec<_> = cases
         .iter()
         .map(|(r, p)| scheduler.submit(r.clone(), p.clone()).unwrap())
@@ -629,18 +639,10 @@ fn prompts_cut_by_the_step_budget_answer_as_read_whole() {
         })
         .collect();
     assert!(cases.iter().all(|(r, _)| r.prompt.len() > 40));
-    let want: Vec<Vec<u32>> = cases.iter().map(|(r, p)| alone(&lm, r, p)).collect();
     let settings = SchedulerSettings {
         step_tokens: 40,
         prefix_cache: false,
         ..SchedulerSettings::default()
     };
-    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
-    let seqs: Vec<_> = cases
-        .iter()
-        .map(|(r, p)| scheduler.submit(r.clone(), p.clone()).unwrap())
-        .collect();
-    for (i, seq) in seqs.iter().enumerate() {
-        assert_eq!(finish(seq).tokens, want[i], "question {i}: cut vs whole");
-    }
+    check_together_with(lm, cases, 2, settings);
 }

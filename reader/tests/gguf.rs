@@ -14,7 +14,7 @@ use capstan_reader::{Cache, ChatMessage, ChatTemplate, Checkpoint, Error, GgufFi
 use serde_json::Value;
 
 mod common;
-use common::{fixture, greedy, ids, json, logits};
+use common::{fixture, greedy, ids, json, last_logits, logits};
 
 fn floats(v: &Value) -> Vec<f32> {
     v.as_array()
@@ -372,19 +372,7 @@ fn a_prompt_started_from_cached_keys_and_values_gives_the_logits_of_a_fresh_read
         .unwrap();
     let inputs = json(&fixture("smollm2/inputs.json"));
     let prompt = ids(&inputs["input_ids"][0]);
-    let last = |cache: &mut Cache, tokens: &[u32]| -> Vec<f32> {
-        let input = Tensor::new(tokens, model.device())
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        model
-            .forward_last(&input, None, cache)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap()
-    };
+    let last = |cache: &mut Cache, tokens: &[u32]| last_logits(&model, cache, tokens);
     let mut fresh = Cache::new(&model);
     let want = last(&mut fresh, &prompt);
     // A prefix whose reading leaves STABLE_CHUNK_ROWS tokens: the same logits, bit for bit.
@@ -425,19 +413,7 @@ fn packed_quantized_rows_equal_each_sequence_alone_bit_for_bit() {
     let inputs = json(&fixture("smollm2/inputs.json"));
     let prompt = ids(&inputs["input_ids"][0]);
     assert!(prompt.len() >= 40, "a prompt long enough for the GEMM path");
-    let last = |cache: &mut Cache, tokens: &[u32]| -> Vec<f32> {
-        let input = Tensor::new(tokens, model.device())
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        model
-            .forward_last(&input, None, cache)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap()
-    };
+    let last = |cache: &mut Cache, tokens: &[u32]| last_logits(&model, cache, tokens);
     // Sequence i: the prompt's first 8 + i tokens read, then one decoding step alone.
     let n = 34;
     let mut caches: Vec<Cache> = (0..n).map(|_| Cache::new(&model)).collect();

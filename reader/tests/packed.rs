@@ -6,7 +6,7 @@ use candle_core::{DType, Device, Tensor};
 use capstan_reader::{argmax, Cache, Checkpoint, Llama, PackedInput};
 
 mod common;
-use common::fixture;
+use common::{fixture, last_logits};
 
 const TOL: f32 = 1e-4;
 
@@ -49,17 +49,7 @@ fn alone(model: &Llama, case: &Case) -> (Vec<Vec<f32>>, Vec<u32>) {
     let mut input = case.prompt.clone();
     let (mut rows, mut tokens) = (Vec::new(), Vec::new());
     for _ in 0..case.new_tokens {
-        let ids = Tensor::new(input.as_slice(), model.device())
-            .unwrap()
-            .unsqueeze(0)
-            .unwrap();
-        let row = model
-            .forward_last(&ids, None, &mut cache)
-            .unwrap()
-            .squeeze(0)
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
+        let row = last_logits(model, &mut cache, &input);
         let next = argmax(&row);
         rows.push(row);
         tokens.push(next);

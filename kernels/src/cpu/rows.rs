@@ -298,11 +298,18 @@ impl RowKernels for Portable {
 
     #[inline(always)]
     unsafe fn update(acc: &mut [f32], corr: f32, w: &[f32], v: &[f32]) {
-        let dim = acc.len();
-        for (c, a) in acc.iter_mut().enumerate() {
-            let sum: f32 = w.iter().enumerate().map(|(j, &e)| e * v[j * dim + c]).sum();
-            *a = *a * corr + sum;
-        }
+        update_dims(acc, corr, w, v, 0);
+    }
+}
+
+/// [`RowKernels::update`] over dimensions `from..` only, in plain Rust: the portable form, and
+/// the vector form's dimensions past its widths.
+#[inline(always)]
+fn update_dims(acc: &mut [f32], corr: f32, w: &[f32], v: &[f32], from: usize) {
+    let dim = acc.len();
+    for (c, a) in acc.iter_mut().enumerate().skip(from) {
+        let sum: f32 = w.iter().enumerate().map(|(j, &e)| e * v[j * dim + c]).sum();
+        *a = *a * corr + sum;
     }
 }
 
@@ -379,9 +386,6 @@ impl RowKernels for Avx2 {
                 c += 8;
             }
         }
-        for c in (dim - dim % 8)..dim {
-            let sum: f32 = w.iter().enumerate().map(|(j, &e)| e * v[j * dim + c]).sum();
-            acc[c] = acc[c] * corr + sum;
-        }
+        update_dims(acc, corr, w, v, dim - dim % 8);
     }
 }

@@ -255,8 +255,17 @@ impl Llama {
             .squeeze(1)?)
     }
 
-    /// On the CPU the pass runs on a worker of the compute pool, so that its parallel ops do
-    /// not each put this thread to sleep and wake it ([`capstan_kernels::cpu::on_compute_pool`]).
+    /// Runs a forward pass: on the CPU, on a worker of the compute pool, so that its parallel
+    /// ops do not each put this thread to sleep and wake it
+    /// ([`capstan_kernels::cpu::on_compute_pool`]).
+    fn on_pool<R: Send>(&self, pass: impl FnOnce() -> R + Send) -> R {
+        if self.device.is_cpu() {
+            capstan_kernels::cpu::on_compute_pool(pass)
+        } else {
+            pass()
+        }
+    }
+
     fn forward_impl(
         &self,
         input_ids: &Tensor,
@@ -264,13 +273,7 @@ impl Llama {
         cache: &mut Cache,
         all: bool,
     ) -> Result<Tensor> {
-        if self.device.is_cpu() {
-            capstan_kernels::cpu::on_compute_pool(|| {
-                self.forward_here(input_ids, attention_mask, cache, all)
-            })
-        } else {
-            self.forward_here(input_ids, attention_mask, cache, all)
-        }
+        self.on_pool(|| self.forward_here(input_ids, attention_mask, cache, all))
     }
 
     fn forward_here(

@@ -40,11 +40,7 @@ impl Llama {
     /// run one by one (still correct, not batched) on CUDA, with a decoder attention pattern
     /// other than full, or with more than a prefill chunk of new tokens.
     pub fn forward_packed(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
-        if self.device.is_cpu() {
-            capstan_kernels::cpu::on_compute_pool(|| self.forward_packed_here(seqs))
-        } else {
-            self.forward_packed_here(seqs)
-        }
+        self.on_pool(|| self.forward_packed_here(seqs))
     }
 
     fn forward_packed_here(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {

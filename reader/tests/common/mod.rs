@@ -26,6 +26,21 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .collect()
 }
 
+/// Logits of the last of `tokens`, read after what `cache` holds (batch 1).
+pub fn last_logits(model: &Llama, cache: &mut Cache, tokens: &[u32]) -> Vec<f32> {
+    let input = Tensor::new(tokens, model.device())
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    model
+        .forward_last(&input, None, cache)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec1::<f32>()
+        .unwrap()
+}
+
 /// Logits of every position of batch-1 `prompt` (with optional CEPE encoder chunks).
 pub fn logits(model: &Llama, prompt: &[u32], chunks: &[Vec<u32>], pad: u32) -> Vec<Vec<f32>> {
     logits_cached(model, prompt, chunks, pad, &mut PassageCache::new(0))
