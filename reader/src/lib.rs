@@ -56,8 +56,8 @@ pub use gguf::{GgufArch, GgufFile, GgufVocab};
 pub use grounded::{mask_logits, span_text, SpanMatch, SpanSource, SpanState, TokenBytes};
 pub use language_model::{LanguageModel, LoadOptions};
 pub use llama::{
-    Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama, PackedInput, PassageCache,
-    PassageCacheStats, STABLE_CHUNK_ROWS,
+    prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama, PackedInput,
+    PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,
 };
 pub use prompt::{
     cepe_prompt, llama_prompt, lost_in_the_middle_order, CepeInputs, CepePrompt, Passage,

@@ -10,29 +10,12 @@ use capstan_reader::{Cache, Decoding, Generation, PackedInput};
 use super::prefix::PrefixCache;
 use super::{Event, Shared, Waiting};
 use crate::error::{panic_message, Error};
-use capstan_reader::{PassageCache, STABLE_CHUNK_ROWS};
+use capstan_reader::{prompt_piece, PassageCache, STABLE_CHUNK_ROWS};
 
 /// A step has room for at least this many prompt tokens, even when decoding rows fill its
 /// budget, so that prefill always progresses: twice [`STABLE_CHUNK_ROWS`], so that a piece of
-/// at least that many leaves at least that many ([`prefill_piece`]).
+/// at least that many leaves at least that many ([`prompt_piece`]).
 const MIN_PREFILL_CHUNK: usize = 2 * STABLE_CHUNK_ROWS;
-
-/// How many of a prompt's `pending` tokens to read in a step with room for `left`: all of
-/// them, or a piece of at least [`STABLE_CHUNK_ROWS`] that leaves at least as many, or none
-/// (wait for a step with more room). Every piece then runs the kernels a read of the whole
-/// prompt runs (the tiled attention, the GEMM), whose rows do not depend on the chunk they
-/// are read in: what a prompt computes does not depend on how the scheduler cut it.
-fn prefill_piece(pending: usize, left: usize) -> usize {
-    if pending <= left {
-        return pending;
-    }
-    let piece = left.min(pending.saturating_sub(STABLE_CHUNK_ROWS));
-    if piece >= STABLE_CHUNK_ROWS {
-        piece
-    } else {
-        0
-    }
-}
 
 /// A running sequence.
 struct Running {
@@ -284,7 +267,7 @@ fn step(
             if r.pending.len() == 1 {
                 1
             } else {
-                let n = prefill_piece(r.pending.len(), left);
+                let n = prompt_piece(r.pending.len(), left);
                 left -= n;
                 n
             }
@@ -363,7 +346,7 @@ mod tests {
     fn prompts_are_cut_in_pieces_that_read_as_the_whole_prompt() {
         for pending in 1..300 {
             for left in 0..300 {
-                let n = prefill_piece(pending, left);
+                let n = prompt_piece(pending, left);
                 assert!(n <= pending.min(left), "{pending} {left}: {n}");
                 if n < pending {
                     assert!(
@@ -373,7 +356,7 @@ mod tests {
                 }
             }
             // A step always has room for a piece.
-            assert!(prefill_piece(pending, MIN_PREFILL_CHUNK) > 0, "{pending}");
+            assert!(prompt_piece(pending, MIN_PREFILL_CHUNK) > 0, "{pending}");
         }
     }
 }

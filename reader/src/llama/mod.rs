@@ -45,6 +45,23 @@ pub const STABLE_CHUNK_ROWS: usize = if capstan_kernels::cpu::TILED_ROWS > weigh
 } else {
     weights::DEQUANTIZE_ROWS + 1
 };
+
+/// How many of a prompt's `pending` tokens to read in a pass with room for `room`: all of them,
+/// or a piece of at least [`STABLE_CHUNK_ROWS`] that leaves at least as many, or none (wait for
+/// more room). Every piece then runs the kernels a read of the whole prompt runs, whose rows do
+/// not depend on the chunk they are read in: what a prompt computes does not depend on how it
+/// was cut (by the reader's own chunks or a scheduler's step budget).
+pub fn prompt_piece(pending: usize, room: usize) -> usize {
+    if pending <= room {
+        return pending;
+    }
+    let piece = room.min(pending.saturating_sub(STABLE_CHUNK_ROWS));
+    if piece >= STABLE_CHUNK_ROWS {
+        piece
+    } else {
+        0
+    }
+}
 use layers::{LayerAttention, Stack};
 pub use packed::PackedInput;
 pub use passage_states::{PassageCache, PassageCacheStats};
@@ -316,13 +333,8 @@ impl Llama {
         let mut outs = Vec::new();
         let mut start = 0;
         while start < s {
-            // The last chunk keeps at least STABLE_CHUNK_ROWS rows (the kernels of the others).
-            let rest = s - start;
-            let len = if rest > PREFILL_CHUNK && rest - PREFILL_CHUNK < STABLE_CHUNK_ROWS {
-                rest - STABLE_CHUNK_ROWS
-            } else {
-                PREFILL_CHUNK.min(rest)
-            };
+            // Never 0: PREFILL_CHUNK leaves room for a piece.
+            let len = prompt_piece(s - start, PREFILL_CHUNK);
             let last = start + len == s;
             let chunk_mask: Vec<Vec<bool>> = mask
                 .iter()
