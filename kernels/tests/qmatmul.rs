@@ -6,8 +6,9 @@ use candle_core::{Device, Tensor};
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QKernel, QMatrix};
 use rand::{Rng, SeedableRng};
 
-const FORMATS: [(GgmlDType, GgmlFormat); 6] = [
+const FORMATS: [(GgmlDType, GgmlFormat); 7] = [
     (GgmlDType::Q5_0, GgmlFormat::Q5_0),
+    (GgmlDType::Q5_1, GgmlFormat::Q5_1),
     (GgmlDType::Q4_0, GgmlFormat::Q4_0),
     (GgmlDType::Q4_1, GgmlFormat::Q4_1),
     (GgmlDType::Q8_0, GgmlFormat::Q8_0),
@@ -77,13 +78,20 @@ fn check(m: &QMatrix, w: &[f32], x: &[f32], kernel: QKernel, what: &str) {
 
 #[test]
 fn products_match_the_dequantized_product() {
-    // 13 rows of x: tiles of 4, 4, 4 and 1; 70 outputs: tiles of 4 (or 2) and a remainder.
+    // 13 rows of x: tiles of 4, 4, 4 and 1; 70 outputs: tiles of 4 (or 2) and a remainder;
+    // 544 inputs: an odd last block, which the kernels read alone.
     for (dtype, format) in FORMATS {
-        let (m, w) = matrix(dtype, format, 70, 512);
-        for n in [1, 2, 3, 13] {
-            let x = random(n * 512, n as u64);
-            for kernel in QKernel::ALL.into_iter().filter(|k| k.available()) {
-                check(&m, &w, &x, kernel, &format!("{format:?} n={n} {kernel:?}"));
+        for cols in [512, 544] {
+            if cols % format.block().0 != 0 {
+                continue;
+            }
+            let (m, w) = matrix(dtype, format, 70, cols);
+            for n in [1, 2, 3, 13] {
+                let x = random(n * cols, n as u64);
+                for kernel in QKernel::ALL.into_iter().filter(|k| k.available()) {
+                    let what = format!("{format:?} cols={cols} n={n} {kernel:?}");
+                    check(&m, &w, &x, kernel, &what);
+                }
             }
         }
     }
@@ -116,10 +124,23 @@ fn stacked_matrices_compute_each_part() {
     let (a, _) = matrix(GgmlDType::Q4K, GgmlFormat::Q4K, 6, 256);
     let (b, _) = matrix(GgmlDType::Q4_0, GgmlFormat::Q4_0, 4, 256);
     let (c, _) = matrix(GgmlDType::Q6K, GgmlFormat::Q6K, 4, 256);
+    let (d, _) = matrix(GgmlDType::Q5_0, GgmlFormat::Q5_0, 4, 256);
     assert!(
         QMatrix::stack(&[&a, &c]).is_none(),
         "4-bit and 8-bit layouts do not stack"
     );
+    assert!(
+        QMatrix::stack(&[&a, &d]).is_none(),
+        "4-bit and 5-bit layouts do not stack"
+    );
+    let (e, _) = matrix(GgmlDType::Q5_1, GgmlFormat::Q5_1, 3, 256);
+    let de = QMatrix::stack(&[&d, &e]).unwrap();
+    let x5 = random(2 * 256, 5);
+    let (yd, ye, yde) = (d.matmul(&x5), e.matmul(&x5), de.matmul(&x5));
+    for i in 0..2 {
+        assert_eq!(&yde[i * 7..i * 7 + 4], &yd[i * 4..i * 4 + 4]);
+        assert_eq!(&yde[i * 7 + 4..i * 7 + 7], &ye[i * 3..i * 3 + 3]);
+    }
     let ab = QMatrix::stack(&[&a, &b]).unwrap();
     assert_eq!((ab.rows(), ab.cols()), (10, 256));
     let x = random(3 * 256, 9);

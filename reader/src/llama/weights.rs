@@ -123,6 +123,7 @@ fn packed_format(dtype: GgmlDType) -> Option<GgmlFormat> {
         GgmlDType::Q4_0 => GgmlFormat::Q4_0,
         GgmlDType::Q4_1 => GgmlFormat::Q4_1,
         GgmlDType::Q5_0 => GgmlFormat::Q5_0,
+        GgmlDType::Q5_1 => GgmlFormat::Q5_1,
         GgmlDType::Q8_0 => GgmlFormat::Q8_0,
         GgmlDType::Q4K => GgmlFormat::Q4K,
         GgmlDType::Q6K => GgmlFormat::Q6K,

@@ -3,8 +3,9 @@
 //! per block, f32 accumulation across blocks.
 //!
 //! GGML's block formats are repacked at load ([`QMatrix::from_ggml`]) into two layouts that
-//! one pair of kernels serves: unsigned nibbles with a per-block scale and offset (Q4_0, Q4_1,
-//! Q4_K) and signed bytes with a scale per 16 (Q5_0, Q8_0, Q6_K). Every weight keeps the value ggml
+//! one pair of kernels serves: unsigned nibbles, with a fifth bit per weight for the 5-bit
+//! formats, and a per-block scale and offset (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1), and signed bytes
+//! with a scale per 16 (Q8_0, Q6_K). Every weight keeps the value ggml
 //! gives it. The product reuses each block of weights across up to four rows of `x` while it
 //! sits in registers, so a step of many rows (a batched decoding step) costs far less than
 //! that many steps; threads split the output columns.
@@ -37,9 +38,12 @@ pub struct QMatrix {
 #[derive(Debug, Clone)]
 enum Layout {
     /// Per block of 32: 16 bytes (element `j` in the low nibble of byte `j`, element `j + 16`
-    /// in its high nibble), `w = scale * q + offset`, `q` in `0..16`.
+    /// in its high nibble), `w = scale * q + offset`, `q` in `0..16`; or, for 5-bit formats,
+    /// `q` in `0..32` with its fifth bit in `fifth` (a word per block, bit `j` element `j`'s,
+    /// as ggml's `qh`): 24 bytes a block of Q5_0 where signed bytes took 40.
     U4 {
         nibbles: Vec<u8>,
+        fifth: Option<Vec<u32>>,
         scales: Vec<f32>,
         offsets: Vec<f32>,
     },
@@ -117,14 +121,17 @@ impl QMatrix {
     /// Bytes held.
     pub fn bytes(&self) -> usize {
         match &self.layout {
-            Layout::U4 { nibbles, .. } => nibbles.len() + self.rows * self.cols / BLOCK * 8,
+            Layout::U4 { nibbles, fifth, .. } => {
+                let words = fifth.as_ref().map_or(0, |f| f.len() * 4);
+                nibbles.len() + words + self.rows * self.cols / BLOCK * 8
+            }
             Layout::I8 { values, .. } => values.len() + self.rows * self.cols / 16 * 4,
         }
     }
 
     /// The rows of `parts` stacked, in order (one product computes them all): `None` unless
     /// they share their columns and layout (a Q4_K_M file's Q6_K `attn_v` does not stack with
-    /// its Q4_K `attn_q`).
+    /// its Q4_K `attn_q`, nor 5-bit with 4-bit matrices).
     pub fn stack(parts: &[&QMatrix]) -> Option<QMatrix> {
         let first = parts.first()?;
         if parts.iter().any(|p| p.cols != first.cols) {
@@ -132,23 +139,31 @@ impl QMatrix {
         }
         let rows = parts.iter().map(|p| p.rows).sum();
         let layout = match &first.layout {
-            Layout::U4 { .. } => {
+            Layout::U4 { fifth, .. } => {
                 let (mut nibbles, mut scales, mut offsets) = (Vec::new(), Vec::new(), Vec::new());
+                let mut fifths = fifth.as_ref().map(|_| Vec::new());
                 for p in parts {
                     let Layout::U4 {
                         nibbles: n,
+                        fifth: f,
                         scales: s,
                         offsets: o,
                     } = &p.layout
                     else {
                         return None;
                     };
+                    match (&mut fifths, f) {
+                        (Some(all), Some(f)) => all.extend_from_slice(f),
+                        (None, None) => {}
+                        _ => return None,
+                    }
                     nibbles.extend_from_slice(n);
                     scales.extend_from_slice(s);
                     offsets.extend_from_slice(o);
                 }
                 Layout::U4 {
                     nibbles,
+                    fifth: fifths,
                     scales,
                     offsets,
                 }
@@ -182,15 +197,15 @@ impl QMatrix {
         match &self.layout {
             Layout::U4 {
                 nibbles,
+                fifth,
                 scales,
                 offsets,
             } => {
                 for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
-                    let nib = &nibbles[b * 16..b * 16 + 16];
+                    let q = unsigned_block(nibbles, fifth.as_deref(), b);
                     let (s, m) = (scales[b], offsets[b]);
-                    for j in 0..16 {
-                        o[j] = s * (nib[j] & 0xF) as f32 + m;
-                        o[j + 16] = s * (nib[j] >> 4) as f32 + m;
+                    for (o, &q) in o.iter_mut().zip(&q) {
+                        *o = s * q as f32 + m;
                     }
                 }
             }
@@ -295,20 +310,16 @@ impl QMatrix {
         match &self.layout {
             Layout::U4 {
                 nibbles,
+                fifth,
                 scales,
                 offsets,
             } => {
                 let mut off = 0f32;
                 for b in 0..blocks {
                     let at = r * blocks + b;
-                    let nib = &nibbles[at * 16..at * 16 + 16];
+                    let q = unsigned_block(nibbles, fifth.as_deref(), at);
                     let xq = &x.q[b * BLOCK..(b + 1) * BLOCK];
-                    let isum: i32 = (0..16)
-                        .map(|j| {
-                            (nib[j] & 0xF) as i32 * xq[j] as i32
-                                + (nib[j] >> 4) as i32 * xq[j + 16] as i32
-                        })
-                        .sum();
+                    let isum: i32 = q.iter().zip(xq).map(|(&w, &a)| w as i32 * a as i32).sum();
                     acc += scales[at] * x.d[b] * isum as f32;
                     off += offsets[at] * x.s[b];
                 }
@@ -331,6 +342,20 @@ impl QMatrix {
             }
         }
     }
+}
+
+/// Block `b`'s unsigned values in element order (nibbles and, for 5-bit formats, fifth bits).
+fn unsigned_block(nibbles: &[u8], fifth: Option<&[u32]>, b: usize) -> [u8; BLOCK] {
+    let nib = &nibbles[b * 16..b * 16 + 16];
+    let high = fifth.map_or(0, |f| f[b]);
+    std::array::from_fn(|j| {
+        let q = if j < 16 {
+            nib[j] & 0xF
+        } else {
+            nib[j - 16] >> 4
+        };
+        q | (((high >> j) & 1) as u8) << 4
+    })
 }
 
 /// The kernels of a product.

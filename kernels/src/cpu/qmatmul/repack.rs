@@ -1,10 +1,11 @@
 //! GGML block formats to [`QMatrix`]'s two layouts, exactly (every weight the same f32 value
 //! as ggml's `dequantize_row_*` computes it).
 //!
-//! - 4-bit formats (Q4_0, Q4_1, Q4_K) become [`Layout::U4`]: per block of 32, 16 bytes of
-//!   nibbles (byte `j`: element `j` low, element `j + 16` high, as Q4_0 stores them) and an
-//!   f32 `scale` and `offset`, `w = scale * q + offset`.
-//! - 5-, 6- and 8-bit formats (Q5_0, Q6_K, Q8_0) become [`Layout::I8`]: one signed byte per weight and
+//! - 4- and 5-bit formats (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1) become [`Layout::U4`]: per block of
+//!   32, 16 bytes of nibbles (byte `j`: element `j` low, element `j + 16` high, as Q4_0 stores
+//!   them), the 5-bit formats' fifth bits as they store them (`qh`), and an f32 `scale` and
+//!   `offset`, `w = scale * q + offset`.
+//! - 6- and 8-bit formats (Q6_K, Q8_0) become [`Layout::I8`]: one signed byte per weight and
 //!   an f32 scale per 16 weights, `w = scale * q`.
 
 use half::f16;
@@ -21,6 +22,8 @@ pub enum GgmlFormat {
     /// `d (q - 16)`, 5-bit values, 32 per block (what llama.cpp's K-quant presets fall back
     /// to where a row is not a multiple of 256 wide, as SmolLM2's 576).
     Q5_0,
+    /// `d q + m`, 5-bit values, 32 per block.
+    Q5_1,
     /// `d q`, signed bytes, 32 per block.
     Q8_0,
     /// 256 per super-block, 8 sub-blocks of 32 with 6-bit scales and mins.
@@ -36,6 +39,7 @@ impl GgmlFormat {
             Self::Q4_0 => (32, 18),
             Self::Q4_1 => (32, 20),
             Self::Q5_0 => (32, 22),
+            Self::Q5_1 => (32, 24),
             Self::Q8_0 => (32, 34),
             Self::Q4K => (256, 144),
             Self::Q6K => (256, 210),
@@ -82,12 +86,34 @@ impl QMatrix {
         }
         let blocks = rows * cols / BLOCK;
         let layout = match format {
-            GgmlFormat::Q4_0 | GgmlFormat::Q4_1 | GgmlFormat::Q4K => {
+            GgmlFormat::Q4_0
+            | GgmlFormat::Q4_1
+            | GgmlFormat::Q4K
+            | GgmlFormat::Q5_0
+            | GgmlFormat::Q5_1 => {
                 let mut nibbles = Vec::with_capacity(blocks * 16);
                 let mut scales = Vec::with_capacity(blocks);
                 let mut offsets = Vec::with_capacity(blocks);
+                let five = matches!(format, GgmlFormat::Q5_0 | GgmlFormat::Q5_1);
+                let mut fifth = Vec::with_capacity(if five { blocks } else { 0 });
+                let word = |b: &[u8], at: usize| {
+                    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+                };
                 for b in data.chunks_exact(bytes) {
                     match format {
+                        GgmlFormat::Q5_0 => {
+                            let d = half(b, 0);
+                            scales.push(d);
+                            offsets.push(-16.0 * d);
+                            fifth.push(word(b, 2));
+                            nibbles.extend_from_slice(&b[6..22]);
+                        }
+                        GgmlFormat::Q5_1 => {
+                            scales.push(half(b, 0));
+                            offsets.push(half(b, 2));
+                            fifth.push(word(b, 4));
+                            nibbles.extend_from_slice(&b[8..24]);
+                        }
                         GgmlFormat::Q4_0 => {
                             let d = half(b, 0);
                             scales.push(d);
@@ -119,25 +145,15 @@ impl QMatrix {
                 }
                 Layout::U4 {
                     nibbles,
+                    fifth: five.then_some(fifth),
                     scales,
                     offsets,
                 }
             }
-            GgmlFormat::Q5_0 | GgmlFormat::Q8_0 | GgmlFormat::Q6K => {
+            GgmlFormat::Q8_0 | GgmlFormat::Q6K => {
                 let mut values = Vec::with_capacity(blocks * BLOCK);
                 let mut scales = Vec::with_capacity(blocks * 2);
                 for b in data.chunks_exact(bytes) {
-                    if format == GgmlFormat::Q5_0 {
-                        let d = half(b, 0);
-                        scales.extend([d, d]);
-                        let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-                        let qs = &b[6..22];
-                        // Bit j of qh is element j's fifth bit, bit j + 16 element j + 16's.
-                        let high = |bit: usize| ((qh >> bit) & 1) as u8 * 0x10;
-                        values.extend((0..16).map(|j| ((qs[j] & 0xF) | high(j)) as i8 - 16));
-                        values.extend((0..16).map(|j| ((qs[j] >> 4) | high(j + 16)) as i8 - 16));
-                        continue;
-                    }
                     if format == GgmlFormat::Q8_0 {
                         let d = half(b, 0);
                         scales.extend([d, d]);

@@ -9,27 +9,28 @@
 //!
 //! Nibbles are read two blocks at a time: 32 bytes give, masked, the first halves of both
 //! blocks, and shifted, their second halves; `x`'s two blocks are permuted to match, so the
-//! lanes 0-3 of the i32 sums belong to the first block and 4-7 to the second.
+//! lanes 0-3 of the i32 sums belong to the first block and 4-7 to the second. A 5-bit
+//! format's fifth bits are spread to `0x10` in the bytes of their elements and or-ed in.
 
 use std::arch::x86_64::*;
 
 use super::{Layout, QMatrix, RowRef, BLOCK};
 use crate::cpu::math;
 
-/// Calls the `$f::<R, C>` monomorphised for a tile of `rn` by `c`.
+/// Calls the `$f::<R, C, $g...>` monomorphised for a tile of `rn` by `c`.
 macro_rules! dispatch {
-    ($rn:expr, $c:expr, $f:ident, $($args:expr),*) => {
+    ($rn:expr, $c:expr, $f:ident $(:: $g:tt)*, $($args:expr),*) => {
         match ($rn, $c) {
-            (4, 1) => $f::<4, 1>($($args),*),
-            (3, 1) => $f::<3, 1>($($args),*),
-            (2, 1) => $f::<2, 1>($($args),*),
-            (1, 1) => $f::<1, 1>($($args),*),
-            (2, 2) => $f::<2, 2>($($args),*),
-            (1, 2) => $f::<1, 2>($($args),*),
-            (2, 3) => $f::<2, 3>($($args),*),
-            (1, 3) => $f::<1, 3>($($args),*),
-            (2, 4) => $f::<2, 4>($($args),*),
-            (1, 4) => $f::<1, 4>($($args),*),
+            (4, 1) => $f::<4, 1 $(, $g)*>($($args),*),
+            (3, 1) => $f::<3, 1 $(, $g)*>($($args),*),
+            (2, 1) => $f::<2, 1 $(, $g)*>($($args),*),
+            (1, 1) => $f::<1, 1 $(, $g)*>($($args),*),
+            (2, 2) => $f::<2, 2 $(, $g)*>($($args),*),
+            (1, 2) => $f::<1, 2 $(, $g)*>($($args),*),
+            (2, 3) => $f::<2, 3 $(, $g)*>($($args),*),
+            (1, 3) => $f::<1, 3 $(, $g)*>($($args),*),
+            (2, 4) => $f::<2, 4 $(, $g)*>($($args),*),
+            (1, 4) => $f::<1, 4 $(, $g)*>($($args),*),
             (rn, c) => unreachable!("tile of {rn} x {c}"),
         }
     };
@@ -65,13 +66,33 @@ macro_rules! tiles {
                 match &m.layout {
                     Layout::U4 {
                         nibbles,
+                        fifth: None,
                         scales,
                         offsets,
                     } => dispatch!(
                         rn,
                         xs.len(),
-                        u4_tile,
+                        u4_tile::false,
                         nibbles,
+                        &[],
+                        scales,
+                        offsets,
+                        blocks,
+                        r,
+                        xs,
+                        t
+                    ),
+                    Layout::U4 {
+                        nibbles,
+                        fifth: Some(fifth),
+                        scales,
+                        offsets,
+                    } => dispatch!(
+                        rn,
+                        xs.len(),
+                        u4_tile::true,
+                        nibbles,
+                        fifth,
                         scales,
                         offsets,
                         blocks,
@@ -92,10 +113,28 @@ macro_rules! tiles {
                 _mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a))
             }
 
+            /// Bits `0..32` of `bits` as bytes: `0x10` where the bit is set, else 0.
+            #[target_feature(enable = $features)]
+            #[inline]
+            unsafe fn spread_bits(bits: u32) -> __m256i {
+                let v = _mm256_set1_epi32(bits as i32);
+                // Byte `j` of the result reads byte `j / 8` of `bits` (each 128-bit lane holds
+                // the four bytes, repeated).
+                let which = _mm256_setr_epi8(
+                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+                    3, 3, 3, 3, 3, 3,
+                );
+                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, which), bit), bit);
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+            }
+
+            /// `FIVE`: the values' fifth bits come from `fifth` (a word per block).
             #[target_feature(enable = $features)]
             #[allow(clippy::too_many_arguments)]
-            unsafe fn u4_tile<const R: usize, const C: usize>(
+            unsafe fn u4_tile<const R: usize, const C: usize, const FIVE: bool>(
                 nibbles: &[u8],
+                fifth: &[u32],
                 scales: &[f32],
                 offsets: &[f32],
                 blocks: usize,
@@ -116,6 +155,14 @@ macro_rules! tiles {
                         let v = _mm256_loadu_si256(nibbles.as_ptr().add(at * 16) as *const __m256i);
                         lo[i] = _mm256_and_si256(v, low);
                         hi[i] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+                        if FIVE {
+                            // Elements 0-15 of both blocks, then 16-31 of both.
+                            let (h0, h1) = (*fifth.get_unchecked(at), *fifth.get_unchecked(at + 1));
+                            let first = (h0 & 0xFFFF) | (h1 << 16);
+                            let second = (h0 >> 16) | (h1 & 0xFFFF_0000);
+                            lo[i] = _mm256_or_si256(lo[i], spread_bits(first));
+                            hi[i] = _mm256_or_si256(hi[i], spread_bits(second));
+                        }
                         ws[i] = pair(*scales.get_unchecked(at), *scales.get_unchecked(at + 1));
                     }
                     for j in 0..C {
@@ -142,6 +189,9 @@ macro_rules! tiles {
                         let v = _mm_loadu_si128(nibbles.as_ptr().add(at * 16) as *const __m128i);
                         let v = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
                         w[i] = _mm256_and_si256(v, low);
+                        if FIVE {
+                            w[i] = _mm256_or_si256(w[i], spread_bits(*fifth.get_unchecked(at)));
+                        }
                     }
                     for j in 0..C {
                         let q = xs[j].q.as_ptr().add(b * BLOCK);
