@@ -6,15 +6,19 @@ embedding, tied output), the same prompt token ids (made from the SmolLM2 parity
 RAG prompt, repeated and cut to N tokens with llama.cpp's tokenizer of the same file), with
 2 threads each (Capstan: RAYON_NUM_THREADS=2 on a 2-core machine; llama.cpp: n_threads=2).
 Prefill tokens/s = N / time to the first new token; decode tokens/s over the next tokens,
-greedy, no stop. Each side loads (and warms) its model before timing.
+greedy, no stop. Each side loads (and warms) its model before timing. With --repeat N the two
+sides alternate N times per length and each figure is the median of its N runs (this VM's
+speed drifts by tens of percent within minutes; alternating keeps both sides on the same
+drift).
 
-Usage: python3 bench/llm_vs_llamacpp.py [--gguf PATH] [--lengths 512,2048] [--new 64]
+Usage: python3 bench/llm_vs_llamacpp.py [--gguf PATH] [--lengths 512,2048] [--new 64] [--repeat 1]
 """
 import argparse
 import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import tempfile
 import time
@@ -28,6 +32,7 @@ ap.add_argument("--gguf", default=os.path.join(home, "models", "SmolLM2-135M-Ins
 ap.add_argument("--lengths", default="512,2048")
 ap.add_argument("--new", type=int, default=64)
 ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--repeat", type=int, default=1)
 ap.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(home, "target")), "release", "capstan"))
 args = ap.parse_args()
 
@@ -37,10 +42,10 @@ llm = Llama(model_path=args.gguf, n_ctx=max(lengths) + args.new + 8, n_threads=a
             n_threads_batch=args.threads, n_batch=512, verbose=False)
 base = llm.tokenize(text.encode(), add_bos=False, special=True)
 
-results = []
-for n in lengths:
-    ids = (base * (n // len(base) + 1))[:n]
-    # llama.cpp: prefill, then greedy decode one token at a time.
+
+
+def llama_cpp_run(ids):
+    """llama.cpp: prefill, then greedy decode one token at a time."""
     llm.reset()
     t0 = time.perf_counter()
     llm.eval(ids)
@@ -50,8 +55,11 @@ for n in lengths:
         llm.eval([tok])
         tok = llm.sample(temp=0.0)
     t2 = time.perf_counter()
-    lc = {"prefill_tokens_per_s": n / (t1 - t0), "decode_tokens_per_s": (args.new - 1) / (t2 - t1)}
-    # Capstan: the same ids through `capstan model generate` (quantized, the default).
+    return {"prefill_tokens_per_s": len(ids) / (t1 - t0), "decode_tokens_per_s": (args.new - 1) / (t2 - t1)}
+
+
+def capstan_run(ids):
+    """Capstan: the same ids through `capstan model generate` (quantized, the default)."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump({"input_ids": [ids]}, f)
     env = dict(os.environ, RAYON_NUM_THREADS=str(args.threads))
@@ -60,13 +68,29 @@ for n in lengths:
                          check=True, capture_output=True, text=True, env=env)
     os.unlink(f.name)
     m = re.search(r"time to first token ([\d.]+) ms, ([\d.]+) tokens/s", out.stderr)
-    cap = {"prefill_tokens_per_s": n / (float(m.group(1)) / 1000), "decode_tokens_per_s": float(m.group(2))}
+    return {"prefill_tokens_per_s": len(ids) / (float(m.group(1)) / 1000),
+            "decode_tokens_per_s": float(m.group(2))}
+
+
+def median(runs):
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+results = []
+for n in lengths:
+    ids = (base * (n // len(base) + 1))[:n]
+    lc_runs, cap_runs = [], []
+    for _ in range(args.repeat):
+        lc_runs.append(llama_cpp_run(ids))
+        cap_runs.append(capstan_run(ids))
+    lc, cap = median(lc_runs), median(cap_runs)
     row = {"prompt_tokens": n, "capstan": cap, "llama_cpp": lc,
            "prefill_ratio": cap["prefill_tokens_per_s"] / lc["prefill_tokens_per_s"],
-           "decode_ratio": cap["decode_tokens_per_s"] / lc["decode_tokens_per_s"]}
+           "decode_ratio": cap["decode_tokens_per_s"] / lc["decode_tokens_per_s"],
+           "runs": args.repeat, "capstan_runs": cap_runs, "llama_cpp_runs": lc_runs}
     results.append(row)
     print(json.dumps(row))
 
 print(json.dumps({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-                  "gguf": os.path.basename(args.gguf), "threads": args.threads, "new_tokens": args.new,
+                  "gguf": os.path.basename(args.gguf), "threads": args.threads, "new_tokens": args.new, "repeat": args.repeat,
                   "results": results}, indent=1))
