@@ -799,21 +799,24 @@ impl Live {
         Manifest::read_checked(&self.gen, self.manifest_sum.as_deref())
     }
 
-    /// Its manifest, once every file is present at its size and every file a
-    /// search reads matches its checksum: not the sled store and hnsw_rs
-    /// files where the generation has their frozen forms (only changes read
-    /// those, after checking them; `index verify` does too).
+    /// Its manifest, once every file is present at its size and every file an
+    /// open reads matches its checksum: not the sled store and hnsw_rs files
+    /// where the generation has their frozen forms (only changes read those,
+    /// after checking them; `index verify` does too), nor what is read and
+    /// checked on first use: the dense index's files ([`Index::dense`]) and
+    /// the sentence vectors.
     fn searched_manifest(&self) -> Result<Manifest> {
         let manifest = self.manifest()?;
         let has = |file: &str| manifest.files.contains_key(file);
-        let (frozen_store, frozen_graph) = (has(frozen_store::FILE), has(dense::FROZEN_GRAPH));
+        let frozen_store = has(frozen_store::FILE);
+        let dense = dense_files(&manifest);
         let read: integrity::FileTable = manifest
             .files
             .iter()
             .filter(|(name, _)| {
                 !(frozen_store && name.starts_with("store/")
-                    || frozen_graph && name.starts_with("hnsw/")
-                    // Read (and checksummed) on first use: searches never read them.
+                    || name.starts_with("hnsw/")
+                    || dense.contains_key(*name)
                     || name.as_str() == dense::SENTENCE_VECTORS)
             })
             .map(|(name, sum)| (name.clone(), sum.clone()))
@@ -834,6 +837,25 @@ impl Live {
         ))?;
         Ok(manifest)
     }
+}
+
+/// The files [`DenseIndex::open`] reads: the vectors and the frozen graph, or hnsw_rs's files
+/// in generations written before it.
+fn dense_files(manifest: &Manifest) -> integrity::FileTable {
+    let frozen_graph = manifest.files.contains_key(dense::FROZEN_GRAPH);
+    manifest
+        .files
+        .iter()
+        .filter(|(name, _)| {
+            name.as_str() == dense::PASSAGE_VECTORS
+                || if frozen_graph {
+                    name.as_str() == dense::FROZEN_GRAPH
+                } else {
+                    name.starts_with("hnsw/")
+                }
+        })
+        .map(|(name, sum)| (name.clone(), sum.clone()))
+        .collect()
 }
 
 /// A generation being written; removed on drop unless published.
@@ -889,7 +911,8 @@ pub struct Index {
     /// The sentence vectors (the extractive reader's), read and checksummed on first use.
     sentence_vectors: std::sync::OnceLock<Vec<f32>>,
     bm25: Bm25Index,
-    dense: DenseIndex,
+    /// Read and checksummed on first use: a BM25 search never reads them.
+    dense: std::sync::OnceLock<DenseIndex>,
     store: PassageStore,
     deleted: HashSet<PassageOrd>,
 }
@@ -925,13 +948,16 @@ impl Index {
                 ),
             ));
         }
-        let dense = DenseIndex::open(gen, dim)?;
-        if dense.len() as u64 != counts.stored_passages {
+        // The passage vectors' rows from their size (the values are read on first use).
+        let row_bytes = (4 * dim) as u64;
+        let vector_bytes = std::fs::metadata(gen.join(dense::PASSAGE_VECTORS))
+            .map_err(|e| Error::io(gen.join(dense::PASSAGE_VECTORS), e))?
+            .len();
+        if vector_bytes % row_bytes != 0 || vector_bytes / row_bytes != counts.stored_passages {
             return Err(damaged(
                 dense::PASSAGE_VECTORS,
                 format!(
-                    "holds {} rows, the manifest says {}",
-                    dense.len(),
+                    "holds {vector_bytes} bytes, not the manifest's {} rows of {dim} f32s",
                     counts.stored_passages
                 ),
             ));
@@ -942,7 +968,6 @@ impl Index {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
             Err(e) => return Err(Error::io(gen.join(dense::SENTENCE_VECTORS), e)),
         };
-        let row_bytes = (4 * dim) as u64;
         if sentence_bytes % row_bytes != 0 || sentence_bytes / row_bytes != counts.stored_sentences
         {
             return Err(damaged(
@@ -981,7 +1006,7 @@ impl Index {
             sentence_vectors: std::sync::OnceLock::new(),
             manifest,
             bm25,
-            dense,
+            dense: std::sync::OnceLock::new(),
             store,
             deleted,
         })
@@ -998,7 +1023,10 @@ impl Index {
         let bytes = manifest.files.values().map(|f| f.bytes).sum();
         let opened = if damage.is_empty() {
             Self::open_checked(dir, &live.gen, manifest)
-                .and_then(|index| index.sentence_vectors().map(|_| ()))
+                .and_then(|index| {
+                    index.dense()?;
+                    index.sentence_vectors().map(|_| ())
+                })
                 .err()
         } else {
             None
@@ -1032,9 +1060,28 @@ impl Index {
         &self.bm25
     }
 
-    /// The dense index.
-    pub fn dense(&self) -> &DenseIndex {
-        &self.dense
+    /// The dense index: its vectors and graph, read on first use after their checksums are
+    /// checked (an open checks only their sizes: a BM25 search never reads them).
+    pub fn dense(&self) -> Result<&DenseIndex> {
+        if let Some(d) = self.dense.get() {
+            return Ok(d);
+        }
+        let files = dense_files(&self.manifest);
+        integrity::first_error(integrity::check(&self.gen, &files, Depth::Checksums))?;
+        let dense = DenseIndex::open(&self.gen, self.manifest.encoder.dimension)?;
+        let stored = self.manifest.counts.stored_passages;
+        if dense.len() as u64 != stored {
+            return Err(Error::Damaged {
+                path: self.gen.join(dense::PASSAGE_VECTORS),
+                message: format!("holds {} rows, the manifest says {stored}", dense.len()),
+            });
+        }
+        Ok(self.dense.get_or_init(|| dense))
+    }
+
+    /// Passages stored, deleted ones included (the dense index's rows).
+    pub fn stored_passages(&self) -> usize {
+        self.manifest.counts.stored_passages as usize
     }
 
     /// Tombstoned ordinals (filtered out of dense search).

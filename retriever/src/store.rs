@@ -150,6 +150,12 @@ pub trait Store: Send + Sync {
     fn sentence_vectors(&self, _passage_id: &str) -> Result<Vec<SentenceVector>> {
         Ok(Vec::new())
     }
+
+    /// Reads now what searches would read on first use (a server's start: its first
+    /// question then waits for nothing, and a damaged file stops the start).
+    fn warm(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A store over an index folder (tantivy, the dense vectors and graph, sled).
@@ -228,7 +234,7 @@ impl Store for EmbeddedStore {
         let (bm25_n, dense_n, strategy) = match filter {
             None => (query.bm25, query.dense, query.strategy),
             Some(_) => {
-                let all = self.index.dense().len();
+                let all = self.index.stored_passages();
                 (all, all, DenseStrategy::Exact)
             }
         };
@@ -245,10 +251,13 @@ impl Store for EmbeddedStore {
                 })
             }
             (_, Some(v)) => {
-                let ranked =
-                    self.index
-                        .dense()
-                        .search(v, dense_n, query.ef, strategy, self.index.deleted());
+                let ranked = self.index.dense()?.search(
+                    v,
+                    dense_n,
+                    query.ef,
+                    strategy,
+                    self.index.deleted(),
+                );
                 self.filtered(ranked, filter)?
             }
         };
@@ -276,5 +285,10 @@ impl Store for EmbeddedStore {
             .into_iter()
             .map(|(r, v)| (r.start, r.end, v.to_vec()))
             .collect())
+    }
+
+    fn warm(&self) -> Result<()> {
+        self.index.dense()?;
+        Ok(())
     }
 }

@@ -65,6 +65,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_target(false)
         .try_init();
     let (pipeline, defaults, file) = build(&args.index, &args.pipeline, true)?;
+    pipeline.retriever().store().warm()?;
     let s = &file.server;
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     let generations = args
