@@ -9,14 +9,17 @@
 //! order, into this file (an SSTable without blocks): per tree a table of
 //! record offsets, then the records (`key length: u32`, key, value). A
 //! lookup is a binary search over the offsets; nothing is read until asked
-//! for, so opening costs the same at any size. Writers (`--append`, `delete`,
-//! `compact`) keep using the sled store beside it.
+//! for, so opening costs the same at any size. With the manifest's block
+//! checksums ([`crate::integrity::CheckedBlocks`]) each block is checked when
+//! a read first touches it. Writers (`--append`, `delete`, `compact`) keep
+//! using the sled store beside it.
 
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
 use crate::error::{Error, Result};
+use crate::integrity::CheckedBlocks;
 
 /// The file's name in a generation.
 pub const FILE: &str = "store.frozen";
@@ -118,13 +121,17 @@ struct TreeView {
 pub struct FrozenStore {
     path: PathBuf,
     map: Mmap,
+    /// `None`: the file was checked whole before it was opened.
+    blocks: Option<CheckedBlocks>,
     trees: [TreeView; 7],
 }
 
 impl FrozenStore {
     /// Maps `path` and checks its header (every tree within the file); the
-    /// records are checked as they are read.
-    pub fn open(path: &Path) -> Result<Self> {
+    /// records are checked as they are read, and with `block_sums` (the
+    /// manifest's [`crate::integrity::FileSum::blocks`]) so are the blocks
+    /// they lie in.
+    pub fn open(path: &Path, block_sums: Option<&[String]>) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         // SAFETY: a published generation is never written again (writers make
         // a new one); the map is read-only and its bytes are bounds-checked
@@ -135,19 +142,30 @@ impl FrozenStore {
             path: path.to_path_buf(),
             message: message.to_string(),
         };
-        if map.len() < HEADER || &map[..MAGIC.len()] != MAGIC {
+        let blocks = match block_sums {
+            Some(sums) => Some(CheckedBlocks::new(map.len(), sums).map_err(|m| damaged(&m))?),
+            None => None,
+        };
+        let mut store = Self {
+            path: path.to_path_buf(),
+            map,
+            blocks,
+            trees: [TreeView {
+                count: 0,
+                index_pos: 0,
+                data_pos: 0,
+                data_len: 0,
+            }; 7],
+        };
+        let len = store.map.len();
+        if len < HEADER || store.read(0..MAGIC.len())? != MAGIC {
             return Err(damaged("not a Capstan passage store file"));
         }
+        let header = store.read(MAGIC.len()..HEADER)?;
         let field = |i: usize| {
-            let at = MAGIC.len() + i * 8;
-            u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes")) as usize
+            u64::from_le_bytes(header[i * 8..i * 8 + 8].try_into().expect("8 bytes")) as usize
         };
-        let mut trees = [TreeView {
-            count: 0,
-            index_pos: 0,
-            data_pos: 0,
-            data_len: 0,
-        }; 7];
+        let mut trees = store.trees;
         for (t, view) in trees.iter_mut().enumerate() {
             *view = TreeView {
                 count: field(4 * t),
@@ -161,16 +179,22 @@ impl FrozenStore {
                 .and_then(|n| n.checked_mul(8))
                 .and_then(|n| n.checked_add(view.index_pos));
             let data_end = view.data_pos.checked_add(view.data_len);
-            if !matches!((index_end, data_end), (Some(i), Some(d)) if i <= map.len() && d <= map.len())
-            {
+            if !matches!((index_end, data_end), (Some(i), Some(d)) if i <= len && d <= len) {
                 return Err(damaged("a tree lies past the end of the file"));
             }
         }
-        Ok(Self {
-            path: path.to_path_buf(),
-            map,
-            trees,
-        })
+        store.trees = trees;
+        Ok(store)
+    }
+
+    /// Bytes `range` of the file (within it), after checking the blocks they lie in.
+    fn read(&self, range: std::ops::Range<usize>) -> Result<&[u8]> {
+        if let Some(blocks) = &self.blocks {
+            blocks
+                .check(&self.map, range.clone())
+                .map_err(|m| self.damaged(m))?;
+        }
+        Ok(&self.map[range])
     }
 
     fn damaged(&self, message: String) -> Error {
@@ -188,16 +212,15 @@ impl FrozenStore {
     /// Record `i` of `tree`: its key and value.
     fn record(&self, tree: Tree, i: usize) -> Result<(&[u8], &[u8])> {
         let view = self.trees[tree as usize];
+        let offsets = self.read(view.index_pos + i * 8..view.index_pos + i * 8 + 16)?;
         let offset = |j: usize| {
-            let at = view.index_pos + j * 8;
-            u64::from_le_bytes(self.map[at..at + 8].try_into().expect("8 bytes")) as usize
+            u64::from_le_bytes(offsets[j * 8..j * 8 + 8].try_into().expect("8 bytes")) as usize
         };
-        let (start, end) = (offset(i), offset(i + 1));
-        let data = &self.map[view.data_pos..view.data_pos + view.data_len];
-        let record = data
-            .get(start..end)
-            .filter(|r| r.len() >= 4)
-            .ok_or_else(|| self.damaged(format!("record {i} of {tree:?} is out of bounds")))?;
+        let (start, end) = (offset(0), offset(1));
+        if start > end || end > view.data_len || end - start < 4 {
+            return Err(self.damaged(format!("record {i} of {tree:?} is out of bounds")));
+        }
+        let record = self.read(view.data_pos + start..view.data_pos + end)?;
         let key_len = u32::from_le_bytes(record[..4].try_into().expect("4 bytes")) as usize;
         let key_end = 4usize
             .checked_add(key_len)
@@ -250,7 +273,7 @@ mod tests {
         ids.sort();
         trees[Tree::Ids as usize] = ids;
         write(&path, &trees).unwrap();
-        let store = FrozenStore::open(&path).unwrap();
+        let store = FrozenStore::open(&path, None).unwrap();
         assert_eq!(store.len(Tree::Passages), 1000);
         assert_eq!(store.len(Tree::Deleted), 0);
         for i in [0u64, 1, 499, 999] {
@@ -277,16 +300,16 @@ mod tests {
         // Truncated: the header names the file; a record past the end too.
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-        let err = FrozenStore::open(&path).err().unwrap().to_string();
+        let err = FrozenStore::open(&path, None).err().unwrap().to_string();
         assert!(err.contains(FILE) && err.contains("past the end"), "{err}");
         std::fs::write(&path, &bytes[..10]).unwrap();
-        assert!(FrozenStore::open(&path).is_err());
+        assert!(FrozenStore::open(&path, None).is_err());
         let mut bad = bytes.clone();
         // The first offset of the passages tree, made huge.
         let index_pos = u64::from_le_bytes(bad[16..24].try_into().unwrap()) as usize;
         bad[index_pos..index_pos + 8].copy_from_slice(&u64::MAX.to_le_bytes());
         std::fs::write(&path, &bad).unwrap();
-        let store = FrozenStore::open(&path).unwrap();
+        let store = FrozenStore::open(&path, None).unwrap();
         let err = store
             .iter(Tree::Passages)
             .next()
@@ -295,5 +318,61 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(err.contains("out of bounds"), "{err}");
+    }
+
+    #[test]
+    fn with_block_checksums_only_the_blocks_read_are_checked() {
+        use crate::integrity::{checksum_with_blocks, CHECK_BLOCK};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE);
+        let mut trees: [Vec<(Vec<u8>, Vec<u8>)>; 7] = Default::default();
+        // About 3 MiB of records: three full blocks and a partial one.
+        trees[Tree::Passages as usize] = (0u64..3000)
+            .map(|i| (i.to_be_bytes().to_vec(), vec![(i % 251) as u8; 1024]))
+            .collect();
+        write(&path, &trees).unwrap();
+        let sum = checksum_with_blocks(&path).unwrap();
+        assert_eq!(sum.blocks.len(), (sum.bytes as usize).div_ceil(CHECK_BLOCK));
+        let intact = FrozenStore::open(&path, Some(&sum.blocks)).unwrap();
+        for i in [0u64, 1500, 2999] {
+            assert_eq!(
+                intact
+                    .get(Tree::Passages, &i.to_be_bytes())
+                    .unwrap()
+                    .unwrap()[0],
+                (i % 251) as u8
+            );
+        }
+        drop(intact);
+
+        // A flipped byte in the last block: records in the first blocks read as before,
+        // a record in the last block is an error naming the file and the block.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 100;
+        bytes[last] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let store = FrozenStore::open(&path, Some(&sum.blocks)).unwrap();
+        assert!(store
+            .get(Tree::Passages, &0u64.to_be_bytes())
+            .unwrap()
+            .is_some());
+        let err = store
+            .get(Tree::Passages, &2999u64.to_be_bytes())
+            .err()
+            .unwrap()
+            .to_string();
+        let block = (bytes.len() - 1) / CHECK_BLOCK;
+        assert!(
+            err.contains(FILE) && err.contains(&format!("block {block} ")),
+            "{err}"
+        );
+        // Checked whole (no block sums), the open itself does not look at the records.
+        assert!(FrozenStore::open(&path, None).is_ok());
+        // Block sums that do not fit the file's size.
+        let err = FrozenStore::open(&path, Some(&sum.blocks[1..]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(err.contains("block checksums"), "{err}");
     }
 }

@@ -813,8 +813,10 @@ impl Live {
         let read: integrity::FileTable = manifest
             .files
             .iter()
-            .filter(|(name, _)| {
+            .filter(|(name, sum)| {
                 !(frozen_store && name.starts_with("store/")
+                    // Checked block by block as a search reads it.
+                    || !sum.blocks.is_empty()
                     || name.starts_with("hnsw/")
                     || dense.contains_key(*name)
                     || name.as_str() == dense::SENTENCE_VECTORS)
@@ -980,7 +982,12 @@ impl Index {
         }
         let frozen = gen.join(frozen_store::FILE);
         let store = if frozen.is_file() {
-            PassageStore::open_frozen(&gen.join(STORE_DIR), &frozen)?
+            let blocks = manifest
+                .files
+                .get(frozen_store::FILE)
+                .map(|sum| sum.blocks.as_slice())
+                .filter(|b| !b.is_empty());
+            PassageStore::open_frozen(&gen.join(STORE_DIR), &frozen, blocks)?
         } else {
             PassageStore::open_for_reading(&gen.join(STORE_DIR))?
         };

@@ -7,6 +7,11 @@
 //! it can end the process (`process::exit`) before any error reaches us. XXH3
 //! hashes at memory speed, so [`Index::open`](crate::Index::open) checks every
 //! file it is about to load for the price of reading it once.
+//!
+//! A file read in place, a little at a time (`store.frozen`: a search reads the
+//! few records of its hits), also has a checksum per [`CHECK_BLOCK`] bytes,
+//! so that a reader checks the blocks it reads, when it first reads them,
+//! and an open costs the same at any size.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -23,6 +28,18 @@ pub struct FileSum {
     pub bytes: u64,
     /// XXH3-64 of the contents, 16 hex digits.
     pub xxh3: String,
+    /// XXH3-64 of each [`CHECK_BLOCK`] bytes, 16 hex digits each, for files read in place
+    /// ([`block_checked`]); empty for the others (and in manifests written before them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocks: Vec<String>,
+}
+
+/// Bytes per block checksum.
+pub const CHECK_BLOCK: usize = 1 << 20;
+
+/// Files that get a checksum per block: those read in place, a few records at a time.
+pub fn block_checked(relative: &str) -> bool {
+    relative == crate::frozen_store::FILE
 }
 
 /// Files of a generation by path relative to it (`/`-separated).
@@ -54,7 +71,11 @@ fn walk(root: &Path, dir: &Path, table: &mut FileTable) -> Result<()> {
         }
         let relative = relative_name(root, &path);
         if listed(&relative) {
-            let sum = checksum(&path)?;
+            let sum = if block_checked(&relative) {
+                checksum_with_blocks(&path)?
+            } else {
+                checksum(&path)?
+            };
             table.insert(relative, sum);
         }
     }
@@ -72,27 +93,109 @@ fn relative_name(root: &Path, path: &Path) -> String {
 
 /// Size and XXH3-64 of one file, read in 1 MiB blocks.
 pub fn checksum(path: &Path) -> Result<FileSum> {
+    sum_file(path, false)
+}
+
+/// [`checksum`], and the checksum of each [`CHECK_BLOCK`] bytes.
+pub fn checksum_with_blocks(path: &Path) -> Result<FileSum> {
+    sum_file(path, true)
+}
+
+fn sum_file(path: &Path, with_blocks: bool) -> Result<FileSum> {
     let mut file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = vec![0u8; CHECK_BLOCK];
     let mut bytes = 0u64;
+    let mut blocks = Vec::new();
     loop {
-        let n = file.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        // A whole block, unless the file ends first.
+        let mut n = 0;
+        while n < buf.len() {
+            match file.read(&mut buf[n..]).map_err(|e| Error::io(path, e))? {
+                0 => break,
+                got => n += got,
+            }
+        }
         if n == 0 {
             break;
         }
         hasher.update(&buf[..n]);
+        if with_blocks {
+            blocks.push(checksum_bytes(&buf[..n]));
+        }
         bytes += n as u64;
+        if n < buf.len() {
+            break;
+        }
     }
     Ok(FileSum {
         bytes,
         xxh3: format!("{:016x}", hasher.digest()),
+        blocks,
     })
 }
 
 /// XXH3-64 of a byte string, 16 hex digits.
 pub fn checksum_bytes(bytes: &[u8]) -> String {
     format!("{:016x}", xxhash_rust::xxh3::xxh3_64(bytes))
+}
+
+/// Which blocks of a file read in place have been checked against their checksums; each is
+/// checked the first time any of its bytes is read.
+#[derive(Debug)]
+pub struct CheckedBlocks {
+    sums: Vec<u64>,
+    checked: Vec<std::sync::atomic::AtomicBool>,
+}
+
+impl CheckedBlocks {
+    /// For a file of `bytes` bytes with block checksums `sums` (as [`FileSum::blocks`]);
+    /// `Err` names what does not fit.
+    pub fn new(bytes: usize, sums: &[String]) -> std::result::Result<Self, String> {
+        if sums.len() != bytes.div_ceil(CHECK_BLOCK) {
+            return Err(format!(
+                "is {bytes} bytes, the manifest has {} block checksums",
+                sums.len()
+            ));
+        }
+        let sums = sums
+            .iter()
+            .map(|h| u64::from_str_radix(h, 16).map_err(|_| format!("block checksum `{h}`")))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let checked = sums
+            .iter()
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect();
+        Ok(Self { sums, checked })
+    }
+
+    /// Checks the blocks of `data` (the whole file) that `range` touches and were not
+    /// checked yet.
+    pub fn check(
+        &self,
+        data: &[u8],
+        range: std::ops::Range<usize>,
+    ) -> std::result::Result<(), String> {
+        use std::sync::atomic::Ordering;
+        if range.is_empty() {
+            return Ok(());
+        }
+        for b in range.start / CHECK_BLOCK..=(range.end - 1) / CHECK_BLOCK {
+            if self.checked[b].load(Ordering::Acquire) {
+                continue;
+            }
+            let (start, end) = (b * CHECK_BLOCK, ((b + 1) * CHECK_BLOCK).min(data.len()));
+            let got = xxhash_rust::xxh3::xxh3_64(&data[start..end]);
+            if got != self.sums[b] {
+                return Err(format!(
+                    "block {b} (bytes {start}..{end}) has checksum {got:016x}, the manifest says {:016x} (its bytes changed)",
+                    self.sums[b]
+                ));
+            }
+            self.checked[b].store(true, Ordering::Release);
+        }
+        Ok(())
+    }
 }
 
 /// How thoroughly [`check`] looks.
@@ -172,13 +275,24 @@ mod tests {
         let gen = dir.path();
         std::fs::create_dir_all(gen.join("bm25")).unwrap();
         std::fs::write(gen.join("vectors.f32"), [1u8; 64]).unwrap();
+        let frozen: Vec<u8> = (0..CHECK_BLOCK * 2 + 10).map(|i| (i % 251) as u8).collect();
+        std::fs::write(gen.join(crate::frozen_store::FILE), &frozen).unwrap();
         std::fs::write(gen.join("bm25/meta.json"), b"{}").unwrap();
         std::fs::write(gen.join("bm25/.tantivy-writer.lock"), b"").unwrap();
         std::fs::write(gen.join("manifest.json"), b"{}").unwrap();
         let table = file_table(gen).unwrap();
         let names: Vec<&str> = table.keys().map(String::as_str).collect();
-        assert_eq!(names, ["bm25/meta.json", "vectors.f32"]);
+        assert_eq!(names, ["bm25/meta.json", "store.frozen", "vectors.f32"]);
         assert!(check(gen, &table, Depth::Checksums).is_empty());
+        // Blocks for the file read in place only, each the checksum of its bytes.
+        assert!(table["vectors.f32"].blocks.is_empty());
+        let blocks = &table[crate::frozen_store::FILE].blocks;
+        assert_eq!(blocks.len(), 3);
+        assert_eq!(blocks[2], checksum_bytes(&frozen[2 * CHECK_BLOCK..]));
+        assert_eq!(
+            table[crate::frozen_store::FILE].xxh3,
+            checksum_bytes(&frozen)
+        );
 
         let mut flipped = [1u8; 64];
         flipped[10] ^= 0x20;

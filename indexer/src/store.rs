@@ -127,11 +127,12 @@ impl PassageStore {
     }
 
     /// Opens a published generation's `store.frozen` ([`frozen_store`]) to
-    /// read it in place; `dir` is the store folder errors name.
-    pub fn open_frozen(dir: &Path, file: &Path) -> Result<Self> {
+    /// read it in place; `dir` is the store folder errors name; `block_sums`: its
+    /// blocks' checksums, checked as reads reach them (`None`: checked whole before).
+    pub fn open_frozen(dir: &Path, file: &Path, block_sums: Option<&[String]>) -> Result<Self> {
         Ok(Self {
             dir: dir.to_path_buf(),
-            backend: Backend::Frozen(FrozenStore::open(file)?),
+            backend: Backend::Frozen(FrozenStore::open(file, block_sums)?),
         })
     }
 
@@ -510,7 +511,7 @@ mod tests {
         writer.delete_document("c").unwrap();
         let file = dir.path().join(frozen_store::FILE);
         writer.write_frozen(&file).unwrap();
-        let frozen = PassageStore::open_frozen(&store_dir, &file).unwrap();
+        let frozen = PassageStore::open_frozen(&store_dir, &file, None).unwrap();
         assert_eq!(frozen.counts(), writer.counts());
         assert_eq!(frozen.counts(), (6, 2, 2));
         for ord in 0..7u64 {
