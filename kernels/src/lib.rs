@@ -33,7 +33,9 @@ mod ops;
 mod pattern;
 mod qmatmul_op;
 
-pub use ops::{attention, rms_norm_residual, rope_qk, AttentionOptions, RopeParams};
+pub use ops::{
+    attention, attention_many, rms_norm_residual, rope_qk, AttentionOptions, RopeParams,
+};
 pub use pattern::{
     effective_shift, key_range, scca_rules, visible, HeadRule, Pattern, SccaKind, TILE,
 };

@@ -306,6 +306,84 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> 
     }
 }
 
+/// `n` f32 values of a CPU storage from `start`, in place.
+fn f32_in(storage: &candle_core::Storage, start: usize, n: usize) -> Result<&[f32]> {
+    match storage {
+        candle_core::Storage::Cpu(CpuStorage::F32(v)) => v
+            .get(start..start + n)
+            .ok_or_else(|| candle_core::Error::Msg("attention: a view past its buffer".into())),
+        _ => bail!("attention_many: f32 tensors on the CPU expected"),
+    }
+}
+
+/// [`attention`] of several calls at once (the sequences of a batched decoding step, each
+/// against its own KV cache): on the CPU, calls of f32 tensors with fewer than
+/// [`cpu::TILED_ROWS`] query rows and no extras run as one pass of the thread pool
+/// ([`cpu::attention_rows_many`]), each computing what it computes alone; the others (prompt
+/// chunks, other devices) one by one. Outputs in the calls' order.
+pub fn attention_many(
+    calls: Vec<(Tensor, Tensor, Tensor, AttentionOptions)>,
+) -> Result<Vec<Tensor>> {
+    let together = |(q, k, v, o): &(Tensor, Tensor, Tensor, AttentionOptions)| {
+        q.device().is_cpu()
+            && [q, k, v].iter().all(|t| t.dtype() == DType::F32)
+            && q.dims4()
+                .is_ok_and(|(_, _, rows, _)| rows < cpu::TILED_ROWS)
+            && o.q_grouped.is_none()
+            && o.k_grouped.is_none()
+            && o.key_mask.is_none()
+            && kv_rows(k.layout()).is_some()
+            && kv_rows(v.layout()).is_some()
+    };
+    let mut outs: Vec<Option<Tensor>> = vec![None; calls.len()];
+    let mut prepared = Vec::with_capacity(calls.len());
+    for (i, call) in calls.into_iter().enumerate() {
+        if !together(&call) {
+            let (q, k, v, o) = call;
+            outs[i] = Some(attention(&q, &k, &v, o)?);
+            continue;
+        }
+        let (q, k, v, opts) = call;
+        let q = q.contiguous()?;
+        let op = AttentionOp { opts };
+        let dims = op.dims(q.layout(), k.layout(), v.layout())?;
+        prepared.push((i, q, k, v, op, dims));
+    }
+    // Every call's storage held while the pass reads it in place.
+    let storages: Vec<_> = prepared
+        .iter()
+        .map(|(_, q, k, v, _, _)| {
+            (
+                q.storage_and_layout(),
+                k.storage_and_layout(),
+                v.storage_and_layout(),
+            )
+        })
+        .collect();
+    let mut rows_calls = Vec::with_capacity(prepared.len());
+    for ((_, _, _, _, op, dims), ((sq, lq), (sk, lk), (sv, lv))) in prepared.iter().zip(&storages) {
+        let span = AttentionOp::kv_span(dims);
+        let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
+        let nq = dims.batch * dims.heads * dims.q_len * dims.dim;
+        rows_calls.push(cpu::RowsCall {
+            q: f32_in(sq, lq.start_offset(), nq)?,
+            k: f32_in(sk, at(lk), span)?,
+            v: f32_in(sv, at(lv), span)?,
+            dims: *dims,
+            pos: op.positions(dims.dim),
+            pattern: &op.opts.pattern,
+            extras: cpu::AttnExtras::default(),
+        });
+    }
+    let results = cpu::attention_rows_many(&rows_calls);
+    drop(rows_calls);
+    drop(storages);
+    for ((i, q, ..), out) in prepared.iter().zip(results) {
+        outs[*i] = Some(Tensor::from_vec(out, q.shape(), q.device())?);
+    }
+    Ok(outs.into_iter().flatten().collect())
+}
+
 pub(crate) struct RopeOp {
     pub(crate) inv_freq: Vec<f32>,
     pub(crate) factor: f32,

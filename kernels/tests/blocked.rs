@@ -266,3 +266,65 @@ fn decoding_rows_are_the_same_alone_or_together() {
         }
     }
 }
+
+/// The sequences of a batched decoding step, each with its own cache (of its own length, read
+/// in place from a larger buffer), attended in one pass: each gets what it gets alone, bit for
+/// bit.
+#[test]
+fn many_calls_in_one_pass_equal_each_call_alone() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let (heads, kv_heads, dim, capacity) = (9, 3, 64, 900);
+    // Past keys and new rows per sequence: one split, two, four; one row and short chunks.
+    let shapes = [
+        (0usize, 1usize),
+        (40, 1),
+        (300, 1),
+        (700, 3),
+        (255, 2),
+        (1, 1),
+    ];
+    let seqs: Vec<_> = shapes
+        .iter()
+        .map(|&(past, rows)| {
+            let q = randn(&mut rng, heads * rows * dim);
+            let (k, v) = (
+                randn(&mut rng, kv_heads * capacity * dim),
+                randn(&mut rng, kv_heads * capacity * dim),
+            );
+            (past, rows, q, k, v)
+        })
+        .collect();
+    let pattern = Pattern::Causal;
+    let calls: Vec<cpu::RowsCall> = seqs
+        .iter()
+        .map(|(past, rows, q, k, v)| cpu::RowsCall {
+            q,
+            k,
+            v,
+            dims: AttnDims {
+                batch: 1,
+                heads,
+                kv_heads,
+                q_len: *rows,
+                kv_len: past + rows,
+                kv_stride: capacity,
+                dim,
+            },
+            pos: AttnPositions {
+                q_pos0: *past as u64,
+                k_pos0: 0,
+                scale: 0.125,
+            },
+            pattern: &pattern,
+            extras: AttnExtras::default(),
+        })
+        .collect();
+    let together = cpu::attention_rows_many(&calls);
+    for (i, c) in calls.iter().enumerate() {
+        let alone = cpu::attention_blocked(c.q, c.k, c.v, c.dims, c.pos, c.pattern, c.extras);
+        assert!(
+            together[i] == alone,
+            "sequence {i} differs from itself alone"
+        );
+    }
+}

@@ -85,18 +85,115 @@ pub fn attention_blocked_on(
         });
         return out;
     }
-    // Each row's keys in splits (a decoding step's tasks), merged below.
-    let splits = dims.kv_len.div_ceil(SPLIT_KEYS).max(1);
-    let tasks = Tasks::new(dims, pattern, QUERY_BLOCK, splits);
-    let (mut accs, mut states) = if splits > 1 {
-        let entries = batch * heads * q_len * splits;
-        (vec![0f32; entries * dim], vec![0f32; 2 * entries])
-    } else {
-        (Vec::new(), Vec::new())
-    };
-    let (accs_ptr, states_ptr) = (OutPtr(accs.as_mut_ptr()), OutPtr(states.as_mut_ptr()));
+    let mut job = RowsJob::new(isa, q, k, v, dims, pos, pattern, extras);
     let run = |i: usize| {
-        let t = tasks.get(i);
+        // SAFETY: each task writes its own rows (of its split) of `out` or `job`'s buffers.
+        unsafe { job.run(i, ptr) };
+    };
+    if batch * heads * q_len * dims.kv_len * dim < 1 << 15 {
+        (0..job.tasks.count()).for_each(run);
+    } else {
+        (0..job.tasks.count()).into_par_iter().for_each(run);
+    }
+    job.merge(&mut out);
+    out
+}
+
+/// One call of [`attention_rows_many`]: what [`attention_blocked`] takes.
+#[derive(Clone, Copy)]
+pub struct RowsCall<'a> {
+    /// Queries, `(batch, heads, q_len, dim)`.
+    pub q: &'a [f32],
+    /// Keys, `(batch, kv_heads, kv_stride, dim)` (a KV cache's buffer, read in place).
+    pub k: &'a [f32],
+    /// Values, shaped as the keys.
+    pub v: &'a [f32],
+    /// Shapes.
+    pub dims: AttnDims,
+    /// Positions and scale.
+    pub pos: AttnPositions,
+    /// Who sees whom.
+    pub pattern: &'a Pattern,
+    /// The pattern's extra inputs.
+    pub extras: AttnExtras<'a>,
+}
+
+/// [`attention_blocked`] of several calls of fewer than [`TILED_ROWS`] query rows each (the
+/// sequences of a batched decoding step, each reading its own KV cache), as one pass of the
+/// thread pool over all their tasks: one call per sequence would pay the pool's start and end
+/// once per sequence and layer, for a few microseconds of work each. Each call's output is
+/// what it gets alone, bit for bit (its rows, splits and merge are the same).
+pub fn attention_rows_many(calls: &[RowsCall<'_>]) -> Vec<Vec<f32>> {
+    let isa = TileIsa::best();
+    let mut outs: Vec<Vec<f32>> = calls
+        .iter()
+        .map(|c| vec![0f32; c.dims.batch * c.dims.heads * c.dims.q_len * c.dims.dim])
+        .collect();
+    let mut jobs: Vec<(RowsJob, OutPtr)> = calls
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(c, out)| {
+            assert!(
+                c.dims.q_len < TILED_ROWS,
+                "attention_rows_many: a call of {} rows",
+                c.dims.q_len
+            );
+            let job = RowsJob::new(isa, c.q, c.k, c.v, c.dims, c.pos, c.pattern, c.extras);
+            (job, OutPtr(out.as_mut_ptr()))
+        })
+        .collect();
+    // Task `i` of the pass is task `i - starts[c]` of call `c`.
+    let mut starts = Vec::with_capacity(jobs.len());
+    let mut total = 0;
+    for (job, _) in &jobs {
+        starts.push(total);
+        total += job.tasks.count();
+    }
+    (0..total).into_par_iter().for_each(|i| {
+        let c = starts.partition_point(|&s| s <= i) - 1;
+        let (job, out) = &jobs[c];
+        // SAFETY: each task writes its own rows (of its split) of its call's output or buffers.
+        unsafe { job.run(i - starts[c], *out) };
+    });
+    for ((job, _), out) in jobs.iter_mut().zip(outs.iter_mut()) {
+        job.merge(out);
+    }
+    outs
+}
+
+/// The per-row path of one call: its tasks (rows of heads against splits of the keys) and the
+/// split buffers they write, merged after.
+struct RowsJob<'a> {
+    rows: Rows<'a>,
+    tasks: Tasks,
+    splits: usize,
+    accs: Vec<f32>,
+    states: Vec<f32>,
+    ptrs: (OutPtr, OutPtr),
+}
+
+impl<'a> RowsJob<'a> {
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        isa: TileIsa,
+        q: &'a [f32],
+        k: &'a [f32],
+        v: &'a [f32],
+        dims: AttnDims,
+        pos: AttnPositions,
+        pattern: &'a Pattern,
+        extras: AttnExtras<'a>,
+    ) -> Self {
+        // Each row's keys in splits (a decoding step's tasks), merged after.
+        let splits = dims.kv_len.div_ceil(SPLIT_KEYS).max(1);
+        let tasks = Tasks::new(dims, pattern, QUERY_BLOCK, splits);
+        let (mut accs, mut states) = if splits > 1 {
+            let entries = dims.batch * dims.heads * dims.q_len * splits;
+            (vec![0f32; entries * dims.dim], vec![0f32; 2 * entries])
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let ptrs = (OutPtr(accs.as_mut_ptr()), OutPtr(states.as_mut_ptr()));
         let rows = Rows {
             isa,
             q,
@@ -106,34 +203,59 @@ pub fn attention_blocked_on(
             pos,
             pattern,
             extras,
-            b: t.b,
-            h0: t.h0,
+            b: 0,
+            h0: 0,
             group: tasks.group,
         };
-        let sink = if splits > 1 {
+        Self {
+            rows,
+            tasks,
+            splits,
+            accs,
+            states,
+            ptrs,
+        }
+    }
+
+    /// Task `i`.
+    ///
+    /// # Safety
+    /// `out` holds the call's `(batch, heads, q_len, dim)` output; no other thread runs task
+    /// `i` at the same time.
+    unsafe fn run(&self, i: usize, out: OutPtr) {
+        let t = self.tasks.get(i);
+        let rows = Rows {
+            b: t.b,
+            h0: t.h0,
+            ..self.rows
+        };
+        let sink = if self.splits > 1 {
             Sink::Partial {
-                accs: accs_ptr,
-                states: states_ptr,
-                splits,
+                accs: self.ptrs.0,
+                states: self.ptrs.1,
+                splits: self.splits,
                 sp: t.sp,
             }
         } else {
-            Sink::Out(ptr)
+            Sink::Out(out)
         };
         let keys = (t.sp * SPLIT_KEYS, (t.sp + 1) * SPLIT_KEYS);
-        // SAFETY: each task writes its own heads' rows `r0..r1` (of its split), inside `out`
-        // (or the split buffers).
+        // SAFETY: the task's rows `r0..r1` (of its split) are its own.
         unsafe { rows.run(t.r0, t.r1, keys, sink) };
-    };
-    if batch * heads * q_len * dims.kv_len * dim < 1 << 15 {
-        (0..tasks.count()).for_each(run);
-    } else {
-        (0..tasks.count()).into_par_iter().for_each(run);
     }
-    if splits > 1 {
-        merge(&accs, &states, splits, dim, &mut out);
+
+    /// The splits' sums into `out` (nothing to do without splits).
+    fn merge(&mut self, out: &mut [f32]) {
+        if self.splits > 1 {
+            merge(
+                &self.accs,
+                &self.states,
+                self.splits,
+                self.rows.dims.dim,
+                out,
+            );
+        }
     }
-    out
 }
 
 /// How a call splits into tasks on the thread pool: blocks of `block` query rows of `group`

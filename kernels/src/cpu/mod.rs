@@ -11,7 +11,7 @@ pub mod qmatmul;
 mod rows;
 mod tiled;
 
-pub use blocked::{attention_blocked, attention_blocked_on};
+pub use blocked::{attention_blocked, attention_blocked_on, attention_rows_many, RowsCall};
 pub use pool::on_compute_pool;
 pub use tiled::{TileIsa, TILED_ROWS};
 

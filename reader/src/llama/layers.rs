@@ -1,6 +1,6 @@
 //! The layers of the Llama stack: self-attention, CEPE cross-attention, SwiGLU MLP.
 
-use candle_core::{Module, Tensor};
+use candle_core::{DType, Module, Tensor};
 use candle_nn::{Embedding, RmsNorm};
 
 use capstan_kernels::{AttentionOptions, Pattern};
@@ -141,15 +141,38 @@ impl SelfAttention {
     ) -> CResult<Tensor> {
         let (q, k, v) = self.project_heads(x, Some(spans))?;
         let (q, k) = rope.apply(&q, &k)?;
-        let outs = spans
-            .iter()
-            .zip(kvs.iter_mut())
-            .map(|(sp, kv)| {
-                let part = |t: &Tensor| t.narrow(2, sp.start, sp.len)?.contiguous();
-                let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?, sp.reserve)?;
-                attend(&part(&q)?, ck, cv, None, self.n_heads / self.n_kv_heads)
-            })
-            .collect::<CResult<Vec<_>>>()?;
+        let n_rep = self.n_heads / self.n_kv_heads;
+        let mut parts = Vec::with_capacity(spans.len());
+        for (sp, kv) in spans.iter().zip(kvs.iter_mut()) {
+            let part = |t: &Tensor| t.narrow(2, sp.start, sp.len)?.contiguous();
+            let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?, sp.reserve)?;
+            parts.push((part(&q)?, ck, cv));
+        }
+        let outs = if q.device().is_cpu() && q.dtype() == DType::F32 {
+            // What `attend` runs for each sequence on the CPU, as one pass of the thread pool
+            // over every sequence's rows: one pass per sequence and layer cost more than the
+            // attention of a decoding row.
+            let calls = parts
+                .into_iter()
+                .map(|(q, k, v)| {
+                    let mut opts = AttentionOptions::new(Pattern::Causal);
+                    opts.q_pos0 = (k.dim(2)? - q.dim(2)?) as u64;
+                    Ok((q, k, v, opts))
+                })
+                .collect::<CResult<Vec<_>>>()?;
+            capstan_kernels::attention_many(calls)?
+                .into_iter()
+                .map(|out| {
+                    let (b, h, s, d) = out.dims4()?;
+                    out.transpose(1, 2)?.reshape((b, s, h * d))
+                })
+                .collect::<CResult<Vec<_>>>()?
+        } else {
+            parts
+                .into_iter()
+                .map(|(q, k, v)| attend(&q, k, v, None, n_rep))
+                .collect::<CResult<Vec<_>>>()?
+        };
         self.o_proj.forward_spans(&Tensor::cat(&outs, 1)?, spans)
     }
 }
