@@ -240,10 +240,13 @@ pub struct Bm25Index {
     analyzer: Bm25Analyzer,
     fields: Fields,
     params: Bm25Params,
-    /// Per segment, per term ordinal: the largest `tf / (tf + norm)` among the
-    /// term's postings, so a term's score bound is `idf * (k1 + 1) * ratio`.
-    /// The index never changes while open (manual reload), so these stay valid.
-    term_bounds: HashMap<SegmentId, Vec<f32>>,
+    /// Per segment and term ordinal: the largest `tf / (tf + norm)` among the
+    /// term's postings, so a term's score bound is `idf * (k1 + 1) * ratio`;
+    /// found the first time a query has the term (one pass over its postings,
+    /// about what an exhaustive query of it reads), so that an open does not
+    /// read every posting of the index. The index never changes while open
+    /// (manual reload), so these stay valid.
+    term_bounds: std::sync::Mutex<HashMap<(SegmentId, u64), f32>>,
 }
 
 impl Bm25Index {
@@ -267,19 +270,14 @@ impl Bm25Index {
             Ok((reader, index))
         });
         let (reader, _index) = opened?;
-        let mut this = Self {
+        Ok(Self {
             dir: dir.to_path_buf(),
             reader,
             analyzer: Bm25Analyzer::default(),
             fields,
             params,
-            term_bounds: HashMap::new(),
-        };
-        for segment in this.reader.searcher().segment_readers() {
-            let bounds = guarded(dir, || this.term_bounds_of(segment))?;
-            this.term_bounds.insert(segment.segment_id(), bounds);
-        }
-        Ok(this)
+            term_bounds: std::sync::Mutex::new(HashMap::new()),
+        })
     }
 
     /// The index folder.
@@ -287,33 +285,40 @@ impl Bm25Index {
         &self.dir
     }
 
-    /// One pass over every posting of the segment (about as long as a few
-    /// exhaustive queries) buys MaxScore bounds that are exact per term
-    /// instead of the loose `idf * (k1 + 1)`.
-    fn term_bounds_of(&self, segment: &tantivy::SegmentReader) -> tantivy::Result<Vec<f32>> {
-        let SegmentScoring {
-            inverted,
-            norms,
-            norm_table,
-        } = self.segment_scoring(segment)?;
-        let terms = inverted.terms();
-        let mut bounds = vec![0f32; terms.num_terms()];
-        let mut stream = terms.stream().map_err(tantivy::TantivyError::from)?;
-        while stream.advance() {
-            let mut block = inverted
-                .read_block_postings_from_terminfo(stream.value(), IndexRecordOption::WithFreqs)
-                .map_err(tantivy::TantivyError::from)?;
-            let mut best = 0f32;
-            while !block.docs().is_empty() {
-                for (&doc, &tf) in block.docs().iter().zip(block.freqs()) {
-                    let tf = tf as f32;
-                    best = best.max(tf / (tf + norm_table[norms.fieldnorm_id(doc) as usize]));
-                }
-                block.advance();
-            }
-            bounds[stream.term_ord() as usize] = best;
+    /// The largest `tf / (tf + norm)` among the postings of term `ord` of a segment: a MaxScore
+    /// bound exact per term instead of the loose `idf * (k1 + 1)`, kept for the next query.
+    fn term_bound(
+        &self,
+        segment: SegmentId,
+        scoring: &SegmentScoring,
+        term: &Term,
+        ord: u64,
+    ) -> tantivy::Result<f32> {
+        let key = (segment, ord);
+        if let Some(&bound) = self.term_bounds.lock().expect("bounds lock").get(&key) {
+            return Ok(bound);
         }
-        Ok(bounds)
+        let Some(info) = scoring.inverted.get_term_info(term)? else {
+            return Ok(0.0);
+        };
+        let mut block = scoring
+            .inverted
+            .read_block_postings_from_terminfo(&info, IndexRecordOption::WithFreqs)
+            .map_err(tantivy::TantivyError::from)?;
+        let mut best = 0f32;
+        while !block.docs().is_empty() {
+            for (&doc, &tf) in block.docs().iter().zip(block.freqs()) {
+                let tf = tf as f32;
+                let norm = scoring.norm_table[scoring.norms.fieldnorm_id(doc) as usize];
+                best = best.max(tf / (tf + norm));
+            }
+            block.advance();
+        }
+        self.term_bounds
+            .lock()
+            .expect("bounds lock")
+            .insert(key, best);
+        Ok(best)
     }
 
     /// The analysed terms of a text, as BM25 sees them.
@@ -405,12 +410,12 @@ impl Bm25Index {
         let k1 = self.params.k1;
         let mut top = TopK::new(k);
         for segment in searcher.segment_readers() {
+            let scoring = self.segment_scoring(segment)?;
             let SegmentScoring {
                 inverted,
                 norms,
                 norm_table,
-            } = self.segment_scoring(segment)?;
-            let bounds = self.term_bounds.get(&segment.segment_id());
+            } = &scoring;
             let mut cursors = Vec::with_capacity(terms.len());
             for (term, idf) in terms.iter().zip(&idf) {
                 if let Some(postings) = inverted
@@ -418,14 +423,13 @@ impl Bm25Index {
                     .map_err(tantivy::TantivyError::from)?
                 {
                     let weight = idf * (k1 + 1.0);
-                    // tf / (tf + norm) < 1: without a stored ratio, weight bounds it.
-                    let ratio = match bounds {
-                        Some(b) => inverted
-                            .terms()
-                            .term_ord(term.serialized_value_bytes())
-                            .map_err(tantivy::TantivyError::from)?
-                            .and_then(|ord| b.get(ord as usize).copied())
-                            .unwrap_or(1.0),
+                    // tf / (tf + norm) < 1: without the term's ratio, weight bounds it.
+                    let ratio = match inverted
+                        .terms()
+                        .term_ord(term.serialized_value_bytes())
+                        .map_err(tantivy::TantivyError::from)?
+                    {
+                        Some(ord) => self.term_bound(segment.segment_id(), &scoring, term, ord)?,
                         None => 1.0,
                     };
                     // Rounding: scores are computed in another order than the bound.
