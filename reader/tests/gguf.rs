@@ -10,7 +10,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device, Tensor};
-use capstan_reader::{Cache, ChatMessage, ChatTemplate, Checkpoint, Error, GgufFile};
+use capstan_reader::{Cache, ChatMessage, ChatTemplate, Checkpoint, Error, GgufFile, Llama};
 use serde_json::Value;
 
 mod common;
@@ -364,14 +364,20 @@ fn foreign_and_truncated_files_are_clear_errors() {
     }
 }
 
-#[test]
-fn a_prompt_started_from_cached_keys_and_values_gives_the_logits_of_a_fresh_read() {
+/// SmolLM2 as its GGUF file loads by default (quantized, on the CPU), and the parity
+/// fixture's RAG prompt.
+fn smollm2_with_prompt() -> (Llama, Vec<u32>) {
     let model = Checkpoint::open(smollm2())
         .unwrap()
         .load_model(&Device::Cpu, None)
         .unwrap();
     let inputs = json(&fixture("smollm2/inputs.json"));
-    let prompt = ids(&inputs["input_ids"][0]);
+    (model, ids(&inputs["input_ids"][0]))
+}
+
+#[test]
+fn a_prompt_started_from_cached_keys_and_values_gives_the_logits_of_a_fresh_read() {
+    let (model, prompt) = smollm2_with_prompt();
     let last = |cache: &mut Cache, tokens: &[u32]| last_logits(&model, cache, tokens);
     let mut fresh = Cache::new(&model);
     let want = last(&mut fresh, &prompt);
@@ -406,12 +412,7 @@ fn a_prompt_started_from_cached_keys_and_values_gives_the_logits_of_a_fresh_read
 /// answers differed from the same questions asked one at a time.
 #[test]
 fn packed_quantized_rows_equal_each_sequence_alone_bit_for_bit() {
-    let model = Checkpoint::open(smollm2())
-        .unwrap()
-        .load_model(&Device::Cpu, None)
-        .unwrap();
-    let inputs = json(&fixture("smollm2/inputs.json"));
-    let prompt = ids(&inputs["input_ids"][0]);
+    let (model, prompt) = smollm2_with_prompt();
     assert!(prompt.len() >= 40, "a prompt long enough for the GEMM path");
     let last = |cache: &mut Cache, tokens: &[u32]| last_logits(&model, cache, tokens);
     // Sequence i: the prompt's first 8 + i tokens read, then one decoding step alone.
