@@ -291,19 +291,24 @@ pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, opts: AttentionOptions) -> 
         .key_mask
         .map(|t| t.to_dtype(DType::U8)?.contiguous())
         .transpose()?;
-    let head_rows = |t: &Tensor| kv_rows(t.layout()).map(|(_, rows)| rows);
-    let rows = head_rows(k);
-    let in_place = rows.is_some()
-        && head_rows(v) == rows
-        && opts.k_grouped.as_ref().is_none_or(|g| head_rows(g) == rows);
     let q = q.contiguous()?;
-    if in_place {
+    if reads_in_place(k, v, &opts) {
         q.apply_op3_no_bwd(k, v, &AttentionOp { opts })
     } else {
         opts.k_grouped = opts.k_grouped.map(|t| t.contiguous()).transpose()?;
         let (k, v) = (k.contiguous()?, v.contiguous()?);
         q.apply_op3_no_bwd(&k, &v, &AttentionOp { opts })
     }
+}
+
+/// Whether the keys, values (and grouped keys) are views of KV-cache buffers of one capacity,
+/// which the kernels read where they lie.
+fn reads_in_place(k: &Tensor, v: &Tensor, opts: &AttentionOptions) -> bool {
+    let head_rows = |t: &Tensor| kv_rows(t.layout()).map(|(_, rows)| rows);
+    let rows = head_rows(k);
+    rows.is_some()
+        && head_rows(v) == rows
+        && opts.k_grouped.as_ref().is_none_or(|g| head_rows(g) == rows)
 }
 
 /// `n` f32 values of a CPU storage from `start`, in place.
@@ -332,8 +337,7 @@ pub fn attention_many(
             && o.q_grouped.is_none()
             && o.k_grouped.is_none()
             && o.key_mask.is_none()
-            && kv_rows(k.layout()).is_some()
-            && kv_rows(v.layout()).is_some()
+            && reads_in_place(k, v, o)
     };
     let mut outs: Vec<Option<Tensor>> = vec![None; calls.len()];
     let mut prepared = Vec::with_capacity(calls.len());

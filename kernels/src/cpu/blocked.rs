@@ -85,7 +85,16 @@ pub fn attention_blocked_on(
         });
         return out;
     }
-    let mut job = RowsJob::new(isa, q, k, v, dims, pos, pattern, extras);
+    let call = RowsCall {
+        q,
+        k,
+        v,
+        dims,
+        pos,
+        pattern,
+        extras,
+    };
+    let mut job = RowsJob::new(isa, call);
     let run = |i: usize| {
         // SAFETY: each task writes its own rows (of its split) of `out` or `job`'s buffers.
         unsafe { job.run(i, ptr) };
@@ -138,7 +147,7 @@ pub fn attention_rows_many(calls: &[RowsCall<'_>]) -> Vec<Vec<f32>> {
                 "attention_rows_many: a call of {} rows",
                 c.dims.q_len
             );
-            let job = RowsJob::new(isa, c.q, c.k, c.v, c.dims, c.pos, c.pattern, c.extras);
+            let job = RowsJob::new(isa, *c);
             (job, OutPtr(out.as_mut_ptr()))
         })
         .collect();
@@ -173,17 +182,16 @@ struct RowsJob<'a> {
 }
 
 impl<'a> RowsJob<'a> {
-    #[allow(clippy::too_many_arguments)]
-    fn new(
-        isa: TileIsa,
-        q: &'a [f32],
-        k: &'a [f32],
-        v: &'a [f32],
-        dims: AttnDims,
-        pos: AttnPositions,
-        pattern: &'a Pattern,
-        extras: AttnExtras<'a>,
-    ) -> Self {
+    fn new(isa: TileIsa, call: RowsCall<'a>) -> Self {
+        let RowsCall {
+            q,
+            k,
+            v,
+            dims,
+            pos,
+            pattern,
+            extras,
+        } = call;
         // Each row's keys in splits (a decoding step's tasks), merged after.
         let splits = dims.kv_len.div_ceil(SPLIT_KEYS).max(1);
         let tasks = Tasks::new(dims, pattern, QUERY_BLOCK, splits);

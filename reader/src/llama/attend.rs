@@ -72,16 +72,13 @@ pub(super) fn attend(
     n_rep: usize,
 ) -> CResult<Tensor> {
     let (b, h, s, d) = q.dims4()?;
-    if mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32 {
+    if on_kernel(q, mask) {
         // Capstan's kernel reads the cache in place: one dot product per key for decoding
         // steps and short chunks, query blocks against tiles of keys for longer ones (measured
         // as fast as the matrix products at 512 and 2,048 tokens and 8% faster at 8,192:
         // docs/BENCHMARKS.md, issue 24).
-        let t = k.dim(2)?;
-        let mut opts = AttentionOptions::new(Pattern::Causal);
-        opts.q_pos0 = (t - s) as u64;
-        let out = capstan_kernels::attention(q, &k, &v, opts)?;
-        return out.transpose(1, 2)?.reshape((b, s, h * d));
+        let opts = causal_after_cache(q, &k)?;
+        return rows_of_heads(capstan_kernels::attention(q, &k, &v, opts)?);
     }
     if n_rep > 1 && s == 1 && mask.is_none() {
         // A decoding step with grouped-query heads: the queries sharing a KV head attend as one
@@ -104,6 +101,51 @@ pub(super) fn attend(
     };
     let out = attend_heads(q, &k, &v, mask)?;
     out.transpose(1, 2)?.reshape((b, s, h * d))
+}
+
+/// Whether [`attend`] runs Capstan's attention kernel: causal, f32, on the CPU.
+fn on_kernel(q: &Tensor, mask: Option<&Tensor>) -> bool {
+    mask.is_none() && q.device().is_cpu() && q.dtype() == DType::F32
+}
+
+/// The kernel's causal attention of `q`'s rows as the last of `k`'s keys.
+fn causal_after_cache(q: &Tensor, k: &Tensor) -> CResult<AttentionOptions> {
+    let mut opts = AttentionOptions::new(Pattern::Causal);
+    opts.q_pos0 = (k.dim(2)? - q.dim(2)?) as u64;
+    Ok(opts)
+}
+
+/// `(b, h, s, d)` heads as `(b, s, h * d)` rows.
+fn rows_of_heads(out: Tensor) -> CResult<Tensor> {
+    let (b, h, s, d) = out.dims4()?;
+    out.transpose(1, 2)?.reshape((b, s, h * d))
+}
+
+/// [`attend`] (causal, no mask) of several sequences' `(q, k, v)`, each against its own cache:
+/// on the kernel, as one pass of the thread pool over every sequence's rows
+/// ([`capstan_kernels::attention_many`]; one pass per sequence and layer cost more than the
+/// attention of a decoding row), each computing what it computes alone.
+pub(super) fn attend_many(
+    parts: Vec<(Tensor, Tensor, Tensor)>,
+    n_rep: usize,
+) -> CResult<Vec<Tensor>> {
+    if !parts.iter().all(|(q, _, _)| on_kernel(q, None)) {
+        return parts
+            .into_iter()
+            .map(|(q, k, v)| attend(&q, k, v, None, n_rep))
+            .collect();
+    }
+    let calls = parts
+        .into_iter()
+        .map(|(q, k, v)| {
+            let opts = causal_after_cache(&q, &k)?;
+            Ok((q, k, v, opts))
+        })
+        .collect::<CResult<Vec<_>>>()?;
+    capstan_kernels::attention_many(calls)?
+        .into_iter()
+        .map(rows_of_heads)
+        .collect()
 }
 
 /// [`attend`] on `(b, h, s, d)` heads, returning `(b, h, s, d)`.

@@ -1,11 +1,11 @@
 //! The layers of the Llama stack: self-attention, CEPE cross-attention, SwiGLU MLP.
 
-use candle_core::{DType, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, RmsNorm};
 
 use capstan_kernels::{AttentionOptions, Pattern};
 
-use super::attend::{append_kv, attend};
+use super::attend::{append_kv, attend, attend_many};
 use super::cache::{CrossContext, CrossLayerState, LayerKv};
 use super::packed::Span;
 use super::rope::{Rope, Rotary};
@@ -148,31 +148,7 @@ impl SelfAttention {
             let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?, sp.reserve)?;
             parts.push((part(&q)?, ck, cv));
         }
-        let outs = if q.device().is_cpu() && q.dtype() == DType::F32 {
-            // What `attend` runs for each sequence on the CPU, as one pass of the thread pool
-            // over every sequence's rows: one pass per sequence and layer cost more than the
-            // attention of a decoding row.
-            let calls = parts
-                .into_iter()
-                .map(|(q, k, v)| {
-                    let mut opts = AttentionOptions::new(Pattern::Causal);
-                    opts.q_pos0 = (k.dim(2)? - q.dim(2)?) as u64;
-                    Ok((q, k, v, opts))
-                })
-                .collect::<CResult<Vec<_>>>()?;
-            capstan_kernels::attention_many(calls)?
-                .into_iter()
-                .map(|out| {
-                    let (b, h, s, d) = out.dims4()?;
-                    out.transpose(1, 2)?.reshape((b, s, h * d))
-                })
-                .collect::<CResult<Vec<_>>>()?
-        } else {
-            parts
-                .into_iter()
-                .map(|(q, k, v)| attend(&q, k, v, None, n_rep))
-                .collect::<CResult<Vec<_>>>()?
-        };
+        let outs = attend_many(parts, n_rep)?;
         self.o_proj.forward_spans(&Tensor::cat(&outs, 1)?, spans)
     }
 }
