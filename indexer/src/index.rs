@@ -950,36 +950,25 @@ impl Index {
                 ),
             ));
         }
-        // The passage vectors' rows from their size (the values are read on first use).
-        let row_bytes = (4 * dim) as u64;
-        let vector_bytes = std::fs::metadata(gen.join(dense::PASSAGE_VECTORS))
-            .map_err(|e| Error::io(gen.join(dense::PASSAGE_VECTORS), e))?
-            .len();
-        if vector_bytes % row_bytes != 0 || vector_bytes / row_bytes != counts.stored_passages {
-            return Err(damaged(
-                dense::PASSAGE_VECTORS,
-                format!(
-                    "holds {vector_bytes} bytes, not the manifest's {} rows of {dim} f32s",
-                    counts.stored_passages
-                ),
-            ));
-        }
-        // The sentence vectors' rows from their size (their values are read on first use).
-        let sentence_bytes = match std::fs::metadata(gen.join(dense::SENTENCE_VECTORS)) {
-            Ok(m) => m.len(),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(Error::io(gen.join(dense::SENTENCE_VECTORS), e)),
+        // The vectors' rows from their sizes (their values are read on first use). Sentence
+        // vectors are absent from an index built without them.
+        let rows_match = |file: &str, want: u64, absent_is_empty: bool| -> Result<()> {
+            let bytes = match std::fs::metadata(gen.join(file)) {
+                Ok(m) => m.len(),
+                Err(e) if absent_is_empty && e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(Error::io(gen.join(file), e)),
+            };
+            let row_bytes = (4 * dim) as u64;
+            if bytes % row_bytes != 0 || bytes / row_bytes != want {
+                return Err(damaged(
+                    file,
+                    format!("holds {bytes} bytes, not the manifest's {want} rows of {dim} f32s"),
+                ));
+            }
+            Ok(())
         };
-        if sentence_bytes % row_bytes != 0 || sentence_bytes / row_bytes != counts.stored_sentences
-        {
-            return Err(damaged(
-                dense::SENTENCE_VECTORS,
-                format!(
-                    "holds {sentence_bytes} bytes, not the manifest's {} rows of {dim} f32s",
-                    counts.stored_sentences
-                ),
-            ));
-        }
+        rows_match(dense::PASSAGE_VECTORS, counts.stored_passages, false)?;
+        rows_match(dense::SENTENCE_VECTORS, counts.stored_sentences, true)?;
         let frozen = gen.join(frozen_store::FILE);
         let store = if frozen.is_file() {
             let blocks = manifest
