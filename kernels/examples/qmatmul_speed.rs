@@ -11,17 +11,19 @@ fn main() {
         Some("portable") => QKernel::Portable,
         _ => QKernel::best(),
     };
-    for (format, block, rows, cols) in [
-        (GgmlFormat::Q4_1, 20, 1536, 576),
-        (GgmlFormat::Q4_1, 20, 576, 1536),
-        (GgmlFormat::Q8_0, 34, 49152, 576),
+    // (format, bytes a block, header bytes before the arbitrary ones, rows, cols)
+    for (format, block, from, rows, cols) in [
+        (GgmlFormat::Q4_1, 20, 4, 1536, 576),
+        (GgmlFormat::Q4_1, 20, 4, 576, 1536),
+        (GgmlFormat::Q5_0, 22, 2, 1536, 576),
+        (GgmlFormat::Q5_0, 22, 2, 576, 1536),
+        (GgmlFormat::Q8_0, 34, 2, 49152, 576),
     ] {
         let blocks = rows * cols / 32;
         // Valid blocks: small f16 scales (0x2000 = 2^-7), arbitrary nibbles or bytes.
         let mut data = vec![0u8; blocks * block];
         for (i, b) in data.chunks_exact_mut(block).enumerate() {
             b[1] = 0x20;
-            let from = if block == 20 { 4 } else { 2 };
             for (j, v) in b[from..].iter_mut().enumerate() {
                 *v = ((i * 7 + j * 13) % 251) as u8;
             }

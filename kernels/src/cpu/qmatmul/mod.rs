@@ -14,6 +14,7 @@
 //! version of the same arithmetic; each tested against the f32 product of the dequantized
 //! matrix.
 
+mod fifth;
 mod repack;
 #[cfg(target_arch = "x86_64")]
 mod x86;
@@ -39,11 +40,11 @@ pub struct QMatrix {
 enum Layout {
     /// Per block of 32: 16 bytes (element `j` in the low nibble of byte `j`, element `j + 16`
     /// in its high nibble), `w = scale * q + offset`, `q` in `0..16`; or, for 5-bit formats,
-    /// `q` in `0..32` with its fifth bit in `fifth` (a word per block, bit `j` element `j`'s,
-    /// as ggml's `qh`): 24 bytes a block of Q5_0 where signed bytes took 40.
+    /// `q` in `0..32` with its fifth bit in `fifth` (planes of bits per row, laid out for the
+    /// kernels: see [`fifth`]): about 24 bytes a block of Q5_0 where signed bytes took 40.
     U4 {
         nibbles: Vec<u8>,
-        fifth: Option<Vec<u32>>,
+        fifth: Option<Vec<u8>>,
         scales: Vec<f32>,
         offsets: Vec<f32>,
     },
@@ -122,15 +123,15 @@ impl QMatrix {
     pub fn bytes(&self) -> usize {
         match &self.layout {
             Layout::U4 { nibbles, fifth, .. } => {
-                let words = fifth.as_ref().map_or(0, |f| f.len() * 4);
-                nibbles.len() + words + self.rows * self.cols / BLOCK * 8
+                let planes = fifth.as_ref().map_or(0, Vec::len);
+                nibbles.len() + planes + self.rows * self.cols / BLOCK * 8
             }
             Layout::I8 { values, .. } => values.len() + self.rows * self.cols / 16 * 4,
         }
     }
 
-    /// The rows of `parts` stacked, in order (one product computes them all): `None` unless
-    /// they share their columns and layout (a Q4_K_M file's Q6_K `attn_v` does not stack with
+    /// The rows of `parts` stacked, in order (one product computes them all; fifth-bit planes
+    /// are per row, so they stack too): `None` unless they share their columns and layout (a Q4_K_M file's Q6_K `attn_v` does not stack with
     /// its Q4_K `attn_q`, nor 5-bit with 4-bit matrices).
     pub fn stack(parts: &[&QMatrix]) -> Option<QMatrix> {
         let first = parts.first()?;
@@ -201,8 +202,9 @@ impl QMatrix {
                 scales,
                 offsets,
             } => {
+                let blocks = self.cols / BLOCK;
                 for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
-                    let q = unsigned_block(nibbles, fifth.as_deref(), b);
+                    let q = unsigned_block(nibbles, fifth.as_deref(), blocks, b);
                     let (s, m) = (scales[b], offsets[b]);
                     for (o, &q) in o.iter_mut().zip(&q) {
                         *o = s * q as f32 + m;
@@ -317,7 +319,7 @@ impl QMatrix {
                 let mut off = 0f32;
                 for b in 0..blocks {
                     let at = r * blocks + b;
-                    let q = unsigned_block(nibbles, fifth.as_deref(), at);
+                    let q = unsigned_block(nibbles, fifth.as_deref(), blocks, at);
                     let xq = &x.q[b * BLOCK..(b + 1) * BLOCK];
                     let isum: i32 = q.iter().zip(xq).map(|(&w, &a)| w as i32 * a as i32).sum();
                     acc += scales[at] * x.d[b] * isum as f32;
@@ -344,10 +346,11 @@ impl QMatrix {
     }
 }
 
-/// Block `b`'s unsigned values in element order (nibbles and, for 5-bit formats, fifth bits).
-fn unsigned_block(nibbles: &[u8], fifth: Option<&[u32]>, b: usize) -> [u8; BLOCK] {
+/// Block `b`'s unsigned values in element order (nibbles and, for 5-bit formats, fifth bits;
+/// rows of `blocks` blocks).
+fn unsigned_block(nibbles: &[u8], fifth: Option<&[u8]>, blocks: usize, b: usize) -> [u8; BLOCK] {
     let nib = &nibbles[b * 16..b * 16 + 16];
-    let high = fifth.map_or(0, |f| f[b]);
+    let high = fifth.map_or(0, |f| fifth::word(f, blocks, b));
     std::array::from_fn(|j| {
         let q = if j < 16 {
             nib[j] & 0xF

@@ -3,8 +3,8 @@
 //!
 //! - 4- and 5-bit formats (Q4_0, Q4_1, Q4_K, Q5_0, Q5_1) become [`Layout::U4`]: per block of
 //!   32, 16 bytes of nibbles (byte `j`: element `j` low, element `j + 16` high, as Q4_0 stores
-//!   them), the 5-bit formats' fifth bits as they store them (`qh`), and an f32 `scale` and
-//!   `offset`, `w = scale * q + offset`.
+//!   them), the 5-bit formats' fifth bits (ggml's `qh`) in the kernels' planes
+//!   ([`super::fifth`]), and an f32 `scale` and `offset`, `w = scale * q + offset`.
 //! - 6- and 8-bit formats (Q6_K, Q8_0) become [`Layout::I8`]: one signed byte per weight and
 //!   an f32 scale per 16 weights, `w = scale * q`.
 
@@ -145,7 +145,7 @@ impl QMatrix {
                 }
                 Layout::U4 {
                     nibbles,
-                    fifth: five.then_some(fifth),
+                    fifth: five.then(|| super::fifth::planes(&fifth, cols / BLOCK)),
                     scales,
                     offsets,
                 }

@@ -10,11 +10,12 @@
 //! Nibbles are read two blocks at a time: 32 bytes give, masked, the first halves of both
 //! blocks, and shifted, their second halves; `x`'s two blocks are permuted to match, so the
 //! lanes 0-3 of the i32 sums belong to the first block and 4-7 to the second. A 5-bit
-//! format's fifth bits are spread to `0x10` in the bytes of their elements and or-ed in.
+//! format's fifth bits come from planes laid out to match those registers (`fifth.rs`): a
+//! mask of `0x10` in the bytes of their elements, or-ed in.
 
 use std::arch::x86_64::*;
 
-use super::{Layout, QMatrix, RowRef, BLOCK};
+use super::{fifth, Layout, QMatrix, RowRef, BLOCK};
 use crate::cpu::math;
 
 /// Calls the `$f::<R, C, $g...>` monomorphised for a tile of `rn` by `c`.
@@ -113,28 +114,20 @@ macro_rules! tiles {
                 _mm256_set_m128(_mm_set1_ps(b), _mm_set1_ps(a))
             }
 
-            /// Bits `0..32` of `bits` as bytes: `0x10` where the bit is set, else 0.
+            /// `0x10` in the bytes of `plane` that have `bit` (one bit set in every byte), else 0.
             #[target_feature(enable = $features)]
             #[inline]
-            unsafe fn spread_bits(bits: u32) -> __m256i {
-                let v = _mm256_set1_epi32(bits as i32);
-                // Byte `j` of the result reads byte `j / 8` of `bits` (each 128-bit lane holds
-                // the four bytes, repeated).
-                let which = _mm256_setr_epi8(
-                    0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
-                    3, 3, 3, 3, 3, 3,
-                );
-                let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, which), bit), bit);
+            unsafe fn fifth_mask(plane: __m256i, bit: __m256i) -> __m256i {
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(plane, bit), bit);
                 _mm256_and_si256(set, _mm256_set1_epi8(0x10))
             }
 
-            /// `FIVE`: the values' fifth bits come from `fifth` (a word per block).
+            /// `FIVE`: the values' fifth bits come from `fifth` (planes, see `fifth.rs`).
             #[target_feature(enable = $features)]
             #[allow(clippy::too_many_arguments)]
             unsafe fn u4_tile<const R: usize, const C: usize, const FIVE: bool>(
                 nibbles: &[u8],
-                fifth: &[u32],
+                fifth: &[u8],
                 scales: &[f32],
                 offsets: &[f32],
                 blocks: usize,
@@ -145,23 +138,34 @@ macro_rules! tiles {
                 let low = _mm256_set1_epi8(0x0F);
                 let mut acc = [[_mm256_setzero_ps(); C]; R];
                 let xs: [RowRef; C] = std::array::from_fn(|j| xs[j]);
+                let plane_row = fifth::row_bytes(blocks);
+                // The plane of pair `b / 2` in row `r + i`, and the bit of its `lo` register.
+                let plane = |i: usize, b: usize| {
+                    let pair = b / 2;
+                    let at = (r + i) * plane_row + pair / fifth::PAIRS_PER_PLANE * fifth::PLANE;
+                    _mm256_loadu_si256(fifth.as_ptr().add(at) as *const __m256i)
+                };
+                let lo_bit = |b: usize| 1u8 << (2 * (b / 2 % fifth::PAIRS_PER_PLANE));
                 let mut b = 0;
                 while b + 2 <= blocks {
                     let mut lo = [_mm256_setzero_si256(); R];
                     let mut hi = [_mm256_setzero_si256(); R];
                     let mut ws = [_mm256_setzero_ps(); R];
+                    let (bit_lo, bit_hi) = if FIVE {
+                        let bit = lo_bit(b);
+                        (_mm256_set1_epi8(bit as i8), _mm256_set1_epi8((bit << 1) as i8))
+                    } else {
+                        (low, low)
+                    };
                     for i in 0..R {
                         let at = (r + i) * blocks + b;
                         let v = _mm256_loadu_si256(nibbles.as_ptr().add(at * 16) as *const __m256i);
                         lo[i] = _mm256_and_si256(v, low);
                         hi[i] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
                         if FIVE {
-                            // Elements 0-15 of both blocks, then 16-31 of both.
-                            let (h0, h1) = (*fifth.get_unchecked(at), *fifth.get_unchecked(at + 1));
-                            let first = (h0 & 0xFFFF) | (h1 << 16);
-                            let second = (h0 >> 16) | (h1 & 0xFFFF_0000);
-                            lo[i] = _mm256_or_si256(lo[i], spread_bits(first));
-                            hi[i] = _mm256_or_si256(hi[i], spread_bits(second));
+                            let p = plane(i, b);
+                            lo[i] = _mm256_or_si256(lo[i], fifth_mask(p, bit_lo));
+                            hi[i] = _mm256_or_si256(hi[i], fifth_mask(p, bit_hi));
                         }
                         ws[i] = pair(*scales.get_unchecked(at), *scales.get_unchecked(at + 1));
                     }
@@ -190,7 +194,8 @@ macro_rules! tiles {
                         let v = _mm256_set_m128i(_mm_srli_epi16::<4>(v), v);
                         w[i] = _mm256_and_si256(v, low);
                         if FIVE {
-                            w[i] = _mm256_or_si256(w[i], spread_bits(*fifth.get_unchecked(at)));
+                            let bit = _mm256_set1_epi8(lo_bit(b) as i8);
+                            w[i] = _mm256_or_si256(w[i], fifth_mask(plane(i, b), bit));
                         }
                     }
                     for j in 0..C {
