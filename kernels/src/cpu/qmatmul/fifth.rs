@@ -28,13 +28,18 @@ pub(super) fn row_bytes(blocks: usize) -> usize {
     blocks.div_ceil(2).div_ceil(PAIRS_PER_PLANE) * PLANE
 }
 
+/// Whether block `lb` is the lone last block of a row of `blocks` (an odd number).
+fn lone(blocks: usize, lb: usize) -> bool {
+    lb.is_multiple_of(2) && lb + 1 == blocks
+}
+
 /// Where element `e` of block `lb` (of a row of `blocks`) keeps its fifth bit: the byte within
 /// the row's planes and the bit within that byte.
 fn position(blocks: usize, lb: usize, e: usize) -> (usize, u32) {
     let pair = lb / 2;
     let slot = (pair % PAIRS_PER_PLANE) as u32;
     let base = pair / PAIRS_PER_PLANE * PLANE;
-    if lb % 2 == 0 && lb + 1 == blocks {
+    if lone(blocks, lb) {
         return (base + e, 2 * slot);
     }
     let second = lb % 2;
@@ -67,7 +72,7 @@ pub(super) fn word(planes: &[u8], blocks: usize, b: usize) -> u32 {
     let at = row * row_bytes(blocks) + pair / PAIRS_PER_PLANE * PLANE;
     let plane = &planes[at..at + PLANE];
     let get = |byte: u8, bit: u32| ((byte >> bit) & 1) as u32;
-    if lb % 2 == 0 && lb + 1 == blocks {
+    if lone(blocks, lb) {
         return (0..BLOCK).fold(0, |w, e| w | get(plane[e], bit) << e);
     }
     let half = &plane[lb % 2 * 16..lb % 2 * 16 + 16];
