@@ -41,8 +41,8 @@ pub struct GenerationParams {
     /// Grounded decoding: the answer may only copy a span of these passages (and ends with one
     /// of their end tokens); `None` for free text.
     pub span: Option<Arc<SpanSource>>,
-    /// Stop when the text starts to loop: the same run of 1 to 8 tokens three times in a row
-    /// ends generation, and the text keeps only its first occurrence.
+    /// Stop when the text starts to loop: the same run of 1 to 16 tokens three times in a
+    /// row ends generation, and the text keeps only its first occurrence.
     pub stop_on_repetition: bool,
 }
 
@@ -215,9 +215,15 @@ fn pick(
     Ok(cand[dist.sample(rng)].0 as u32)
 }
 
-/// The period of a loop at the end of `tokens`: the same run of 1 to 8 tokens three times.
+/// The longest loop [`GenerationParams::stop_on_repetition`] looks for, in tokens. SmolLM2
+/// loops on clauses: ", in the county of Dreiwek" is 9 tokens, which a bound of 8 let run to
+/// the token limit.
+const LOOP_PERIODS: usize = 16;
+
+/// The period of a loop at the end of `tokens`: the same run of 1 to [`LOOP_PERIODS`] tokens
+/// three times.
 fn looping(tokens: &[u32]) -> Option<usize> {
-    (1..=8).find(|&p| {
+    (1..=LOOP_PERIODS).find(|&p| {
         tokens.len() >= 3 * p && {
             let end = tokens.len();
             let last = &tokens[end - p..];
@@ -530,6 +536,11 @@ mod tests {
         assert_eq!(looping(&[1, 2, 3, 2, 3, 2, 3]), Some(2));
         assert_eq!(looping(&[2, 3, 2, 3, 2, 3, 4]), None);
         assert_eq!(looping(&[1, 2, 1, 2]), None);
+        // A clause of 9 tokens, three times.
+        let clause: Vec<u32> = (10..19).collect();
+        let text: Vec<u32> = [&[1u32, 2][..], &clause, &clause, &clause].concat();
+        assert_eq!(looping(&text), Some(9));
+        assert_eq!(looping(&text[..text.len() - 1]), None);
         let mut d = Decoding::new(
             &[],
             GenerationParams {
