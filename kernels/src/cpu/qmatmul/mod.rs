@@ -102,8 +102,14 @@ struct RowRef<'a> {
     s: &'a [f32],
 }
 
-/// Output columns (matrix rows) per task of the thread pool.
-const TASK_ROWS: usize = 64;
+/// Output columns (matrix rows) per task of the thread pool: at most 64, and few enough that
+/// every thread gets several tasks of a matrix, so that none waits long for another at the end
+/// of a product (tasks of 64 gave a decoding step's 192-row `attn_v` 3 tasks for 2 threads).
+/// A multiple of 4, the tiles' rows.
+fn task_rows(rows: usize) -> usize {
+    let threads = rayon::current_num_threads().max(1);
+    (rows / (threads * 8)).clamp(8, 64) / 4 * 4
+}
 
 /// Below this many multiply-adds a product runs on the calling thread.
 const PARALLEL_MIN: usize = 1 << 16;
@@ -195,6 +201,17 @@ impl QMatrix {
     /// The matrix in f32, row-major: each weight exactly as ggml dequantizes it.
     pub fn dequantize(&self) -> Vec<f32> {
         let mut out = vec![0f32; self.rows * self.cols];
+        // A prompt chunk dequantizes each matrix it multiplies: on every thread, in pieces of
+        // blocks (1 << 12 blocks: 512 KiB of floats).
+        const PIECE: usize = BLOCK << 12;
+        out.par_chunks_mut(PIECE)
+            .enumerate()
+            .for_each(|(p, piece)| self.dequantize_into(p * PIECE, piece));
+        out
+    }
+
+    /// Weights `start..start + out.len()` (row-major; `start` a whole block) into `out`.
+    fn dequantize_into(&self, start: usize, out: &mut [f32]) {
         match &self.layout {
             Layout::U4 {
                 nibbles,
@@ -203,7 +220,8 @@ impl QMatrix {
                 offsets,
             } => {
                 let blocks = self.cols / BLOCK;
-                for (b, o) in out.chunks_exact_mut(BLOCK).enumerate() {
+                for (i, o) in out.chunks_exact_mut(BLOCK).enumerate() {
+                    let b = start / BLOCK + i;
                     let q = unsigned_block(nibbles, fifth.as_deref(), blocks, b);
                     let (s, m) = (scales[b], offsets[b]);
                     for (o, &q) in o.iter_mut().zip(&q) {
@@ -212,12 +230,11 @@ impl QMatrix {
                 }
             }
             Layout::I8 { values, scales } => {
-                for (i, (o, &q)) in out.iter_mut().zip(values).enumerate() {
-                    *o = scales[i / 16] * q as f32;
+                for (i, (o, &q)) in out.iter_mut().zip(&values[start..]).enumerate() {
+                    *o = scales[(start + i) / 16] * q as f32;
                 }
             }
         }
-        out
     }
 
     /// `y = x W^T`: `x` `(n, cols)` row-major, returns `(n, rows)`; on the best kernel this
@@ -238,9 +255,10 @@ impl QMatrix {
         let xq = QuantizedRows::new(x, self.cols);
         let mut y = vec![0f32; n * self.rows];
         let out = OutPtr(y.as_mut_ptr());
-        let tasks = self.rows.div_ceil(TASK_ROWS);
+        let task = task_rows(self.rows);
+        let tasks = self.rows.div_ceil(task);
         let run = |t: usize| {
-            let (r0, r1) = (t * TASK_ROWS, ((t + 1) * TASK_ROWS).min(self.rows));
+            let (r0, r1) = (t * task, ((t + 1) * task).min(self.rows));
             // SAFETY: tasks write disjoint output columns `r0..r1` of `y`, which outlives them.
             unsafe { self.columns(&xq, n, r0, r1, kernel, out) };
         };
