@@ -1816,6 +1816,41 @@ fn a_follow_up_retrieves_whom_the_conversation_is_about() {
 }
 
 #[test]
+fn a_follow_up_is_rewritten_by_the_llama_model_when_asked() {
+    let f = fixture();
+    let (question, _, title) = question_naming_its_document(&f.data);
+    let follow_up = question.replace(&title, "this one");
+    let srv = Server::start(&f.index, &["--llama-model", s(&smollm2())]);
+    let ask = |rewrite: &str| {
+        srv.post(
+            "/v1/qa",
+            &json!({"question": follow_up, "k": 3, "reader": "extractive", "rewrite": rewrite,
+                "history": [{"role": "user", "content": format!("Tell me about {title}.")}]}),
+        )
+        .ok_json()
+    };
+    // By rules: "this one" replaced by the name, no model tokens spent.
+    let rules = ask("rules");
+    let by_rules = rules["retrieval_question"].as_str().unwrap();
+    assert!(!by_rules.contains("this one"), "{rules}");
+    assert!(rules["usage"].get("rewrite_tokens").is_none(), "{rules}");
+    // By the model: it generated, and retrieval read a question (its own, or the rules'
+    // where its reply was not one).
+    let model = ask("model");
+    assert!(
+        model["usage"]["rewrite_tokens"].as_u64().unwrap() > 0,
+        "{model}"
+    );
+    let rewritten = model["retrieval_question"].as_str().unwrap();
+    assert!(rewritten.ends_with('?'), "{model}");
+    let bad = srv.post(
+        "/v1/qa",
+        &json!({"question": follow_up, "rewrite": "magic"}),
+    );
+    assert_client_error("unknown rewrite", &bad);
+}
+
+#[test]
 fn chat_says_length_when_max_tokens_cut_the_answer_and_honours_stop_and_seed() {
     let f = fixture();
     let srv = Server::start(&f.index, &["--llama-model", s(&smollm2())]);

@@ -68,6 +68,8 @@ pub struct ReaderConfig {
     pub example: Option<bool>,
     /// rank | stable: the documents' order in the Llama reader's prompt.
     pub passage_order: Option<capstan_engine::context::PassageOrder>,
+    /// rules | model: how a conversation's follow-up is made to stand alone for retrieval.
+    pub rewrite: Option<capstan_engine::pipeline::Rewrite>,
 }
 
 /// `[server]`

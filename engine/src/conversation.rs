@@ -1,10 +1,13 @@
 //! Conversations: a follow-up question made standalone for retrieval and
 //! the readers. "What did this person do for a living?" names nobody; the
 //! previous user turn ("Where was Urgaud Aelri born?") names whom it is
-//! about. Without a model that rewrites questions, Capstan resolves the
-//! follow-up's referring phrase (this person, he, her, it, …) to the name
-//! the previous user turn gives, and otherwise reads the previous user turn
-//! with the follow-up.
+//! about. By rules ([`Rewrite::Rules`]), Capstan resolves the follow-up's
+//! referring phrase (this person, he, her, it, …) to the name the previous
+//! user turn gives, and otherwise reads the previous user turn with the
+//! follow-up. With [`Rewrite::Model`] the Llama reader's model rewrites the
+//! follow-up for retrieval ([`rewrite_prompt`], [`parse_rewrite`]).
+
+use serde::{Deserialize, Serialize};
 
 /// Who said a turn of a conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +44,58 @@ pub fn standalone_question(history: &[Turn], question: &str) -> String {
         }
     }
     format!("{} {}", previous.content.trim(), question.trim())
+}
+
+/// How a conversation's follow-up is made to stand alone for retrieval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Rewrite {
+    /// [`standalone_question`]: the referring phrase replaced by the previous user turn's name.
+    #[default]
+    Rules,
+    /// The Llama reader's model rewrites the follow-up ([`rewrite_prompt`]); the rules where
+    /// no Llama reader is loaded or its rewrite is unusable ([`parse_rewrite`]). Retrieval
+    /// reads the rewrite; the readers read the rules' question with the conversation.
+    Model,
+}
+
+/// Worked examples of a rewrite, before the case at hand: a small model copies the pattern.
+const REWRITE_EXAMPLES: &str =
+    "Rewrite each follow-up question so that it names who or what it is about.\n\n\
+    Previous question: Where was Ilse Varnholt born?\n\
+    Follow-up: What did this person do for a living?\n\
+    Rewritten: What did Ilse Varnholt do for a living?\n\n\
+    Previous question: Tell me about the Kestrel Mill.\n\
+    Follow-up: When was it built?\n\
+    Rewritten: When was the Kestrel Mill built?\n\n";
+
+/// The user turn asking a chat model to rewrite `question` after the conversation's last user
+/// turn (two worked examples, then the case, ending at "Rewritten:"); `None` without an
+/// earlier user turn.
+pub fn rewrite_prompt(history: &[Turn], question: &str) -> Option<String> {
+    let previous = history.iter().rev().find(|t| t.role == Role::User)?;
+    let one_line = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(format!(
+        "{REWRITE_EXAMPLES}Previous question: {}\nFollow-up: {}\nRewritten:",
+        one_line(&previous.content),
+        one_line(question)
+    ))
+}
+
+/// The question in a model's reply to [`rewrite_prompt`]: its first line, without a
+/// "Rewritten:" label; `None` when that is not a question that stands alone. A small model
+/// sometimes answers instead, copies a line of the examples, or leaves "this person" in.
+pub fn parse_rewrite(reply: &str) -> Option<String> {
+    let line = reply.trim().lines().next()?.trim();
+    let line = line
+        .strip_prefix("Rewritten:")
+        .or_else(|| line.strip_prefix("Follow-up:"))
+        .unwrap_or(line)
+        .trim();
+    let is_question = line.ends_with('?') && line.split_whitespace().count() >= 2;
+    let copied = REWRITE_EXAMPLES.contains(line);
+    let still_refers = resolve(line, "").is_some();
+    (is_question && !copied && !still_refers).then(|| line.to_string())
 }
 
 /// Words that open questions and sentences, capitalised but never a name.
@@ -202,6 +257,37 @@ mod tests {
             standalone_question(&history, "Where is the theatre?"),
             "Where was Urgaud Aelri born? Where is the theatre?"
         );
+    }
+
+    #[test]
+    fn a_rewrite_prompt_ends_with_the_case_and_its_reply_is_checked() {
+        let history = [user("Tell me about\nGaphalin."), assistant("A town.")];
+        let prompt = rewrite_prompt(&history, "When was it founded?").unwrap();
+        assert!(
+            prompt.ends_with(
+                "Previous question: Tell me about Gaphalin.\nFollow-up: When was it founded?\nRewritten:"
+            ),
+            "{prompt}"
+        );
+        assert_eq!(rewrite_prompt(&[assistant("Hello.")], "Why?"), None);
+        assert_eq!(
+            parse_rewrite(" Rewritten: When was Gaphalin founded?\nPrevious question: x")
+                .as_deref(),
+            Some("When was Gaphalin founded?")
+        );
+        assert_eq!(
+            parse_rewrite("When was Gaphalin founded?").as_deref(),
+            Some("When was Gaphalin founded?")
+        );
+        // An answer, a line of the examples, a question still about "this person", or
+        // nothing: the rules decide instead.
+        assert_eq!(parse_rewrite("Gaphalin was founded in 1820."), None);
+        assert_eq!(
+            parse_rewrite("Rewritten: When was the Kestrel Mill built?"),
+            None
+        );
+        assert_eq!(parse_rewrite("In which town was this person born?"), None);
+        assert_eq!(parse_rewrite("   "), None);
     }
 
     #[test]

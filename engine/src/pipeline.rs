@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::context::{
     resolve_span, AnswerMode, AnswerSpan, Context, ContextMode, PassageOrder, PromptStyle,
 };
-pub use crate::conversation::{Role, Turn};
+pub use crate::conversation::{Rewrite, Role, Turn};
 use crate::error::{Error, Result};
 use crate::scheduler::Scheduler;
 
@@ -63,6 +63,8 @@ pub struct QaRequest {
     pub question: String,
     /// The conversation's earlier turns, oldest first (empty for one question).
     pub history: Vec<Turn>,
+    /// How a follow-up is made to stand alone for retrieval.
+    pub rewrite: Rewrite,
     /// Passages to retrieve.
     pub k: usize,
     /// Retrieval mode.
@@ -109,6 +111,7 @@ impl QaRequest {
         Self {
             question: question.into(),
             history: Vec::new(),
+            rewrite: Rewrite::default(),
             k: 5,
             mode: Mode::Hybrid,
             reader,
@@ -154,6 +157,9 @@ impl QaRequest {
     }
 }
 
+/// Tokens a model may spend rewriting a follow-up ([`Rewrite::Model`]).
+const REWRITE_TOKENS: usize = 48;
+
 /// The end bias of span answers (chosen on the dev splits, docs/BENCHMARKS.md).
 pub const DEFAULT_SPAN_END_BIAS: f32 = 2.0;
 
@@ -197,6 +203,13 @@ pub struct Usage {
     pub encoder_tokens: usize,
     /// Generated tokens.
     pub generated_tokens: usize,
+    /// Tokens the model generated rewriting a follow-up ([`Rewrite::Model`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rewrite_tokens: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Milliseconds spent in each stage.
@@ -223,6 +236,10 @@ pub struct Answer {
     pub citations: Vec<String>,
     /// The retrieved passages, best first.
     pub passages: Vec<Hit>,
+    /// The question retrieval read where it is not the question asked: a conversation's
+    /// follow-up made to stand alone ([`QaRequest::rewrite`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrieval_question: Option<String>,
     /// The extractive answer's sentence.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub highlight: Option<Highlight>,
@@ -322,13 +339,50 @@ impl Pipeline {
     pub fn answer(&self, req: &QaRequest, on_text: impl FnMut(&str) -> Flow) -> Result<Answer> {
         let start = Instant::now();
         self.scheduler(req.reader)?;
-        let (hits, vector) = self.retrieve(
-            &req.standalone_question(),
-            req.k,
-            req.mode,
-            req.filter.as_ref(),
-        )?;
-        self.read(req, hits, vector, start, on_text)
+        let (rewritten, rewrite_tokens) = self.rewrite(req)?;
+        let question = rewritten
+            .clone()
+            .map_or_else(|| req.standalone_question(), Into::into);
+        let (hits, vector) = self.retrieve(&question, req.k, req.mode, req.filter.as_ref())?;
+        // The readers read the rules' question: a model's rewrite may have changed what is
+        // asked, so its vector is not theirs.
+        let vector = if rewritten.is_some() { None } else { vector };
+        let mut answer = self.read(req, hits, vector, start, on_text)?;
+        answer.retrieval_question = (question != req.question).then(|| question.into_owned());
+        answer.usage.rewrite_tokens = rewrite_tokens;
+        Ok(answer)
+    }
+
+    /// A follow-up rewritten by the Llama reader's model ([`Rewrite::Model`]), with the tokens
+    /// it generated: `None` for one question, by rules, without a Llama reader, or when the
+    /// reply is not a question.
+    fn rewrite(&self, req: &QaRequest) -> Result<(Option<String>, usize)> {
+        let (Rewrite::Model, Some(scheduler)) = (req.rewrite, &self.llama) else {
+            return Ok((None, 0));
+        };
+        let Some(prompt) = crate::conversation::rewrite_prompt(&req.history, &req.question) else {
+            return Ok((None, 0));
+        };
+        let model = scheduler.model();
+        let prompt = model.chat_prompt(&[capstan_reader::ChatMessage {
+            role: "user".into(),
+            content: prompt,
+        }])?;
+        let mut params = model.with_stops(GenerationParams {
+            max_new_tokens: REWRITE_TOKENS,
+            ..GenerationParams::default()
+        });
+        params.stop_strings.push("\n".into());
+        let request = Request {
+            prompt,
+            encoder_chunks: Vec::new(),
+        };
+        let reply = scheduler.generate(request, params)?;
+        let rewritten = reply
+            .text
+            .as_deref()
+            .and_then(crate::conversation::parse_rewrite);
+        Ok((rewritten, reply.tokens.len()))
     }
 
     /// Answers a question from the given passages, in the given order, without
@@ -455,6 +509,7 @@ impl Pipeline {
             answer,
             citations,
             passages: hits,
+            retrieval_question: None,
             highlight,
             kind: AnswerKind::Sentence,
             spans: Vec::new(),
@@ -620,6 +675,7 @@ impl Pipeline {
             answer,
             citations,
             passages: hits,
+            retrieval_question: None,
             highlight: None,
             kind,
             spans,
@@ -629,6 +685,7 @@ impl Pipeline {
                 decoder_tokens: usage_in.0,
                 encoder_tokens: usage_in.1,
                 generated_tokens: generation.tokens.len(),
+                rewrite_tokens: 0,
             },
             timings: Timings::default(),
         })

@@ -13,7 +13,7 @@ use super::encoder_arg::default_encoder;
 use super::search::RetrievalArgs;
 use crate::config::FileConfig;
 use capstan_engine::context::{AnswerMode, ContextMode, PassageOrder};
-use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind};
+use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind, Rewrite};
 use capstan_engine::{Scheduler, SchedulerSettings};
 
 /// Flags of the QA pipeline (each overrides capstan.toml).
@@ -91,6 +91,11 @@ pub struct PipelineArgs {
     /// cached prefix) [default: stable with `--context passages`, rank with sentences].
     #[arg(long)]
     pub passage_order: Option<PassageOrder>,
+    /// How a conversation's follow-up is made to stand alone for retrieval: `rules` (its
+    /// "this person" replaced by the name of the previous question) or `model` (the Llama
+    /// reader's model rewrites it; the rules without one) [default: rules].
+    #[arg(long)]
+    pub rewrite: Option<Rewrite>,
     /// Added to the end-of-answer logit of a span answer wherever it may end: higher, shorter
     /// answers [default: 2].
     #[arg(long, allow_negative_numbers = true)]
@@ -329,6 +334,10 @@ pub fn build(
             .or(file.reader.example)
             .unwrap_or(defaults.example),
         passage_order: args.passage_order.or(file.reader.passage_order),
+        rewrite: args
+            .rewrite
+            .or(file.reader.rewrite)
+            .unwrap_or(defaults.rewrite),
         span_end_bias: args.span_end_bias.unwrap_or(defaults.span_end_bias),
         sentence_lexical_weight: args
             .sentence_lexical_weight

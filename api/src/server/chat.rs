@@ -56,6 +56,8 @@ pub struct ChatBody {
     n: Option<usize>,
     /// Not OpenAI's: named only to refuse `"span"` clearly (chat answers are free text).
     answer: Option<String>,
+    /// Not OpenAI's: how the last user message is made to stand alone for retrieval.
+    rewrite: Option<capstan_engine::pipeline::Rewrite>,
     stop: Option<super::qa::Stop>,
     seed: Option<u64>,
 }
@@ -118,6 +120,7 @@ pub async fn completions(
     let mut req = state.defaults.clone();
     req.question = question;
     req.history = history;
+    req.rewrite = body.rewrite.unwrap_or(req.rewrite);
     req.answer = capstan_engine::context::AnswerMode::Free;
     req.short_free_answer = false;
     let model = body

@@ -212,6 +212,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
     let stop = json!({"oneOf": [{"type": "string", "minLength": 1},
         {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 4}]});
     let seed = json!({"type": "integer", "minimum": 0});
+    let rewrite = json!({"type": "string", "enum": ["rules", "model"]});
     let history = json!({"type": "array", "maxItems": super::qa::MAX_HISTORY_TURNS, "items": {
         "type": "object", "required": ["role", "content"], "additionalProperties": false, "properties": {
             "role": {"type": "string", "enum": ["user", "assistant", "system"]}, "content": text}}});
@@ -247,8 +248,9 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                     "top_p": top_p, "top_k": {"type": "integer", "minimum": 1},
                     "lost_in_the_middle": {"type": "boolean"}, "query_aware": {"type": "boolean"},
                     "decoder_passages": {"type": "integer", "minimum": 0},
-                    "filter": filter, "history": history, "stop": stop, "seed": seed}}),
+                    "filter": filter, "history": history, "rewrite": rewrite, "stop": stop, "seed": seed}}),
                 json!({"type": "object", "properties": {"answer": {"type": "string"},
+                    "retrieval_question": {"type": "string"},
                     "citations": {"type": "array", "items": {"type": "string"}},
                     "passages": {"type": "array", "items": hit}, "usage": {"type": "object"}, "timings": {"type": "object"}}}),
                 &[])),
@@ -276,7 +278,7 @@ pub async fn openapi(State(state): State<Arc<AppState>>) -> Json<Value> {
                             "role": {"const": "user"}, "content": question}}},
                     "stream": {"type": "boolean"}, "max_tokens": max_tokens, "max_completion_tokens": max_tokens,
                     "temperature": temperature, "top_p": top_p, "n": {"const": 1},
-                    "stop": stop, "seed": seed}}),
+                    "rewrite": rewrite, "stop": stop, "seed": seed}}),
                 json!({"type": "object"}),
                 &[("404", not_found.clone())])),
             "/v1/models": get("Models this server answers with", json!({"type": "object"}), "application/json"),

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::{await_reply, check_k, check_question, parse_json, ApiError, AppState};
 use capstan_engine::context::{AnswerMode, ContextMode};
-use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind, Role, Turn};
+use capstan_engine::pipeline::{Answer, QaRequest, ReaderKind, Rewrite, Role, Turn};
 
 /// The request body.
 #[derive(Debug, Deserialize)]
@@ -44,6 +44,8 @@ pub struct QaBody {
     filter: Option<capstan_retriever::Filter>,
     /// The conversation so far, oldest first: `[{"role": "user"|"assistant", "content": …}]`.
     history: Option<Vec<HistoryTurn>>,
+    /// How a follow-up is made to stand alone for retrieval: `rules` or `model`.
+    rewrite: Option<Rewrite>,
     /// Strings that end the answer (at most 4).
     stop: Option<Stop>,
     /// Seed of the sampler (`temperature` > 0).
@@ -178,6 +180,7 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
     if let Some(history) = body.history {
         req.history = history_turns(history.into_iter().map(|t| (t.role, t.content)), state)?;
     }
+    req.rewrite = body.rewrite.unwrap_or(req.rewrite);
     apply_stop_and_seed(&mut req, body.stop, body.seed)?;
     Ok((req, body.stream.unwrap_or(false)))
 }
