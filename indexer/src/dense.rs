@@ -7,10 +7,12 @@ use std::io::Write;
 use std::path::Path;
 
 use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
+use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::frozen::FrozenGraph;
+use crate::integrity::FileSum;
 use crate::store::PassageOrd;
 use crate::topk::TopK;
 
@@ -117,23 +119,35 @@ pub fn read_vectors(dir: &Path, file: &str, dim: usize) -> Result<Vec<f32>> {
         }
         Err(e) => return Err(Error::io(&path, e)),
     };
-    if bytes.len() % (4 * dim) != 0 {
-        return Err(Error::index(
-            &path,
-            format!("size {} is not a multiple of {dim} f32s", bytes.len()),
-        ));
-    }
+    whole_rows(&path, bytes.len(), dim)?;
     let values: Vec<f32> = bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    if let Some(i) = values.iter().position(|x| !x.is_finite()) {
-        return Err(Error::Damaged {
-            path,
-            message: format!("row {} holds a non-finite value ({})", i / dim, values[i]),
-        });
-    }
+    finite(&path, &values, dim)?;
     Ok(values)
+}
+
+/// Errors unless `len` bytes are whole rows of `dim` f32s.
+fn whole_rows(path: &Path, len: usize, dim: usize) -> Result<()> {
+    if !len.is_multiple_of(4 * dim) {
+        return Err(Error::index(
+            path,
+            format!("size {len} is not a multiple of {dim} f32s"),
+        ));
+    }
+    Ok(())
+}
+
+/// Errors naming the first row of `values` that holds a NaN or an infinity.
+fn finite(path: &Path, values: &[f32], dim: usize) -> Result<()> {
+    match values.iter().position(|x| !x.is_finite()) {
+        None => Ok(()),
+        Some(i) => Err(Error::Damaged {
+            path: path.to_path_buf(),
+            message: format!("row {} holds a non-finite value ({})", i / dim, values[i]),
+        }),
+    }
 }
 
 /// Builds a new graph over `vectors` (rows of `dim`), ids = row numbers.
@@ -247,9 +261,77 @@ pub enum DenseStrategy {
     Hnsw,
 }
 
+/// The passage vectors, row after row: the file mapped in place where the CPU reads its
+/// little-endian floats as they are (a searched index costs the pages it reads, shared with
+/// the page cache, not a private copy of the file), else read into memory.
+enum VectorRows {
+    Mapped(Mmap),
+    Read(Vec<f32>),
+}
+
+impl VectorRows {
+    fn as_f32(&self) -> &[f32] {
+        match self {
+            VectorRows::Mapped(map) => {
+                // SAFETY: every bit pattern is an f32. `map_vectors` maps only files of whole
+                // f32s; a map starts on a page, so nothing lies before the first.
+                let (before, rows, after) = unsafe { map.align_to::<f32>() };
+                debug_assert!(before.is_empty() && after.is_empty());
+                rows
+            }
+            VectorRows::Read(rows) => rows,
+        }
+    }
+}
+
+/// The vectors of `path`, mapped where the CPU is little-endian: its size checked against
+/// rows of `dim`, its bytes against `sum` (the manifest's) in place, its values finite.
+fn map_vectors(path: &Path, dim: usize, sum: Option<&FileSum>) -> Result<VectorRows> {
+    let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let len = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
+    whole_rows(path, len, dim)?;
+    if cfg!(target_endian = "big") || len == 0 {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if let Some(want) = sum {
+            check_sum(
+                path,
+                &std::fs::read(path).map_err(|e| Error::io(path, e))?,
+                want,
+            )?;
+        }
+        return Ok(VectorRows::Read(read_vectors(dir, name, dim)?));
+    }
+    // SAFETY: a published generation is never written again (writers make a new one), and the
+    // map is read-only: a file changed under us gives other floats, never unsafety beyond what
+    // any reader of a map accepts (as `FrozenStore`).
+    let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+    if let Some(want) = sum {
+        check_sum(path, &map, want)?;
+    }
+    let rows = VectorRows::Mapped(map);
+    finite(path, rows.as_f32(), dim)?;
+    Ok(rows)
+}
+
+/// `bytes` (all of `path`) against the manifest's checksum, as `integrity::check` words it.
+fn check_sum(path: &Path, bytes: &[u8], want: &FileSum) -> Result<()> {
+    let got = crate::integrity::checksum_bytes(bytes);
+    if bytes.len() as u64 != want.bytes || got != want.xxh3 {
+        return Err(Error::Damaged {
+            path: path.to_path_buf(),
+            message: format!(
+                "has checksum {got}, the manifest says {} (its bytes changed)",
+                want.xxh3
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Raw vectors and graph of an opened index.
 pub struct DenseIndex {
-    vectors: Vec<f32>,
+    vectors: VectorRows,
     dim: usize,
     graph: FrozenGraph,
 }
@@ -262,11 +344,12 @@ impl DenseIndex {
     /// depth 200); past it HNSW wins (80K: 6.2 ms scan, 0.7-1.8 ms HNSW).
     pub const EXACT_BELOW: usize = 20_000;
 
-    /// Opens the vectors and graph in `dir`: the frozen graph file where the
-    /// generation has one, else (generations written before it) hnsw_rs's.
-    pub fn open(dir: &Path, dim: usize) -> Result<Self> {
-        let vectors = read_vectors(dir, PASSAGE_VECTORS, dim)?;
-        let rows = vectors.len() / dim;
+    /// Opens the vectors and graph in `dir`: the vectors mapped (checked against
+    /// `vectors_sum`, the manifest's, where given), the frozen graph file where the generation
+    /// has one, else (generations written before it) hnsw_rs's.
+    pub fn open(dir: &Path, dim: usize, vectors_sum: Option<&FileSum>) -> Result<Self> {
+        let vectors = map_vectors(&dir.join(PASSAGE_VECTORS), dim, vectors_sum)?;
+        let rows = vectors.as_f32().len() / dim;
         let frozen = dir.join(FROZEN_GRAPH);
         let graph = if frozen.is_file() {
             FrozenGraph::read(&frozen, rows)?
@@ -282,18 +365,18 @@ impl DenseIndex {
 
     /// Number of stored vectors (deleted ones included).
     pub fn len(&self) -> usize {
-        self.vectors.len() / self.dim
+        self.vectors.as_f32().len() / self.dim
     }
 
     /// Whether no vector is stored.
     pub fn is_empty(&self) -> bool {
-        self.vectors.is_empty()
+        self.vectors.as_f32().is_empty()
     }
 
     /// The stored vector of `ord`.
     pub fn vector(&self, ord: PassageOrd) -> Option<&[f32]> {
         let start = ord as usize * self.dim;
-        self.vectors.get(start..start + self.dim)
+        self.vectors.as_f32().get(start..start + self.dim)
     }
 
     /// The `k` nearest live passages to a unit `query`, best first, with
@@ -318,7 +401,7 @@ impl DenseIndex {
             return self.exact(query, k, deleted);
         }
         self.graph
-            .search(&self.vectors, self.dim, query, k, ef, deleted)
+            .search(self.vectors.as_f32(), self.dim, query, k, ef, deleted)
     }
 
     /// Exact top-k by scanning every live vector.
@@ -330,7 +413,7 @@ impl DenseIndex {
     ) -> Vec<(PassageOrd, f32)> {
         let dot = dot_fn();
         let mut top = TopK::new(k);
-        for (i, v) in self.vectors.chunks_exact(self.dim).enumerate() {
+        for (i, v) in self.vectors.as_f32().chunks_exact(self.dim).enumerate() {
             let ord = i as u64;
             if !deleted.contains(&ord) {
                 top.offer(dot(query, v), || Some(ord));
@@ -362,7 +445,7 @@ pub(crate) mod tests {
         append_vectors(dir.path(), PASSAGE_VECTORS, &rows).unwrap();
         let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
         save_graph(&graph, dir.path()).unwrap();
-        let index = DenseIndex::open(dir.path(), dim).unwrap();
+        let index = DenseIndex::open(dir.path(), dim, None).unwrap();
         assert_eq!(index.len(), n);
         let queries = random_unit(50, dim, 2);
         let none = HashSet::new();
@@ -385,6 +468,40 @@ pub(crate) mod tests {
             let hits = index.search(q, 5, 64, strategy, &deleted);
             assert_eq!(hits.len(), 5);
             assert!(hits.iter().all(|h| !deleted.contains(&h.0)));
+        }
+    }
+
+    #[test]
+    fn mapped_vectors_are_checked_against_the_manifest_in_place() {
+        let (n, dim) = (300, 8);
+        let vectors = random_unit(n, dim, 3);
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Vec<f32>> = vectors.chunks(dim).map(|c| c.to_vec()).collect();
+        append_vectors(dir.path(), PASSAGE_VECTORS, &rows).unwrap();
+        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
+        save_graph(&graph, dir.path()).unwrap();
+        let path = dir.path().join(PASSAGE_VECTORS);
+        let sum = crate::integrity::checksum(&path).unwrap();
+        let index = DenseIndex::open(dir.path(), dim, Some(&sum)).unwrap();
+        assert_eq!(index.vector(7).unwrap(), &vectors[7 * dim..8 * dim]);
+        drop(index);
+        // A changed byte: the checksum names the file.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[4 * dim * 5] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        match DenseIndex::open(dir.path(), dim, Some(&sum)) {
+            Err(Error::Damaged { path: p, message }) => {
+                assert_eq!(p, path);
+                assert!(message.contains("checksum"), "{message}");
+            }
+            other => panic!("{:?}", other.err()),
+        }
+        // Without a checksum to compare, a non-finite value is still caught, by row.
+        bytes[4 * dim * 9..4 * dim * 9 + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        match DenseIndex::open(dir.path(), dim, None) {
+            Err(Error::Damaged { message, .. }) => assert!(message.contains("row 9"), "{message}"),
+            other => panic!("{:?}", other.err()),
         }
     }
 

@@ -1056,15 +1056,22 @@ impl Index {
         &self.bm25
     }
 
-    /// The dense index: its vectors and graph, read on first use after their checksums are
-    /// checked (an open checks only their sizes: a BM25 search never reads them).
+    /// The dense index on first use: its vectors mapped and checked against their checksum in
+    /// place, its graph read after its checksum is checked (an open checks only their sizes: a
+    /// BM25 search never reads them).
     pub fn dense(&self) -> Result<&DenseIndex> {
         if let Some(d) = self.dense.get() {
             return Ok(d);
         }
-        let files = dense_files(&self.manifest);
+        // The graph's files are read whole; the vectors are mapped and checked in place.
+        let mut files = dense_files(&self.manifest);
+        let vectors_sum = files.remove(dense::PASSAGE_VECTORS);
         integrity::first_error(integrity::check(&self.gen, &files, Depth::Checksums))?;
-        let dense = DenseIndex::open(&self.gen, self.manifest.encoder.dimension)?;
+        let dense = DenseIndex::open(
+            &self.gen,
+            self.manifest.encoder.dimension,
+            vectors_sum.as_ref(),
+        )?;
         let stored = self.manifest.counts.stored_passages;
         if dense.len() as u64 != stored {
             return Err(Error::Damaged {
