@@ -38,7 +38,8 @@ mod topk;
 pub use bm25::{Bm25Analyzer, Bm25Index, Bm25Params, Bm25Writer};
 pub use chunk::{ChunkParams, Chunker, Location, Passage};
 pub use dense::{
-    build_graph, dot, normalize, DenseIndex, DenseStrategy, Graph, HnswParams, UnitCosine,
+    build_graph, dot, exact_top_k, normalize, DenseIndex, DenseStrategy, Graph, HnswParams,
+    UnitCosine,
 };
 pub use document::{
     read_corpus, read_corpus_reporting, read_corpus_with, Corpus, Document, ReadOptions,

@@ -24,7 +24,7 @@ pub struct RetrievalArgs {
     /// BM25's weight in either fusion, in [0, 1] (dense gets 1 - w).
     #[arg(long, default_value_t = Fusion::DEFAULT_BM25_WEIGHT)]
     pub bm25_weight: f32,
-    /// Dense search: auto (exact below 20,000 passages), exact or hnsw.
+    /// Dense search: auto (exact below 40,000 passages), exact or hnsw.
     #[arg(long, value_enum, default_value_t = DenseArg::Auto)]
     pub dense: DenseArg,
     /// HNSW search breadth (raised to twice the candidates the dense side gives).
