@@ -141,8 +141,6 @@ pub fn build(
     )?;
     let (vectors, passages) = (added.vectors, added.passages);
     bm25.finish()?;
-    store.flush()?;
-    drop(store);
     let graph = build_graph(&vectors, encoder.dimension(), settings.hnsw, progress)?;
     dense::save_graph(&graph, &gen)?;
     let mut manifest = Manifest {
@@ -162,7 +160,7 @@ pub fn build(
         corpus_sha256: vec![corpus.sha256.clone()],
         files: Default::default(),
     };
-    folder.publish(gen, &mut manifest)?;
+    folder.publish(gen, store, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -249,8 +247,6 @@ pub fn append(
     let (vectors, added) = (new.vectors, new.passages);
     manifest.counts.stored_sentences += new.sentences;
     bm25.finish()?;
-    store.flush()?;
-    drop(store);
     let graph = dense::load_graph(&gen)?;
     progress.stage("graph", added);
     dense::insert_rows(&graph, &vectors, encoder.dimension(), first as usize);
@@ -263,7 +259,7 @@ pub fn append(
     manifest.counts.passages += added;
     manifest.counts.stored_passages += added;
     manifest.corpus_sha256.push(corpus.sha256.clone());
-    folder.publish(gen, &mut manifest)?;
+    folder.publish(gen, store, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -308,9 +304,7 @@ pub fn delete(dir: &Path, doc_ids: &[String]) -> Result<ChangeSummary> {
         }
     }
     bm25.finish()?;
-    store.flush()?;
-    drop(store);
-    folder.publish(gen, &mut manifest)?;
+    folder.publish(gen, store, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -387,8 +381,6 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     }
     flush_doc(&mut by_doc, &mut ord)?;
     bm25.finish()?;
-    store.flush()?;
-    drop(store);
     drop(old_store);
     std::fs::remove_dir_all(&old_copy).map_err(|e| Error::io(&old_copy, e))?;
     let rows: Vec<Vec<f32>> = vectors.chunks_exact(dim).map(|r| r.to_vec()).collect();
@@ -400,7 +392,7 @@ pub fn compact(dir: &Path, progress: &dyn Progress) -> Result<ChangeSummary> {
     manifest.counts.passages = ord;
     manifest.counts.stored_passages = ord;
     manifest.counts.deleted_passages = 0;
-    folder.publish(gen, &mut manifest)?;
+    folder.publish(gen, store, &mut manifest)?;
     Ok(ChangeSummary {
         manifest,
         written: true,
@@ -755,12 +747,21 @@ impl IndexFolder {
 
     /// Lists the files of `gen` in `manifest`, writes it, and makes `gen` the
     /// live generation (one atomic rename of `CURRENT`); removes every other
-    /// generation.
-    fn publish(&self, mut gen: Generation, manifest: &mut Manifest) -> Result<()> {
+    /// generation. `store` is the handle that changed `gen`'s passage store.
+    fn publish(
+        &self,
+        mut gen: Generation,
+        store: PassageStore,
+        manifest: &mut Manifest,
+    ) -> Result<()> {
         // What searches read in place: the store's trees in one file, and
         // (for generations changed from one written before it) the graph's
-        // links.
-        PassageStore::open(&gen.join(STORE_DIR))?.write_frozen(&gen.join(frozen_store::FILE))?;
+        // links. The frozen file is written from the change's own handle:
+        // sled unlocks a folder only once a dropped handle's threads end, so
+        // opening it again here failed now and then ("could not acquire lock").
+        store.flush()?;
+        store.write_frozen(&gen.join(frozen_store::FILE))?;
+        drop(store);
         if !gen.join(dense::FROZEN_GRAPH).is_file() {
             dense::save_graph(&dense::load_graph(&gen)?, &gen)?;
         }
