@@ -15,6 +15,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::path::Path;
 
 use hnsw_rs::prelude::Hnsw;
+use memmap2::Mmap;
 
 use crate::dense::{dot_fn, UnitCosine};
 use crate::error::{Error, Result};
@@ -22,6 +23,9 @@ use crate::store::PassageOrd;
 
 /// The first bytes of a graph file ([`FrozenGraph::write`]), with its version.
 const FILE_MAGIC: &[u8; 8] = b"CPSTFRG1";
+
+/// Bytes before the layer-0 offsets: the magic and four u64 sizes.
+const HEADER: usize = 40;
 
 /// Little-endian values read off a byte string.
 struct Reader<'a> {
@@ -52,11 +56,49 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Layer 0 of a graph: node `i`'s links are `links[offsets[i]..offsets[i + 1]]`.
+enum Layer0 {
+    /// Built in memory ([`FrozenGraph::freeze`]), or read where the CPU is big-endian.
+    Owned { offsets: Vec<u64>, links: Vec<u32> },
+    /// A graph file mapped in place ([`FrozenGraph::read`]): the arrays at their byte ranges,
+    /// which the file's layout keeps aligned (40 bytes of header, then 8-byte offsets).
+    Mapped {
+        map: Mmap,
+        offsets: std::ops::Range<usize>,
+        links: std::ops::Range<usize>,
+    },
+}
+
+impl Layer0 {
+    fn offsets(&self) -> &[u64] {
+        match self {
+            Layer0::Owned { offsets, .. } => offsets,
+            Layer0::Mapped { map, offsets, .. } => view(&map[offsets.clone()]),
+        }
+    }
+
+    fn links(&self) -> &[u32] {
+        match self {
+            Layer0::Owned { links, .. } => links,
+            Layer0::Mapped { map, links, .. } => view(&map[links.clone()]),
+        }
+    }
+}
+
+/// Little-endian `T`s of `bytes`, in place; `read` maps only files whose arrays lie aligned.
+fn view<T: Copy>(bytes: &[u8]) -> &[T] {
+    // SAFETY: every bit pattern is a valid u32 and u64 (the only `T`s here).
+    let (before, values, after) = unsafe { bytes.align_to::<T>() };
+    assert!(
+        before.is_empty() && after.is_empty(),
+        "graph arrays are aligned"
+    );
+    values
+}
+
 /// The links of an HNSW graph in flat arrays (node = vector row).
 pub struct FrozenGraph {
-    /// Layer-0 links of node `i` are `links[offsets[i]..offsets[i + 1]]`.
-    offsets: Vec<usize>,
-    links: Vec<u32>,
+    layer0: Layer0,
     /// Links on layer `l >= 1` are `upper[l - 1][&node]` (few nodes live there).
     upper: Vec<HashMap<u32, Box<[u32]>>>,
     /// The node searches start from, on the top layer.
@@ -125,8 +167,10 @@ impl FrozenGraph {
         if points.get_nb_point() == 0 {
             // hnsw_rs's point iterator panics on a graph without an entry point.
             return Self {
-                offsets: vec![0; rows + 1],
-                links: Vec::new(),
+                layer0: Layer0::Owned {
+                    offsets: vec![0; rows + 1],
+                    links: Vec::new(),
+                },
                 upper: Vec::new(),
                 entry: None,
             };
@@ -165,11 +209,10 @@ impl FrozenGraph {
         let mut links = Vec::with_capacity(layer0.iter().map(Vec::len).sum());
         for ids in layer0 {
             links.extend_from_slice(&ids);
-            offsets.push(links.len());
+            offsets.push(links.len() as u64);
         }
         Self {
-            offsets,
-            links,
+            layer0: Layer0::Owned { offsets, links },
             upper,
             entry,
         }
@@ -177,20 +220,21 @@ impl FrozenGraph {
 
     /// Writes the graph to `path` (little-endian): a magic, the sizes, the
     /// layer-0 offsets and links, then each upper layer's nodes and links.
-    /// Written once per generation, so that a search opens it with one read
-    /// instead of hnsw_rs's load and a freeze.
+    /// Written once per generation, so that a search maps it instead of
+    /// hnsw_rs's load and a freeze.
     pub fn write(&self, path: &Path) -> Result<()> {
-        let mut out = Vec::with_capacity(32 + self.offsets.len() * 8 + self.links.len() * 4);
+        let (offsets, links) = (self.layer0.offsets(), self.layer0.links());
+        let mut out = Vec::with_capacity(HEADER + offsets.len() * 8 + links.len() * 4);
         out.extend_from_slice(FILE_MAGIC);
-        let rows = self.offsets.len() - 1;
-        for v in [rows, self.links.len(), self.upper.len()] {
+        let rows = offsets.len() - 1;
+        for v in [rows, links.len(), self.upper.len()] {
             out.extend_from_slice(&(v as u64).to_le_bytes());
         }
         out.extend_from_slice(&self.entry.map_or(u64::MAX, u64::from).to_le_bytes());
-        for &o in &self.offsets {
-            out.extend_from_slice(&(o as u64).to_le_bytes());
+        for &o in offsets {
+            out.extend_from_slice(&o.to_le_bytes());
         }
-        for &l in &self.links {
+        for &l in links {
             out.extend_from_slice(&l.to_le_bytes());
         }
         for layer in &self.upper {
@@ -208,19 +252,21 @@ impl FrozenGraph {
         crate::fsutil::write_durably(path, &out)
     }
 
-    /// Reads a graph [`FrozenGraph::write`] wrote for `rows` vectors; any
-    /// inconsistency (sizes, offsets, a link or entry past the last row) is
-    /// an error naming the file, so a search never indexes out of bounds.
+    /// Reads a graph [`FrozenGraph::write`] wrote for `rows` vectors, its layer-0 arrays
+    /// mapped in place (read into memory where the CPU is big-endian); any inconsistency
+    /// (sizes, offsets, a link or entry past the last row) is an error naming the file, so a
+    /// search never indexes out of bounds.
     pub fn read(path: &Path, rows: usize) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        // SAFETY: a published generation is never written again, and the map is read-only
+        // (as `FrozenStore`'s); its bytes are checked below before any is used as an index.
+        let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        let bytes: &[u8] = &map;
         let damaged = |message: String| Error::Damaged {
             path: path.to_path_buf(),
             message,
         };
-        let mut r = Reader {
-            bytes: &bytes,
-            at: 0,
-        };
+        let mut r = Reader { bytes, at: 0 };
         if r.take(FILE_MAGIC.len()) != Some(&FILE_MAGIC[..]) {
             return Err(damaged("not a Capstan graph file".into()));
         }
@@ -236,13 +282,38 @@ impl FrozenGraph {
         if !r.fits(rows as u64 + 1, 8) || !r.fits(n_links, 4) || layers > 64 {
             return Err(truncated());
         }
-        let offsets: Vec<usize> = (0..=rows).map(|_| r.u64().unwrap() as usize).collect();
+        let offsets_at = r.at..r.at + 8 * (rows + 1);
+        r.at = offsets_at.end;
         let n_links = n_links as usize;
         if !r.fits(n_links as u64, 4) {
             return Err(truncated());
         }
-        let links: Vec<u32> = (0..n_links).map(|_| r.u32().unwrap()).collect();
-        if offsets[0] != 0 || offsets[rows] != n_links || offsets.windows(2).any(|w| w[0] > w[1]) {
+        let links_at = r.at..r.at + 4 * n_links;
+        r.at = links_at.end;
+        // Layer 0 stays in the map where the CPU reads its little-endian arrays as they are.
+        let owned = cfg!(target_endian = "big").then(|| {
+            let le = |b: &[u8], w: usize| -> Vec<u64> {
+                b.chunks_exact(w)
+                    .map(|c| c.iter().rev().fold(0u64, |v, &x| v << 8 | x as u64))
+                    .collect()
+            };
+            let links = le(&bytes[links_at.clone()], 4);
+            (
+                le(&bytes[offsets_at.clone()], 8),
+                links.into_iter().map(|l| l as u32).collect::<Vec<u32>>(),
+            )
+        });
+        let (offsets, links): (&[u64], &[u32]) = match &owned {
+            Some((offsets, links)) => (offsets, links),
+            None => (
+                view(&bytes[offsets_at.clone()]),
+                view(&bytes[links_at.clone()]),
+            ),
+        };
+        if offsets[0] != 0
+            || offsets[rows] != n_links as u64
+            || offsets.windows(2).any(|w| w[0] > w[1])
+        {
             return Err(damaged("layer-0 offsets are inconsistent".into()));
         }
         let in_range = |id: u32| (id as usize) < rows;
@@ -278,17 +349,24 @@ impl FrozenGraph {
             e if e < rows as u64 => Some(e as u32),
             e => return Err(damaged(format!("entry point {e} past the last node"))),
         };
+        let layer0 = match owned {
+            Some((offsets, links)) => Layer0::Owned { offsets, links },
+            None => Layer0::Mapped {
+                map,
+                offsets: offsets_at,
+                links: links_at,
+            },
+        };
         Ok(Self {
-            offsets,
-            links,
+            layer0,
             upper,
             entry,
         })
     }
 
     fn layer0(&self, node: u32) -> &[u32] {
-        let i = node as usize;
-        &self.links[self.offsets[i]..self.offsets[i + 1]]
+        let (i, offsets) = (node as usize, self.layer0.offsets());
+        &self.layer0.links()[offsets[i] as usize..offsets[i + 1] as usize]
     }
 
     /// The `k` most similar live nodes to the unit `query`, best first, with
@@ -332,7 +410,7 @@ impl FrozenGraph {
         let live = |node: u32| deleted.is_empty() || !deleted.contains(&(node as u64));
         let found = VISITED.with(|visited| {
             let mut visited = visited.borrow_mut();
-            visited.reset(self.offsets.len() - 1);
+            visited.reset(self.layer0.offsets().len() - 1);
             visited.insert(node);
             let mut candidates = BinaryHeap::with_capacity(ef * 4);
             let mut results: BinaryHeap<Reverse<Scored>> = BinaryHeap::with_capacity(ef + 1);
@@ -374,8 +452,8 @@ impl FrozenGraph {
 
     /// Bytes held by the links.
     pub fn memory_bytes(&self) -> usize {
-        self.offsets.len() * std::mem::size_of::<usize>()
-            + self.links.len() * 4
+        self.layer0.offsets().len() * 8
+            + self.layer0.links().len() * 4
             + self
                 .upper
                 .iter()
@@ -490,8 +568,9 @@ mod tests {
         let path = dir.path().join("graph.frozen");
         frozen.write(&path).unwrap();
         let read = FrozenGraph::read(&path, n).unwrap();
-        assert_eq!(read.offsets, frozen.offsets);
-        assert_eq!(read.links, frozen.links);
+        assert!(matches!(read.layer0, Layer0::Mapped { .. }));
+        assert_eq!(read.layer0.offsets(), frozen.layer0.offsets());
+        assert_eq!(read.layer0.links(), frozen.layer0.links());
         assert_eq!(read.upper, frozen.upper);
         assert_eq!(read.entry, frozen.entry);
         let none = HashSet::new();
