@@ -94,7 +94,7 @@ pub fn parse_rewrite(reply: &str) -> Option<String> {
         .trim();
     let is_question = line.ends_with('?') && line.split_whitespace().count() >= 2;
     let copied = REWRITE_EXAMPLES.contains(line);
-    let still_refers = resolve(line, "").is_some();
+    let still_refers = referring_phrase(line).is_some();
     (is_question && !copied && !still_refers).then(|| line.to_string())
 }
 
@@ -165,6 +165,21 @@ enum Possessive {
 /// `question` with its first referring phrase (as whole words, any case)
 /// replaced by `name`; `None` when it has none.
 fn resolve(question: &str, name: &str) -> Option<String> {
+    let (at, end, possessive) = referring_phrase(question)?;
+    let replacement = match possessive {
+        Possessive::Yes => format!("{name}'s"),
+        Possessive::No => name.to_string(),
+    };
+    Some(format!(
+        "{}{replacement}{}",
+        &question[..at],
+        &question[end..]
+    ))
+}
+
+/// Where `question`'s first referring phrase (as whole words, any case) lies, and whether it
+/// is possessive; `None` when it has none.
+fn referring_phrase(question: &str) -> Option<(usize, usize, Possessive)> {
     let lower = question.to_lowercase();
     // Lowercasing may change byte offsets; then only exact positions are safe.
     if lower.len() != question.len() {
@@ -200,16 +215,7 @@ fn resolve(question: &str, name: &str) -> Option<String> {
             from = at + phrase.len();
         }
     }
-    let (at, end, possessive) = found?;
-    let replacement = match possessive {
-        Possessive::Yes => format!("{name}'s"),
-        Possessive::No => name.to_string(),
-    };
-    Some(format!(
-        "{}{replacement}{}",
-        &question[..at],
-        &question[end..]
-    ))
+    found
 }
 
 #[cfg(test)]
