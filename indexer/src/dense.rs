@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::frozen::FrozenGraph;
-use crate::integrity::FileSum;
+use crate::integrity::{check_in_place, FileSum, FileTable};
 use crate::store::PassageOrd;
 use crate::topk::TopK;
 
@@ -119,12 +119,17 @@ pub fn read_vectors(dir: &Path, file: &str, dim: usize) -> Result<Vec<f32>> {
         }
         Err(e) => return Err(Error::io(&path, e)),
     };
-    whole_rows(&path, bytes.len(), dim)?;
+    values_of(&path, &bytes, dim)
+}
+
+/// The f32s of `bytes` (all of `path`), checked: whole rows of `dim`, every value finite.
+fn values_of(path: &Path, bytes: &[u8], dim: usize) -> Result<Vec<f32>> {
+    whole_rows(path, bytes.len(), dim)?;
     let values: Vec<f32> = bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect();
-    finite(&path, &values, dim)?;
+    finite(path, &values, dim)?;
     Ok(values)
 }
 
@@ -291,42 +296,22 @@ fn map_vectors(path: &Path, dim: usize, sum: Option<&FileSum>) -> Result<VectorR
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
     whole_rows(path, len, dim)?;
     if cfg!(target_endian = "big") || len == 0 {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
         if let Some(want) = sum {
-            check_sum(
-                path,
-                &std::fs::read(path).map_err(|e| Error::io(path, e))?,
-                want,
-            )?;
+            check_in_place(path, &bytes, want)?;
         }
-        return Ok(VectorRows::Read(read_vectors(dir, name, dim)?));
+        return Ok(VectorRows::Read(values_of(path, &bytes, dim)?));
     }
     // SAFETY: a published generation is never written again (writers make a new one), and the
     // map is read-only: a file changed under us gives other floats, never unsafety beyond what
     // any reader of a map accepts (as `FrozenStore`).
     let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
     if let Some(want) = sum {
-        check_sum(path, &map, want)?;
+        check_in_place(path, &map, want)?;
     }
     let rows = VectorRows::Mapped(map);
     finite(path, rows.as_f32(), dim)?;
     Ok(rows)
-}
-
-/// `bytes` (all of `path`) against the manifest's checksum, as `integrity::check` words it.
-fn check_sum(path: &Path, bytes: &[u8], want: &FileSum) -> Result<()> {
-    let got = crate::integrity::checksum_bytes(bytes);
-    if bytes.len() as u64 != want.bytes || got != want.xxh3 {
-        return Err(Error::Damaged {
-            path: path.to_path_buf(),
-            message: format!(
-                "has checksum {got}, the manifest says {} (its bytes changed)",
-                want.xxh3
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Raw vectors and graph of an opened index.
@@ -345,15 +330,16 @@ impl DenseIndex {
     /// At 80K the scan's 123 MB of vectors cost 6.2 ms against HNSW's 0.4-1.2 ms.
     pub const EXACT_BELOW: usize = 40_000;
 
-    /// Opens the vectors and graph in `dir`: the vectors mapped (checked against
-    /// `vectors_sum`, the manifest's, where given), the frozen graph file where the generation
-    /// has one, else (generations written before it) hnsw_rs's.
-    pub fn open(dir: &Path, dim: usize, vectors_sum: Option<&FileSum>) -> Result<Self> {
-        let vectors = map_vectors(&dir.join(PASSAGE_VECTORS), dim, vectors_sum)?;
+    /// Opens the vectors and graph in `dir`: the vectors mapped, the frozen graph file where the
+    /// generation has one, else (generations written before it) hnsw_rs's. The mapped files
+    /// are checked in place against their checksums in `sums` (the manifest's), where given.
+    pub fn open(dir: &Path, dim: usize, sums: Option<&FileTable>) -> Result<Self> {
+        let sum = |name: &str| sums.and_then(|t| t.get(name));
+        let vectors = map_vectors(&dir.join(PASSAGE_VECTORS), dim, sum(PASSAGE_VECTORS))?;
         let rows = vectors.as_f32().len() / dim;
         let frozen = dir.join(FROZEN_GRAPH);
         let graph = if frozen.is_file() {
-            FrozenGraph::read(&frozen, rows)?
+            FrozenGraph::read(&frozen, rows, sum(FROZEN_GRAPH))?
         } else {
             freeze_graph(dir, rows)?
         };
@@ -467,15 +453,21 @@ pub(crate) mod tests {
         v
     }
 
+    /// A dense index of `vectors` (rows of `dim`) in a new folder: the vectors and the graph.
+    fn write_dense(vectors: &[f32], dim: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Vec<f32>> = vectors.chunks(dim).map(|c| c.to_vec()).collect();
+        append_vectors(dir.path(), PASSAGE_VECTORS, &rows).unwrap();
+        let graph = build_graph(vectors, dim, HnswParams::default()).unwrap();
+        save_graph(&graph, dir.path()).unwrap();
+        dir
+    }
+
     #[test]
     fn hnsw_finds_what_the_exact_scan_finds_and_survives_reload() {
         let (n, dim) = (2000, 32);
         let vectors = random_unit(n, dim, 1);
-        let dir = tempfile::tempdir().unwrap();
-        let rows: Vec<Vec<f32>> = vectors.chunks(dim).map(|c| c.to_vec()).collect();
-        append_vectors(dir.path(), PASSAGE_VECTORS, &rows).unwrap();
-        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
-        save_graph(&graph, dir.path()).unwrap();
+        let dir = write_dense(&vectors, dim);
         let index = DenseIndex::open(dir.path(), dim, None).unwrap();
         assert_eq!(index.len(), n);
         let queries = random_unit(50, dim, 2);
@@ -528,21 +520,21 @@ pub(crate) mod tests {
     fn mapped_vectors_are_checked_against_the_manifest_in_place() {
         let (n, dim) = (300, 8);
         let vectors = random_unit(n, dim, 3);
-        let dir = tempfile::tempdir().unwrap();
-        let rows: Vec<Vec<f32>> = vectors.chunks(dim).map(|c| c.to_vec()).collect();
-        append_vectors(dir.path(), PASSAGE_VECTORS, &rows).unwrap();
-        let graph = build_graph(&vectors, dim, HnswParams::default()).unwrap();
-        save_graph(&graph, dir.path()).unwrap();
+        let dir = write_dense(&vectors, dim);
         let path = dir.path().join(PASSAGE_VECTORS);
-        let sum = crate::integrity::checksum(&path).unwrap();
-        let index = DenseIndex::open(dir.path(), dim, Some(&sum)).unwrap();
+        let sums: FileTable = [(
+            PASSAGE_VECTORS.to_string(),
+            crate::integrity::checksum(&path).unwrap(),
+        )]
+        .into();
+        let index = DenseIndex::open(dir.path(), dim, Some(&sums)).unwrap();
         assert_eq!(index.vector(7).unwrap(), &vectors[7 * dim..8 * dim]);
         drop(index);
         // A changed byte: the checksum names the file.
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[4 * dim * 5] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        match DenseIndex::open(dir.path(), dim, Some(&sum)) {
+        match DenseIndex::open(dir.path(), dim, Some(&sums)) {
             Err(Error::Damaged { path: p, message }) => {
                 assert_eq!(p, path);
                 assert!(message.contains("checksum"), "{message}");

@@ -19,6 +19,7 @@ use memmap2::Mmap;
 
 use crate::dense::{dot_fn, UnitCosine};
 use crate::error::{Error, Result};
+use crate::integrity::{check_in_place, FileSum};
 use crate::store::PassageOrd;
 
 /// The first bytes of a graph file ([`FrozenGraph::write`]), with its version.
@@ -253,15 +254,18 @@ impl FrozenGraph {
     }
 
     /// Reads a graph [`FrozenGraph::write`] wrote for `rows` vectors, its layer-0 arrays
-    /// mapped in place (read into memory where the CPU is big-endian); any inconsistency
-    /// (sizes, offsets, a link or entry past the last row) is an error naming the file, so a
-    /// search never indexes out of bounds.
-    pub fn read(path: &Path, rows: usize) -> Result<Self> {
+    /// mapped in place (read into memory where the CPU is big-endian) and checked against `sum`
+    /// (the manifest's checksum) where given; any inconsistency (sizes, offsets, a link or entry
+    /// past the last row) is an error naming the file, so a search never indexes out of bounds.
+    pub fn read(path: &Path, rows: usize, sum: Option<&FileSum>) -> Result<Self> {
         let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
         // SAFETY: a published generation is never written again, and the map is read-only
         // (as `FrozenStore`'s); its bytes are checked below before any is used as an index.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
         let bytes: &[u8] = &map;
+        if let Some(want) = sum {
+            check_in_place(path, bytes, want)?;
+        }
         let damaged = |message: String| Error::Damaged {
             path: path.to_path_buf(),
             message,
@@ -567,7 +571,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("graph.frozen");
         frozen.write(&path).unwrap();
-        let read = FrozenGraph::read(&path, n).unwrap();
+        let read = FrozenGraph::read(&path, n, None).unwrap();
         assert!(matches!(read.layer0, Layer0::Mapped { .. }));
         assert_eq!(read.layer0.offsets(), frozen.layer0.offsets());
         assert_eq!(read.layer0.links(), frozen.layer0.links());
@@ -581,20 +585,38 @@ mod tests {
             );
         }
         // Another row count, a truncation, a link past the end: named errors.
-        let err = FrozenGraph::read(&path, n + 1).err().unwrap().to_string();
+        let err = FrozenGraph::read(&path, n + 1, None)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(
             err.contains("graph.frozen") && err.contains("rows"),
             "{err}"
         );
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-        assert!(FrozenGraph::read(&path, n).is_err());
+        assert!(FrozenGraph::read(&path, n, None).is_err());
         let mut bad = bytes.clone();
         let first_link = 8 + 32 + (n + 1) * 8;
         bad[first_link..first_link + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         std::fs::write(&path, &bad).unwrap();
-        let err = FrozenGraph::read(&path, n).err().unwrap().to_string();
+        let err = FrozenGraph::read(&path, n, None).err().unwrap().to_string();
         assert!(err.contains("past the last node"), "{err}");
+        // A link changed to another node: consistent, but not the file the manifest summed.
+        std::fs::write(&path, &bytes).unwrap();
+        let sum = crate::integrity::checksum(&path).unwrap();
+        assert!(FrozenGraph::read(&path, n, Some(&sum)).is_ok());
+        let mut other = bytes.clone();
+        other[first_link] ^= 1;
+        std::fs::write(&path, &other).unwrap();
+        let err = FrozenGraph::read(&path, n, Some(&sum))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("graph.frozen") && err.contains("checksum"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1057,21 +1057,22 @@ impl Index {
         &self.bm25
     }
 
-    /// The dense index on first use: its vectors mapped and checked against their checksum in
-    /// place, its graph read after its checksum is checked (an open checks only their sizes: a
-    /// BM25 search never reads them).
+    /// The dense index on first use: its vectors and frozen graph mapped and checked against
+    /// their checksums in place, hnsw_rs's files (generations written before the frozen graph)
+    /// checked before they are read (an open checks only their sizes: a BM25 search never reads
+    /// them).
     pub fn dense(&self) -> Result<&DenseIndex> {
         if let Some(d) = self.dense.get() {
             return Ok(d);
         }
-        // The graph's files are read whole; the vectors are mapped and checked in place.
         let mut files = dense_files(&self.manifest);
-        let vectors_sum = files.remove(dense::PASSAGE_VECTORS);
+        files.remove(dense::PASSAGE_VECTORS);
+        files.remove(dense::FROZEN_GRAPH);
         integrity::first_error(integrity::check(&self.gen, &files, Depth::Checksums))?;
         let dense = DenseIndex::open(
             &self.gen,
             self.manifest.encoder.dimension,
-            vectors_sum.as_ref(),
+            Some(&self.manifest.files),
         )?;
         let stored = self.manifest.counts.stored_passages;
         if dense.len() as u64 != stored {

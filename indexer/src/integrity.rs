@@ -233,10 +233,7 @@ pub fn check(gen: &Path, table: &FileTable, depth: Depth) -> Vec<Damage> {
             Ok(_) if depth == Depth::Sizes => None,
             Ok(_) => match checksum(&path) {
                 Err(e) => Some(format!("cannot be read: {e}")),
-                Ok(got) if got.xxh3 != want.xxh3 => Some(format!(
-                    "has checksum {}, the manifest says {} (its bytes changed)",
-                    got.xxh3, want.xxh3
-                )),
+                Ok(got) if got.xxh3 != want.xxh3 => Some(changed(&got.xxh3, &want.xxh3)),
                 Ok(_) => None,
             },
         };
@@ -245,6 +242,24 @@ pub fn check(gen: &Path, table: &FileTable, depth: Depth) -> Vec<Damage> {
         }
     }
     damage
+}
+
+/// What [`check`] says of a file whose checksum is not the manifest's.
+fn changed(got: &str, want: &str) -> String {
+    format!("has checksum {got}, the manifest says {want} (its bytes changed)")
+}
+
+/// [`check`] for a file already in memory or mapped (`bytes`, all of `path`), so that a file
+/// read in place is not read a second time to be checked.
+pub fn check_in_place(path: &Path, bytes: &[u8], want: &FileSum) -> Result<()> {
+    let got = checksum_bytes(bytes);
+    if bytes.len() as u64 != want.bytes || got != want.xxh3 {
+        return Err(Error::Damaged {
+            path: path.to_path_buf(),
+            message: changed(&got, &want.xxh3),
+        });
+    }
+    Ok(())
 }
 
 /// The first damage as an error, with how many more files are damaged.
