@@ -585,10 +585,13 @@ mod tests {
             );
         }
         // Another row count, a truncation, a link past the end: named errors.
-        let err = FrozenGraph::read(&path, n + 1, None)
-            .err()
-            .unwrap()
-            .to_string();
+        let error = |rows: usize, sum: Option<&FileSum>| {
+            FrozenGraph::read(&path, rows, sum)
+                .err()
+                .expect("an error")
+                .to_string()
+        };
+        let err = error(n + 1, None);
         assert!(
             err.contains("graph.frozen") && err.contains("rows"),
             "{err}"
@@ -600,7 +603,7 @@ mod tests {
         let first_link = 8 + 32 + (n + 1) * 8;
         bad[first_link..first_link + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         std::fs::write(&path, &bad).unwrap();
-        let err = FrozenGraph::read(&path, n, None).err().unwrap().to_string();
+        let err = error(n, None);
         assert!(err.contains("past the last node"), "{err}");
         // A link changed to another node: consistent, but not the file the manifest summed.
         std::fs::write(&path, &bytes).unwrap();
@@ -609,10 +612,7 @@ mod tests {
         let mut other = bytes.clone();
         other[first_link] ^= 1;
         std::fs::write(&path, &other).unwrap();
-        let err = FrozenGraph::read(&path, n, Some(&sum))
-            .err()
-            .unwrap()
-            .to_string();
+        let err = error(n, Some(&sum));
         assert!(
             err.contains("graph.frozen") && err.contains("checksum"),
             "{err}"
