@@ -189,11 +189,6 @@ impl CustomOp3 for AttentionOp {
         let span = Self::kv_span(&dims);
         let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
         let q = cpu_f32(sq, lq)?;
-        // f32 keys and values (a KV cache's buffer) are read in place.
-        let (k, v) = (
-            cpu_f32_ref(sk, at(lk), span)?,
-            cpu_f32_ref(sv, at(lv), span)?,
-        );
         let qg = self.opts.q_grouped.as_ref().map(tensor_f32).transpose()?;
         // SelfExtend's grouped keys, read in place like the keys (the storage guard outlives
         // the slice).
@@ -203,7 +198,7 @@ impl CustomOp3 for AttentionOp {
                 let candle_core::Storage::Cpu(g) = &**g else {
                     bail!("attention: grouped keys are not on the CPU")
                 };
-                Some(cpu_f32_ref(g, at(l), span)?)
+                Some((g, at(l)))
             }
             None => None,
         };
@@ -218,19 +213,51 @@ impl CustomOp3 for AttentionOp {
             ),
             None => None,
         };
-        let out = cpu::attention_blocked(
-            &q,
-            &k,
-            &v,
-            dims,
-            self.positions(dims.dim),
-            &self.opts.pattern,
-            AttnExtras {
-                q_grouped: qg.as_deref(),
-                k_grouped: kg.as_deref(),
-                key_mask: mask.as_deref(),
-            },
-        );
+        let (pos, pattern) = (self.positions(dims.dim), &self.opts.pattern);
+        let half_kg = match kg {
+            Some((CpuStorage::F16(g), start)) => Some(Some(elems(g, start, span)?)),
+            Some(_) => None,
+            None => Some(None),
+        };
+        let out = match (sk, sv, half_kg) {
+            // A KV cache kept in f16 is read in place as f16.
+            (CpuStorage::F16(k), CpuStorage::F16(v), Some(kg)) => cpu::attention_blocked(
+                &q,
+                elems(k, at(lk), span)?,
+                elems(v, at(lv), span)?,
+                dims,
+                pos,
+                pattern,
+                AttnExtras {
+                    q_grouped: qg.as_deref(),
+                    k_grouped: kg,
+                    key_mask: mask.as_deref(),
+                },
+            ),
+            // f32 keys and values (a KV cache's buffer) are read in place; others widened.
+            _ => {
+                let (k, v) = (
+                    cpu_f32_ref(sk, at(lk), span)?,
+                    cpu_f32_ref(sv, at(lv), span)?,
+                );
+                let kg = kg
+                    .map(|(g, start)| cpu_f32_ref(g, start, span))
+                    .transpose()?;
+                cpu::attention_blocked(
+                    &q,
+                    &k,
+                    &v,
+                    dims,
+                    pos,
+                    pattern,
+                    AttnExtras {
+                        q_grouped: qg.as_deref(),
+                        k_grouped: kg.as_deref(),
+                        key_mask: mask.as_deref(),
+                    },
+                )
+            }
+        };
         Ok((cpu_from_f32(&out, sq.dtype())?, lq.shape().clone()))
     }
 
@@ -311,27 +338,42 @@ fn reads_in_place(k: &Tensor, v: &Tensor, opts: &AttentionOptions) -> bool {
         && opts.k_grouped.as_ref().is_none_or(|g| head_rows(g) == rows)
 }
 
+/// `n` elements of `v` from `start`, in place.
+fn elems<T>(v: &[T], start: usize, n: usize) -> Result<&[T]> {
+    v.get(start..start + n)
+        .ok_or_else(|| candle_core::Error::Msg("attention: a view past its buffer".into()))
+}
+
 /// `n` f32 values of a CPU storage from `start`, in place.
 fn f32_in(storage: &candle_core::Storage, start: usize, n: usize) -> Result<&[f32]> {
     match storage {
-        candle_core::Storage::Cpu(CpuStorage::F32(v)) => v
-            .get(start..start + n)
-            .ok_or_else(|| candle_core::Error::Msg("attention: a view past its buffer".into())),
+        candle_core::Storage::Cpu(CpuStorage::F32(v)) => elems(v, start, n),
         _ => bail!("attention_many: f32 tensors on the CPU expected"),
     }
 }
 
+/// `n` f16 values of a CPU storage from `start`, in place.
+fn f16_in(storage: &candle_core::Storage, start: usize, n: usize) -> Result<&[half::f16]> {
+    match storage {
+        candle_core::Storage::Cpu(CpuStorage::F16(v)) => elems(v, start, n),
+        _ => bail!("attention_many: f16 keys and values on the CPU expected"),
+    }
+}
+
 /// [`attention`] of several calls at once (the sequences of a batched decoding step, each
-/// against its own KV cache): on the CPU, calls of f32 tensors with fewer than
-/// [`cpu::TILED_ROWS`] query rows and no extras run as one pass of the thread pool
-/// ([`cpu::attention_rows_many`]), each computing what it computes alone; the others (prompt
-/// chunks, other devices) one by one. Outputs in the calls' order.
+/// against its own KV cache): on the CPU, calls of f32 queries with fewer than
+/// [`cpu::TILED_ROWS`] query rows, keys and values both f32 or both f16, and no extras run as
+/// one pass of the thread pool per key type ([`cpu::attention_rows_many`]), each computing
+/// what it computes alone; the others (prompt chunks, other devices) one by one. Outputs in
+/// the calls' order.
 pub fn attention_many(
     calls: Vec<(Tensor, Tensor, Tensor, AttentionOptions)>,
 ) -> Result<Vec<Tensor>> {
     let together = |(q, k, v, o): &(Tensor, Tensor, Tensor, AttentionOptions)| {
         q.device().is_cpu()
-            && [q, k, v].iter().all(|t| t.dtype() == DType::F32)
+            && q.dtype() == DType::F32
+            && matches!(k.dtype(), DType::F32 | DType::F16)
+            && v.dtype() == k.dtype()
             && q.dims4()
                 .is_ok_and(|(_, _, rows, _)| rows < cpu::TILED_ROWS)
             && o.q_grouped.is_none()
@@ -364,28 +406,69 @@ pub fn attention_many(
             )
         })
         .collect();
-    let mut rows_calls = Vec::with_capacity(prepared.len());
-    for ((_, _, _, _, op, dims), ((sq, lq), (sk, lk), (sv, lv))) in prepared.iter().zip(&storages) {
+    let (mut wide, mut half) = (Vec::new(), Vec::new());
+    for (n, ((_, _, k, _, op, dims), ((sq, lq), (sk, lk), (sv, lv)))) in
+        prepared.iter().zip(&storages).enumerate()
+    {
         let span = AttentionOp::kv_span(dims);
         let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
         let nq = dims.batch * dims.heads * dims.q_len * dims.dim;
-        rows_calls.push(cpu::RowsCall {
-            q: f32_in(sq, lq.start_offset(), nq)?,
-            k: f32_in(sk, at(lk), span)?,
-            v: f32_in(sv, at(lv), span)?,
-            dims: *dims,
-            pos: op.positions(dims.dim),
-            pattern: &op.opts.pattern,
-            extras: cpu::AttnExtras::default(),
-        });
+        let q = f32_in(sq, lq.start_offset(), nq)?;
+        let (dims, pos, pattern) = (*dims, op.positions(dims.dim), &op.opts.pattern);
+        if k.dtype() == DType::F16 {
+            half.push((
+                n,
+                cpu::RowsCall {
+                    q,
+                    k: f16_in(sk, at(lk), span)?,
+                    v: f16_in(sv, at(lv), span)?,
+                    dims,
+                    pos,
+                    pattern,
+                    extras: cpu::AttnExtras::default(),
+                },
+            ));
+        } else {
+            wide.push((
+                n,
+                cpu::RowsCall {
+                    q,
+                    k: f32_in(sk, at(lk), span)?,
+                    v: f32_in(sv, at(lv), span)?,
+                    dims,
+                    pos,
+                    pattern,
+                    extras: cpu::AttnExtras::default(),
+                },
+            ));
+        }
     }
-    let results = cpu::attention_rows_many(&rows_calls);
-    drop(rows_calls);
+    let mut results: Vec<Option<Vec<f32>>> = vec![None; prepared.len()];
+    for (n, out) in run_rows_many(&wide).into_iter().chain(run_rows_many(&half)) {
+        results[n] = Some(out);
+    }
+    drop((wide, half));
     drop(storages);
     for ((i, q, ..), out) in prepared.iter().zip(results) {
+        let out = out.expect("every prepared call ran");
         outs[*i] = Some(Tensor::from_vec(out, q.shape(), q.device())?);
     }
     Ok(outs.into_iter().flatten().collect())
+}
+
+/// [`cpu::attention_rows_many`] of numbered calls, each output with its number.
+fn run_rows_many<E: cpu::KvElement>(
+    calls: &[(usize, cpu::RowsCall<'_, E>)],
+) -> Vec<(usize, Vec<f32>)> {
+    if calls.is_empty() {
+        return Vec::new();
+    }
+    let rows: Vec<_> = calls.iter().map(|(_, c)| *c).collect();
+    calls
+        .iter()
+        .map(|(n, _)| *n)
+        .zip(cpu::attention_rows_many(&rows))
+        .collect()
 }
 
 pub(crate) struct RopeOp {

@@ -1,8 +1,10 @@
 //! The blocked (threaded, vectorised) CPU attention against the reference, for every pattern,
-//! prefill and decoding shapes, a cache buffer larger than its keys, and padded keys.
+//! prefill and decoding shapes, a cache buffer larger than its keys, padded keys, and keys and
+//! values kept in f32 or f16.
 
 use capstan_kernels::cpu::{self, AttnDims, AttnExtras, AttnPositions};
 use capstan_kernels::{scca_rules, Pattern, SccaKind};
+use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -70,6 +72,11 @@ fn blocked_attention_equals_the_reference() {
             randn(&mut rng, nk),
         );
         let mask: Vec<bool> = (0..batch * kv_len).map(|i| i % 5 != 3).collect();
+        // A KV cache kept in f16, and the f32 values it holds for the reference.
+        let half = |x: &[f32]| x.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+        let (k16, kg16, v16) = (half(&k), half(&kg), half(&v));
+        let wide = |x: &[f16]| x.iter().map(|x| x.to_f32()).collect::<Vec<_>>();
+        let (kw, kgw, vw) = (wide(&k16), wide(&kg16), wide(&v16));
         // Keys from position 0, and a cache that starts late (a Zebra local layer's, trimmed).
         for k_pos0 in [0u64, 37] {
             let pos = AttnPositions {
@@ -86,19 +93,36 @@ fn blocked_attention_equals_the_reference() {
                     };
                     let want = cpu::attention(&q, &k, &v, dims, pos, &pattern, extras);
                     assert!(want.iter().any(|&x| x != 0.0), "{pattern:?}: all zeros");
+                    let extras_w = AttnExtras {
+                        k_grouped: Some(&kgw),
+                        ..extras
+                    };
+                    let want16 = cpu::attention(&q, &kw, &vw, dims, pos, &pattern, extras_w);
+                    let extras16 = AttnExtras {
+                        q_grouped: extras.q_grouped,
+                        k_grouped: Some(&kg16),
+                        key_mask: extras.key_mask,
+                    };
                     for isa in ISAS.into_iter().filter(|i| i.available()) {
+                        let check = |kv: &str, want: &[f32], got: &[f32]| {
+                            let worst = want
+                                .iter()
+                                .zip(got)
+                                .map(|(a, b)| (a - b).abs())
+                                .fold(0f32, f32::max);
+                            assert!(
+                                worst <= 2e-5,
+                                "{isa:?} {pattern:?} masked {masked} shape {dims:?} from \
+                                 {k_pos0}, {kv} cache: differs by {worst}"
+                            );
+                        };
                         let got =
                             cpu::attention_blocked_on(isa, &q, &k, &v, dims, pos, &pattern, extras);
-                        let worst = want
-                            .iter()
-                            .zip(&got)
-                            .map(|(a, b)| (a - b).abs())
-                            .fold(0f32, f32::max);
-                        assert!(
-                            worst <= 2e-5,
-                            "{isa:?} {pattern:?} masked {masked} shape {dims:?} from {k_pos0}: \
-                             differs by {worst}"
+                        check("f32", &want, &got);
+                        let got16 = cpu::attention_blocked_on(
+                            isa, &q, &k16, &v16, dims, pos, &pattern, extras16,
                         );
+                        check("f16", &want16, &got16);
                     }
                 }
             }

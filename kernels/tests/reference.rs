@@ -528,6 +528,94 @@ fn ops_run_the_references_in_every_dtype() -> candle_core::Result<()> {
     Ok(())
 }
 
+/// f32 queries against keys and values kept in f16 (views of a KV cache's larger buffer) are
+/// read in place, alone and in a batched pass beside an f32 cache: each call gets what the
+/// reference computes from the f16 values widened.
+#[test]
+fn ops_read_an_f16_cache_in_place_alone_and_together() -> candle_core::Result<()> {
+    let mut rng = StdRng::seed_from_u64(13);
+    let dev = Device::Cpu;
+    let (h, kvh, t, cap, d) = (6, 2, 300, 384, 32);
+    let q = randn(&mut rng, h * d);
+    let (k, v) = (
+        randn(&mut rng, kvh * cap * d),
+        randn(&mut rng, kvh * cap * d),
+    );
+    let buffer = |x: &[f32], dtype| Tensor::from_slice(x, (1, kvh, cap, d), &dev)?.to_dtype(dtype);
+    let view = |x: &[f32], dtype| buffer(x, dtype)?.narrow(2, 0, t);
+    let qt = Tensor::from_slice(&q, (1, h, 1, d), &dev)?;
+    let opts = || {
+        let mut o = AttentionOptions::new(Pattern::Causal);
+        o.q_pos0 = t as u64 - 1;
+        o
+    };
+    let want = |dtype| -> candle_core::Result<Vec<f32>> {
+        let wide = |x: &[f32]| -> candle_core::Result<Vec<f32>> {
+            buffer(x, dtype)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()
+        };
+        let dims = AttnDims {
+            batch: 1,
+            heads: h,
+            kv_heads: kvh,
+            q_len: 1,
+            kv_len: t,
+            kv_stride: cap,
+            dim: d,
+        };
+        let pos = AttnPositions {
+            q_pos0: t as u64 - 1,
+            k_pos0: 0,
+            scale: 1.0 / (d as f32).sqrt(),
+        };
+        let (kw, vw) = (wide(&k)?, wide(&v)?);
+        Ok(cpu::attention(
+            &q,
+            &kw,
+            &vw,
+            dims,
+            pos,
+            &Pattern::Causal,
+            AttnExtras::default(),
+        ))
+    };
+    let (want32, want16) = (want(DType::F32)?, want(DType::F16)?);
+    let gap = want32
+        .iter()
+        .zip(&want16)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(gap > 1e-5, "f16 rounding changes the output (by {gap})");
+    let close = |got: &Tensor, want: &[f32], what: &str| -> candle_core::Result<()> {
+        let got = got.flatten_all()?.to_vec1::<f32>()?;
+        let worst = got
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(worst <= 2e-6, "{what}: differs by {worst}");
+        Ok(())
+    };
+    let (k16, v16) = (view(&k, DType::F16)?, view(&v, DType::F16)?);
+    let alone = capstan_kernels::attention(&qt, &k16, &v16, opts())?;
+    assert_eq!(alone.dtype(), DType::F32);
+    close(&alone, &want16, "f16 alone")?;
+    let outs = capstan_kernels::attention_many(vec![
+        (qt.clone(), k16, v16, opts()),
+        (
+            qt.clone(),
+            view(&k, DType::F32)?,
+            view(&v, DType::F32)?,
+            opts(),
+        ),
+    ])?;
+    close(&outs[0], &want16, "f16 together")?;
+    close(&outs[1], &want32, "f32 together")?;
+    Ok(())
+}
+
 #[test]
 fn fused_rope_matches_f64_rotation() -> candle_core::Result<()> {
     let mut rng = StdRng::seed_from_u64(12);

@@ -162,6 +162,36 @@ fn smollm2_quantized_agrees_with_the_reference_on_top1() {
     assert!(agree + 2 >= want.len(), "{agree} of {}", want.len());
 }
 
+/// A quantized model on the CPU keeps its KV cache in f16 by default; against an f32 cache the
+/// logits move by rounding only (every position's top-1 equal, the greedy text the same).
+#[test]
+fn smollm2_quantized_f16_cache_differs_from_f32_by_rounding_only() {
+    let ckpt = Checkpoint::open(smollm2()).unwrap();
+    let half = ckpt.load_model(&Device::Cpu, None).unwrap();
+    assert_eq!(half.kv_dtype(), DType::F16);
+    let mut full = half.clone();
+    full.set_kv_dtype(DType::F32).unwrap();
+    assert!(full.clone().set_kv_dtype(DType::BF16).is_err());
+    let inputs = json(&fixture("smollm2/inputs.json"));
+    let prompt = ids(&inputs["input_ids"][0]);
+    let (a, b) = (logits(&half, &prompt, &[], 2), logits(&full, &prompt, &[], 2));
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(argmax(x), argmax(y), "top-1 changed");
+        worst = x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(worst, f32::max);
+    }
+    println!(
+        "smollm2 quantized: f16 against f32 KV cache, logits max abs diff {worst:.3e} over {} positions",
+        a.len()
+    );
+    assert!(worst > 0.0, "the f16 cache was not used");
+    assert!(worst <= F16_CACHE_MAX_LOGIT_DIFF, "logits differ by {worst}");
+    assert_eq!(greedy(&half, &prompt, &[], 2, 24), greedy(&full, &prompt, &[], 2, 24));
+}
+
+/// Measured 4.4e-2 (logits of magnitude 10-30); a margin above it.
+const F16_CACHE_MAX_LOGIT_DIFF: f32 = 0.1;
+
 /// Measured 652/652 with candle 0.11.1 (prompt chunks run on dequantized matrices); a margin
 /// below it.
 const QUANTIZED_TOP1_AGREEMENT: f64 = 0.95;

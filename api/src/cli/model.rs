@@ -91,6 +91,11 @@ struct CommonArgs {
     /// `scca:mixed,chunk=N`.
     #[arg(long)]
     attention: Option<AttentionPattern>,
+    /// Element type of the self-attention KV cache: `f16` (half the bytes a decoding step
+    /// reads; the default for a GGUF file's quantized model on the CPU) or the activations'
+    /// dtype (the default otherwise: exact).
+    #[arg(long, value_enum)]
+    kv_cache: Option<DtypeArg>,
 }
 
 #[derive(Debug, Args)]
@@ -137,6 +142,9 @@ fn load(args: &CommonArgs) -> anyhow::Result<Loaded> {
     let mut model = ckpt.load_model(&dev, dtype)?;
     if let Some(p) = args.attention {
         model.set_attention(p)?;
+    }
+    if let Some(kv) = args.kv_cache {
+        model.set_kv_dtype(kv.dtype()).context("--kv-cache")?;
     }
     let pad = input
         .encoder_pad_token_id
@@ -223,8 +231,8 @@ fn info(args: &InfoArgs) -> anyhow::Result<()> {
     // Parameters from the weight files' shapes, without loading the model.
     let params = ckpt.parameter_count()?;
     let dtype = match ckpt.gguf() {
-        // The KV cache of a quantized model holds f32 activations.
-        Some(_) => "float32",
+        // The KV cache of a quantized model on the CPU holds f16 (`Llama::kv_dtype`).
+        Some(_) => "float16",
         None => cfg.torch_dtype.as_deref().unwrap_or("float32"),
     };
     let bytes = match dtype {

@@ -9,6 +9,7 @@
 
 use rayon::prelude::*;
 
+use super::kv::KvElement;
 use super::rows::{merge, Rows, Sink, SPLIT_KEYS};
 use super::tiled::{PackedKeys, TileIsa, Tiled, QUERY_BLOCK as TILED_BLOCK, TILED_ROWS};
 use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
@@ -17,15 +18,16 @@ use crate::pattern::Pattern;
 /// Query rows per task.
 const QUERY_BLOCK: usize = 16;
 
-/// [`super::attention`], threaded and vectorised. Returns `(batch, heads, q_len, dim)`.
-pub fn attention_blocked(
+/// [`super::attention`], threaded and vectorised, with keys and values in f32 or f16
+/// ([`KvElement`]). Returns `(batch, heads, q_len, dim)`.
+pub fn attention_blocked<E: KvElement>(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[E],
+    v: &[E],
     dims: AttnDims,
     pos: AttnPositions,
     pattern: &Pattern,
-    extras: AttnExtras<'_>,
+    extras: AttnExtras<'_, E>,
 ) -> Vec<f32> {
     attention_blocked_on(TileIsa::best(), q, k, v, dims, pos, pattern, extras)
 }
@@ -33,15 +35,15 @@ pub fn attention_blocked(
 /// [`attention_blocked`] with the tiled path on `isa` (for tests and probes of each one;
 /// `isa` must be available on this CPU, else the portable form runs).
 #[allow(clippy::too_many_arguments)]
-pub fn attention_blocked_on(
+pub fn attention_blocked_on<E: KvElement>(
     isa: TileIsa,
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[E],
+    v: &[E],
     dims: AttnDims,
     pos: AttnPositions,
     pattern: &Pattern,
-    extras: AttnExtras<'_>,
+    extras: AttnExtras<'_, E>,
 ) -> Vec<f32> {
     let isa = if isa.available() {
         isa
@@ -110,13 +112,13 @@ pub fn attention_blocked_on(
 
 /// One call of [`attention_rows_many`]: what [`attention_blocked`] takes.
 #[derive(Clone, Copy)]
-pub struct RowsCall<'a> {
+pub struct RowsCall<'a, E = f32> {
     /// Queries, `(batch, heads, q_len, dim)`.
     pub q: &'a [f32],
     /// Keys, `(batch, kv_heads, kv_stride, dim)` (a KV cache's buffer, read in place).
-    pub k: &'a [f32],
+    pub k: &'a [E],
     /// Values, shaped as the keys.
-    pub v: &'a [f32],
+    pub v: &'a [E],
     /// Shapes.
     pub dims: AttnDims,
     /// Positions and scale.
@@ -124,7 +126,7 @@ pub struct RowsCall<'a> {
     /// Who sees whom.
     pub pattern: &'a Pattern,
     /// The pattern's extra inputs.
-    pub extras: AttnExtras<'a>,
+    pub extras: AttnExtras<'a, E>,
 }
 
 /// [`attention_blocked`] of several calls of fewer than [`TILED_ROWS`] query rows each (the
@@ -132,13 +134,13 @@ pub struct RowsCall<'a> {
 /// thread pool over all their tasks: one call per sequence would pay the pool's start and end
 /// once per sequence and layer, for a few microseconds of work each. Each call's output is
 /// what it gets alone, bit for bit (its rows, splits and merge are the same).
-pub fn attention_rows_many(calls: &[RowsCall<'_>]) -> Vec<Vec<f32>> {
+pub fn attention_rows_many<E: KvElement>(calls: &[RowsCall<'_, E>]) -> Vec<Vec<f32>> {
     let isa = TileIsa::best();
     let mut outs: Vec<Vec<f32>> = calls
         .iter()
         .map(|c| vec![0f32; c.dims.batch * c.dims.heads * c.dims.q_len * c.dims.dim])
         .collect();
-    let mut jobs: Vec<(RowsJob, OutPtr)> = calls
+    let mut jobs: Vec<(RowsJob<E>, OutPtr)> = calls
         .iter()
         .zip(outs.iter_mut())
         .map(|(c, out)| {
@@ -172,8 +174,8 @@ pub fn attention_rows_many(calls: &[RowsCall<'_>]) -> Vec<Vec<f32>> {
 
 /// The per-row path of one call: its tasks (rows of heads against splits of the keys) and the
 /// split buffers they write, merged after.
-struct RowsJob<'a> {
-    rows: Rows<'a>,
+struct RowsJob<'a, E> {
+    rows: Rows<'a, E>,
     tasks: Tasks,
     splits: usize,
     accs: Vec<f32>,
@@ -181,8 +183,8 @@ struct RowsJob<'a> {
     ptrs: (OutPtr, OutPtr),
 }
 
-impl<'a> RowsJob<'a> {
-    fn new(isa: TileIsa, call: RowsCall<'a>) -> Self {
+impl<'a, E: KvElement> RowsJob<'a, E> {
+    fn new(isa: TileIsa, call: RowsCall<'a, E>) -> Self {
         let RowsCall {
             q,
             k,

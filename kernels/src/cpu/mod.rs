@@ -5,6 +5,7 @@
 
 mod blocked;
 pub mod int8;
+mod kv;
 pub mod math;
 mod pool;
 pub mod qmatmul;
@@ -12,6 +13,7 @@ mod rows;
 mod tiled;
 
 pub use blocked::{attention_blocked, attention_blocked_on, attention_rows_many, RowsCall};
+pub use kv::KvElement;
 pub use pool::on_compute_pool;
 pub use tiled::{TileIsa, TILED_ROWS};
 
@@ -56,15 +58,25 @@ pub struct AttnPositions {
     pub scale: f32,
 }
 
-/// The extra inputs some patterns need.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct AttnExtras<'a> {
+/// The extra inputs some patterns need; `E`: the keys' element type.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnExtras<'a, E = f32> {
     /// SelfExtend: queries rotated at grouped positions, shaped as `q`.
     pub q_grouped: Option<&'a [f32]>,
     /// SelfExtend: keys rotated at grouped positions, shaped as `k`.
-    pub k_grouped: Option<&'a [f32]>,
+    pub k_grouped: Option<&'a [E]>,
     /// `(batch, kv_len)`: false marks a padding key.
     pub key_mask: Option<&'a [bool]>,
+}
+
+impl<E> Default for AttnExtras<'_, E> {
+    fn default() -> Self {
+        Self {
+            q_grouped: None,
+            k_grouped: None,
+            key_mask: None,
+        }
+    }
 }
 
 /// Tiled attention with an online softmax. Returns `(batch, heads, q_len, dim)`; a query row

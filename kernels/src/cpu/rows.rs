@@ -12,6 +12,7 @@
 //! lanes each: the old form's one accumulator chain per eight dimensions made the update wait
 //! on the adder's latency for every key.
 
+use super::kv::KvElement;
 use super::math;
 use super::tiled::TileIsa;
 use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
@@ -41,21 +42,21 @@ pub(super) enum Sink {
 
 /// The query rows of `group` heads from `h0` (sharing a key head) and everything they read.
 #[derive(Clone, Copy)]
-pub(super) struct Rows<'a> {
+pub(super) struct Rows<'a, E> {
     pub(super) isa: TileIsa,
     pub(super) q: &'a [f32],
-    pub(super) k: &'a [f32],
-    pub(super) v: &'a [f32],
+    pub(super) k: &'a [E],
+    pub(super) v: &'a [E],
     pub(super) dims: AttnDims,
     pub(super) pos: AttnPositions,
     pub(super) pattern: &'a Pattern,
-    pub(super) extras: AttnExtras<'a>,
+    pub(super) extras: AttnExtras<'a, E>,
     pub(super) b: usize,
     pub(super) h0: usize,
     pub(super) group: usize,
 }
 
-impl Rows<'_> {
+impl<E: KvElement> Rows<'_, E> {
     /// Query rows `r0..r1` of these heads against the keys with buffer indices in `keys`.
     ///
     /// # Safety
@@ -63,8 +64,15 @@ impl Rows<'_> {
     pub(super) unsafe fn run(&self, r0: usize, r1: usize, keys: (usize, usize), sink: Sink) {
         match self.isa {
             #[cfg(target_arch = "x86_64")]
-            // SAFETY: `TileIsa::available` (checked by the caller) found AVX2 and FMA.
-            TileIsa::Avx2 | TileIsa::Avx512 => unsafe { self.run_avx2(r0, r1, keys, sink) },
+            // SAFETY: `TileIsa::available` (checked by the caller) found AVX2 and FMA, and
+            // `vector_ready` F16C where the elements need it.
+            TileIsa::Avx2 | TileIsa::Avx512 if E::vector_ready() => unsafe {
+                if E::F16C {
+                    self.run_avx2_f16c(r0, r1, keys, sink)
+                } else {
+                    self.run_avx2(r0, r1, keys, sink)
+                }
+            },
             _ => unsafe { self.run_generic::<Portable>(r0, r1, keys, sink) },
         }
     }
@@ -72,6 +80,12 @@ impl Rows<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run_avx2(&self, r0: usize, r1: usize, keys: (usize, usize), sink: Sink) {
+        unsafe { self.run_generic::<Avx2>(r0, r1, keys, sink) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn run_avx2_f16c(&self, r0: usize, r1: usize, keys: (usize, usize), sink: Sink) {
         unsafe { self.run_generic::<Avx2>(r0, r1, keys, sink) }
     }
 
@@ -278,26 +292,26 @@ trait RowKernels {
     /// The dot products of `q` with four keys (some may repeat).
     ///
     /// # Safety
-    /// The CPU supports the form's instructions.
-    unsafe fn dot4(q: &[f32], keys: [&[f32]; 4]) -> [f32; 4];
+    /// The CPU supports the form's instructions (for `E`'s loads too).
+    unsafe fn dot4<E: KvElement>(q: &[f32], keys: [&[E]; 4]) -> [f32; 4];
 
     /// `acc = acc * corr + Σ_j w[j] v_j`, with `v` holding `w.len()` rows of `acc.len()`.
     ///
     /// # Safety
     /// As [`RowKernels::dot4`].
-    unsafe fn update(acc: &mut [f32], corr: f32, w: &[f32], v: &[f32]);
+    unsafe fn update<E: KvElement>(acc: &mut [f32], corr: f32, w: &[f32], v: &[E]);
 }
 
 struct Portable;
 
 impl RowKernels for Portable {
     #[inline(always)]
-    unsafe fn dot4(q: &[f32], keys: [&[f32]; 4]) -> [f32; 4] {
-        keys.map(|k| math::dot_portable(q, k))
+    unsafe fn dot4<E: KvElement>(q: &[f32], keys: [&[E]; 4]) -> [f32; 4] {
+        keys.map(|k| dot_dims(q, k, 0))
     }
 
     #[inline(always)]
-    unsafe fn update(acc: &mut [f32], corr: f32, w: &[f32], v: &[f32]) {
+    unsafe fn update<E: KvElement>(acc: &mut [f32], corr: f32, w: &[f32], v: &[E]) {
         update_dims(acc, corr, w, v, 0);
     }
 }
@@ -305,12 +319,36 @@ impl RowKernels for Portable {
 /// [`RowKernels::update`] over dimensions `from..` only, in plain Rust: the portable form, and
 /// the vector form's dimensions past its widths.
 #[inline(always)]
-fn update_dims(acc: &mut [f32], corr: f32, w: &[f32], v: &[f32], from: usize) {
+fn update_dims<E: KvElement>(acc: &mut [f32], corr: f32, w: &[f32], v: &[E], from: usize) {
     let dim = acc.len();
     for (c, a) in acc.iter_mut().enumerate().skip(from) {
-        let sum: f32 = w.iter().enumerate().map(|(j, &e)| e * v[j * dim + c]).sum();
+        let sum: f32 = w
+            .iter()
+            .enumerate()
+            .map(|(j, &e)| e * v[j * dim + c].get())
+            .sum();
         *a = *a * corr + sum;
     }
+}
+
+/// The dot product of `q` and `k` over dimensions `from..`, in plain Rust: the portable form
+/// (eight lanes, as [`math::dot_portable`] sums them), and the vector form's tail.
+#[inline(always)]
+fn dot_dims<E: KvElement>(q: &[f32], k: &[E], from: usize) -> f32 {
+    let (q, k) = (&q[from..], &k[from..]);
+    let mut lanes = [0f32; 8];
+    let whole = q.len() / 8 * 8;
+    for (qc, kc) in q[..whole].chunks_exact(8).zip(k[..whole].chunks_exact(8)) {
+        for ((l, &x), &y) in lanes.iter_mut().zip(qc).zip(kc) {
+            *l += x * y.get();
+        }
+    }
+    let tail: f32 = q[whole..]
+        .iter()
+        .zip(&k[whole..])
+        .map(|(x, y)| x * y.get())
+        .sum();
+    lanes.iter().sum::<f32>() + tail
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -319,7 +357,7 @@ struct Avx2;
 #[cfg(target_arch = "x86_64")]
 impl RowKernels for Avx2 {
     #[inline(always)]
-    unsafe fn dot4(q: &[f32], keys: [&[f32]; 4]) -> [f32; 4] {
+    unsafe fn dot4<E: KvElement>(q: &[f32], keys: [&[E]; 4]) -> [f32; 4] {
         use std::arch::x86_64::*;
         let dim = q.len();
         let mut out = [0f32; 4];
@@ -331,7 +369,7 @@ impl RowKernels for Avx2 {
             while c + 8 <= dim {
                 let qv = _mm256_loadu_ps(q.as_ptr().add(c));
                 for (acc, k) in a.iter_mut().zip(&keys) {
-                    *acc = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k.as_ptr().add(c)), *acc);
+                    *acc = _mm256_fmadd_ps(qv, E::load8(k.as_ptr().add(c)), *acc);
                 }
                 c += 8;
             }
@@ -342,7 +380,7 @@ impl RowKernels for Avx2 {
             _mm_storeu_ps(out.as_mut_ptr(), s);
             if c < dim {
                 for (o, k) in out.iter_mut().zip(&keys) {
-                    *o += q[c..].iter().zip(&k[c..]).map(|(x, y)| x * y).sum::<f32>();
+                    *o += dot_dims(q, k, c);
                 }
             }
         }
@@ -350,7 +388,7 @@ impl RowKernels for Avx2 {
     }
 
     #[inline(always)]
-    unsafe fn update(acc: &mut [f32], corr: f32, w: &[f32], v: &[f32]) {
+    unsafe fn update<E: KvElement>(acc: &mut [f32], corr: f32, w: &[f32], v: &[E]) {
         use std::arch::x86_64::*;
         let dim = acc.len();
         // SAFETY: AVX2 and FMA (the caller's contract); loads and stores stay inside `acc` and
@@ -368,7 +406,7 @@ impl RowKernels for Avx2 {
                     let ev = _mm256_set1_ps(e);
                     let row = v.as_ptr().add(j * dim + c);
                     for (x, lane) in a.iter_mut().enumerate() {
-                        *lane = _mm256_fmadd_ps(ev, _mm256_loadu_ps(row.add(8 * x)), *lane);
+                        *lane = _mm256_fmadd_ps(ev, E::load8(row.add(8 * x)), *lane);
                     }
                 }
                 for (x, lane) in a.iter().enumerate() {
@@ -380,7 +418,7 @@ impl RowKernels for Avx2 {
                 let mut lane = _mm256_mul_ps(_mm256_loadu_ps(acc.as_ptr().add(c)), cv);
                 for (j, &e) in w.iter().enumerate() {
                     let row = v.as_ptr().add(j * dim + c);
-                    lane = _mm256_fmadd_ps(_mm256_set1_ps(e), _mm256_loadu_ps(row), lane);
+                    lane = _mm256_fmadd_ps(_mm256_set1_ps(e), E::load8(row), lane);
                 }
                 _mm256_storeu_ps(acc.as_mut_ptr().add(c), lane);
                 c += 8;

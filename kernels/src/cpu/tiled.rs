@@ -12,6 +12,7 @@
 
 use rayon::prelude::*;
 
+use super::kv::KvElement;
 use super::math;
 use super::{AttnDims, AttnExtras, AttnPositions, OutPtr};
 use crate::pattern::{key_range, visible, Pattern};
@@ -38,7 +39,7 @@ pub(super) struct PackedKeys {
 }
 
 impl PackedKeys {
-    pub(super) fn pack(k: &[f32], dims: AttnDims, k_pos0: u64) -> Self {
+    pub(super) fn pack<E: KvElement>(k: &[E], dims: AttnDims, k_pos0: u64) -> Self {
         let AttnDims {
             batch,
             kv_heads,
@@ -63,7 +64,7 @@ impl PackedKeys {
                     }
                     let row = &k[kbase + (p - k_pos0) as usize * dim..][..dim];
                     for (c, &value) in row.iter().enumerate() {
-                        tile[c * KEY_TILE + x] = value;
+                        tile[c * KEY_TILE + x] = value.get();
                     }
                 }
             });
@@ -117,19 +118,19 @@ impl TileIsa {
 }
 
 /// The inputs of one call, shared by its tasks.
-pub(super) struct Tiled<'a> {
+pub(super) struct Tiled<'a, E> {
     pub(super) isa: TileIsa,
     pub(super) q: &'a [f32],
-    pub(super) v: &'a [f32],
+    pub(super) v: &'a [E],
     pub(super) dims: AttnDims,
     pub(super) pos: AttnPositions,
     pub(super) pattern: &'a Pattern,
-    pub(super) extras: AttnExtras<'a>,
+    pub(super) extras: AttnExtras<'a, E>,
     pub(super) keys: PackedKeys,
     pub(super) grouped: Option<PackedKeys>,
 }
 
-impl Tiled<'_> {
+impl<E: KvElement> Tiled<'_, E> {
     /// Query rows `r0..r1` of heads `h0..h0 + group` of batch row `b` into `out`.
     ///
     /// # Safety
@@ -238,6 +239,7 @@ impl Tiled<'_> {
         let mut weights = [[0f32; KEY_TILE]; MAX_ROWS];
         let mut corr = [1f32; MAX_ROWS];
         let mut lanes: Vec<Lane> = Vec::with_capacity(group * rows);
+        let mut widened = Vec::new();
         let qoff = |g: usize, r: usize| ((b * heads + h0 + g) * q_len + r) * dim;
         for t in t_first..=t_last.min(self.keys.tiles - 1) {
             let tabs = base + (t * KEY_TILE) as u64;
@@ -267,6 +269,14 @@ impl Tiled<'_> {
                     split,
                 }));
             }
+            if lanes.is_empty() {
+                continue;
+            }
+            // The tile's values as f32, widened once for all its lanes where they are f16.
+            let kt0 = (tabs.max(pos.k_pos0) - pos.k_pos0) as usize;
+            let kt1 =
+                ((tabs + KEY_TILE as u64).min(pos.k_pos0 + kv_len as u64) - pos.k_pos0) as usize;
+            let vt = E::as_f32(&self.v[vbase + kt0 * dim..vbase + kt1 * dim], &mut widened);
             for batch in lanes.chunks(K::ROWS) {
                 let n = batch.len();
                 if batch.iter().any(|l| l.split < l.xz) {
@@ -324,8 +334,8 @@ impl Tiled<'_> {
                 }
                 let x0 = batch.iter().map(|l| l.xa).min().expect("a lane");
                 let x1 = batch.iter().map(|l| l.xz).max().expect("a lane");
-                let kr0 = (tabs + x0 as u64 - pos.k_pos0) as usize;
-                let vtile = &self.v[vbase + kr0 * dim..vbase + (kr0 + x1 - x0) * dim];
+                let kr0 = (tabs + x0 as u64 - pos.k_pos0) as usize - kt0;
+                let vtile = &vt[kr0 * dim..(kr0 + x1 - x0) * dim];
                 let mut rows_of = [0usize; MAX_ROWS];
                 for (r, lane) in rows_of.iter_mut().zip(batch) {
                     *r = lane.row;

@@ -4,7 +4,7 @@ use candle_core::{CpuStorage, DType, InplaceOp1, Layout, Tensor};
 use capstan_kernels::cpu::math;
 use capstan_kernels::{AttentionOptions, Pattern};
 
-use super::cache::LayerKv;
+use super::cache::{KvAlloc, LayerKv};
 use super::{CResult, MASKED};
 
 /// On the CPU, causal attention over a prompt chunk runs per head and per block of this many
@@ -80,6 +80,9 @@ pub(super) fn attend(
         let opts = causal_after_cache(q, &k)?;
         return rows_of_heads(capstan_kernels::attention(q, &k, &v, opts)?);
     }
+    // The products below take keys and values in the queries' dtype (a cache kept in f16 is
+    // widened for them).
+    let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
     if n_rep > 1 && s == 1 && mask.is_none() {
         // A decoding step with grouped-query heads: the queries sharing a KV head attend as one
         // block of rows, so the cache is read in place instead of copied `n_rep` times (at 2K
@@ -236,15 +239,15 @@ fn causal_mask(s: usize, t: usize, dev: &candle_core::Device) -> CResult<Tensor>
     seen.affine(-(MASKED as f64), MASKED as f64)
 }
 
-/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache (in place; `reserve`: see
-/// [`super::Cache::reserve`]) and returns views of all cached keys and values.
+/// Appends `k`, `v` `(b, kv_heads, s, d)` to this layer's cache (in place, as `alloc` says)
+/// and returns views of all cached keys and values.
 pub(super) fn append_kv(
     kv: &mut Option<LayerKv>,
     k: &Tensor,
     v: &Tensor,
-    reserve: usize,
+    alloc: KvAlloc,
 ) -> CResult<(Tensor, Tensor)> {
-    LayerKv::append(kv, k, v, None, reserve)?;
+    LayerKv::append(kv, k, v, None, alloc)?;
     let view = kv.as_ref().expect("appended above").view()?;
     Ok((view.k, view.v))
 }

@@ -2,7 +2,7 @@
 
 use std::borrow::Cow;
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use super::layers::Layer;
 use super::{CResult, Llama};
@@ -46,6 +46,16 @@ impl Clone for LayerKv {
     }
 }
 
+/// How a layer's KV buffers are allocated.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct KvAlloc {
+    /// The positions the sequence may reach (0: unknown), allocated at once so that the buffer
+    /// never moves below them ([`Cache::reserve`]).
+    pub(super) reserve: usize,
+    /// The element type keys and values are kept in ([`Llama::kv_dtype`]).
+    pub(super) dtype: DType,
+}
+
 /// Buffer rows for `rows` cached keys: room for half as many again, in multiples of 64.
 fn capacity_for(rows: usize) -> usize {
     (rows + rows / 2).next_multiple_of(64)
@@ -70,15 +80,18 @@ impl LayerKv {
     /// Appends `k`, `v` (and SelfExtend's grouped keys) `(b, kv_heads, s, d)` after the cached
     /// rows, in place when the buffer has room; else the cached rows move to the front of a
     /// buffer of the same capacity if they fill at most two thirds of it, or of one half again
-    /// as large. `reserve`: the positions the sequence may reach (0: unknown), allocated at
-    /// once so that the buffer never moves below them.
+    /// as large. New buffers are made as `alloc` says; rows are kept in its element type.
     pub(super) fn append(
         kv: &mut Option<Self>,
         k: &Tensor,
         v: &Tensor,
         k_grouped: Option<&Tensor>,
-        reserve: usize,
+        alloc: KvAlloc,
     ) -> CResult<()> {
+        let KvAlloc { reserve, dtype } = alloc;
+        let (k, v) = (&k.to_dtype(dtype)?, &v.to_dtype(dtype)?);
+        let k_grouped = k_grouped.map(|g| g.to_dtype(dtype)).transpose()?;
+        let k_grouped = k_grouped.as_ref();
         let s = k.dim(2)?;
         let Some(c) = kv else {
             let cap = capacity_with(s, reserve);
@@ -329,11 +342,13 @@ impl Cache {
         cache.ensure_batch(1)?;
         // Room for 1,024 steps beyond the context, allocated once.
         cache.reserve(len + 1024);
-        let random = || -> CResult<Tensor> {
-            Tensor::randn(0f32, 1.0, shape, model.device())?.to_dtype(model.dtype())
+        let random = || -> CResult<Tensor> { Tensor::randn(0f32, 1.0, shape, model.device()) };
+        let alloc = KvAlloc {
+            reserve: len + 1024,
+            dtype: model.kv_dtype,
         };
         for kv in cache.kv.iter_mut() {
-            LayerKv::append(kv, &random()?, &random()?, None, len + 1024)?;
+            LayerKv::append(kv, &random()?, &random()?, None, alloc)?;
         }
         cache.key_mask = vec![vec![true; len]];
         cache.real = vec![len as u32];
@@ -495,7 +510,10 @@ impl Cache {
             return Err(Error::invalid("a prefix block of another model"));
         }
         self.ensure_batch(1)?;
-        let reserve = self.reserve;
+        let alloc = KvAlloc {
+            reserve: self.reserve,
+            dtype: model.kv_dtype,
+        };
         for (layer, kv) in self.kv.iter_mut().enumerate() {
             let ks: Vec<&Tensor> = blocks.iter().map(|b| &b.layers[layer].0).collect();
             let vs: Vec<&Tensor> = blocks.iter().map(|b| &b.layers[layer].1).collect();
@@ -511,7 +529,7 @@ impl Cache {
                 }
                 None => None,
             };
-            LayerKv::append(kv, &k, &v, grouped.as_ref(), reserve)?;
+            LayerKv::append(kv, &k, &v, grouped.as_ref(), alloc)?;
         }
         self.key_mask = vec![vec![true; len]];
         self.real = vec![len as u32];
@@ -541,9 +559,9 @@ pub struct EncodedChunks {
 
 #[cfg(test)]
 mod tests {
-    use candle_core::{Device, Tensor};
+    use candle_core::{DType, Device, Tensor};
 
-    use super::LayerKv;
+    use super::{KvAlloc, LayerKv};
 
     /// Rows `(1, 2, s, 3)` numbered from `first`, so every cached row says where it came from.
     fn rows(first: usize, s: usize) -> Tensor {
@@ -556,6 +574,13 @@ mod tests {
         Tensor::from_vec(data, (1, 2, s, 3), &Device::Cpu).unwrap()
     }
 
+    fn f32_alloc(reserve: usize) -> KvAlloc {
+        KvAlloc {
+            reserve,
+            dtype: DType::F32,
+        }
+    }
+
     /// With a reservation the buffer is allocated once at its size and never moves while the
     /// sequence stays within it; past it, it grows as without one.
     #[test]
@@ -563,7 +588,7 @@ mod tests {
         let mut kv: Option<LayerKv> = None;
         let mut pos = 0;
         for s in [30, 1, 1, 500, 1, 1, 1400] {
-            LayerKv::append(&mut kv, &rows(pos, s), &rows(pos, s), None, 2000).unwrap();
+            LayerKv::append(&mut kv, &rows(pos, s), &rows(pos, s), None, f32_alloc(2000)).unwrap();
             // What the kernel path does after every pass of a full-attention layer.
             kv.as_mut().unwrap().drop_front(0).unwrap();
             pos += s;
@@ -575,7 +600,14 @@ mod tests {
             assert_eq!(kv.as_ref().unwrap().offset, 0);
         }
         let first = kv.as_ref().unwrap().view().unwrap().k;
-        LayerKv::append(&mut kv, &rows(pos, 200), &rows(pos, 200), None, 2000).unwrap();
+        LayerKv::append(
+            &mut kv,
+            &rows(pos, 200),
+            &rows(pos, 200),
+            None,
+            f32_alloc(2000),
+        )
+        .unwrap();
         let c = kv.as_ref().unwrap();
         assert!(
             c.capacity() >= pos + 200,
@@ -619,7 +651,14 @@ mod tests {
             for (step, &s) in sizes.iter().cycle().take(60).enumerate() {
                 let new = rows(pos, s);
                 let grouped = (new.clone() + 0.5).unwrap();
-                LayerKv::append(&mut kv, &new, &(&new * 2.0).unwrap(), Some(&grouped), 0).unwrap();
+                LayerKv::append(
+                    &mut kv,
+                    &new,
+                    &(&new * 2.0).unwrap(),
+                    Some(&grouped),
+                    f32_alloc(0),
+                )
+                .unwrap();
                 pos += s;
                 let all = match reference.take() {
                     Some(r) => Tensor::cat(&[&r, &new], 2).unwrap(),

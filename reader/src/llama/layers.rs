@@ -6,7 +6,7 @@ use candle_nn::{Embedding, RmsNorm};
 use capstan_kernels::{AttentionOptions, Pattern};
 
 use super::attend::{append_kv, attend, attend_many};
-use super::cache::{CrossContext, CrossLayerState, LayerKv};
+use super::cache::{CrossContext, CrossLayerState, KvAlloc, LayerKv};
 use super::packed::Span;
 use super::rope::{Rope, Rotary};
 use super::weights::{Proj, ProjGroup, Weights};
@@ -87,7 +87,7 @@ impl SelfAttention {
         let (q, k) = rope.apply(&q_raw, &k_raw)?;
         let Some(la) = pattern.filter(|la| la.use_kernels) else {
             let (k, v) = match pattern {
-                Some(la) => append_kv(kv, &k, &v, la.reserve)?,
+                Some(la) => append_kv(kv, &k, &v, la.kv)?,
                 // The encoder: nothing to cache.
                 None => (k, v),
             };
@@ -100,8 +100,11 @@ impl SelfAttention {
             None => None,
         };
         // Windowed layers keep only their window: no reservation.
-        let reserve = if la.kept.is_none() { la.reserve } else { 0 };
-        LayerKv::append(kv, &k, &v, grouped.as_ref().map(|(_, gk)| gk), reserve)?;
+        let alloc = KvAlloc {
+            reserve: if la.kept.is_none() { la.kv.reserve } else { 0 },
+            ..la.kv
+        };
+        LayerKv::append(kv, &k, &v, grouped.as_ref().map(|(_, gk)| gk), alloc)?;
         let cache = kv.as_mut().expect("appended above");
         let (start, len) = (cache.start, cache.len);
         let view = cache.view()?;
@@ -145,7 +148,7 @@ impl SelfAttention {
         let mut parts = Vec::with_capacity(spans.len());
         for (sp, kv) in spans.iter().zip(kvs.iter_mut()) {
             let part = |t: &Tensor| t.narrow(2, sp.start, sp.len)?.contiguous();
-            let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?, sp.reserve)?;
+            let (ck, cv) = append_kv(kv, &part(&k)?, &part(&v)?, sp.kv)?;
             parts.push((part(&q)?, ck, cv));
         }
         let outs = attend_many(parts, n_rep)?;
@@ -167,8 +170,8 @@ pub(super) struct LayerAttention {
     pub(super) grouped_rope: Option<(Rotary, Rotary)>,
     /// `(b, cached + new)` u8 key padding mask, when any row is padded.
     pub(super) key_mask: Option<Tensor>,
-    /// Positions to preallocate in a full-attention layer's KV buffers.
-    pub(super) reserve: usize,
+    /// Positions to preallocate in a full-attention layer's KV buffers, and their type.
+    pub(super) kv: KvAlloc,
 }
 
 /// Cross-attention to the encoder states (`LlamaCrossAttention` of the CEPE reference): its own

@@ -33,6 +33,7 @@ use crate::attention::AttentionPattern;
 use crate::config::LlamaConfig;
 use crate::error::{Error, Result};
 
+use cache::KvAlloc;
 pub use cache::{Cache, CrossKv, EncodedChunks, KvBlock};
 
 /// A prompt chunk of at least this many rows runs the same kernels whatever its length
@@ -107,6 +108,18 @@ impl Architecture {
     }
 }
 
+/// The KV cache's element type for weights `vb`: f16 where the matrices are quantized and the
+/// model runs on the CPU (their rounding already exceeds half's, and a decoding step at long
+/// context is bound by reading the cache: docs/BENCHMARKS.md, issue 24), else the activations'
+/// dtype, so that float checkpoints keep the reference's exact cache.
+fn default_kv_dtype(vb: &Weights) -> DType {
+    if vb.is_quantized() && vb.vb().device().is_cpu() {
+        DType::F16
+    } else {
+        vb.vb().dtype()
+    }
+}
+
 /// Llama causal LM, optionally with CEPE's context encoder and cross-attention.
 #[derive(Debug, Clone)]
 pub struct Llama {
@@ -129,6 +142,8 @@ pub struct Llama {
     full_attention_kernel: bool,
     /// Where CEPE's cross-attention keys and values live.
     cross_kv: CrossKv,
+    /// The element type of the self-attention KV cache.
+    kv_dtype: DType,
 }
 
 impl Llama {
@@ -182,6 +197,7 @@ impl Llama {
             fused_kernels: vb.vb().device().is_cuda(),
             full_attention_kernel: false,
             cross_kv: CrossKv::default(),
+            kv_dtype: default_kv_dtype(&vb),
         })
     }
 
@@ -233,6 +249,26 @@ impl Llama {
     /// [`CrossKv::Auto`]); applies to encoder contexts set after the call.
     pub fn set_cross_kv(&mut self, cross_kv: CrossKv) {
         self.cross_kv = cross_kv;
+    }
+
+    /// The element type of the self-attention KV cache: f16 for quantized weights on the CPU
+    /// (as llama.cpp keeps it), the activations' dtype otherwise.
+    pub fn kv_dtype(&self) -> DType {
+        self.kv_dtype
+    }
+
+    /// Keeps the self-attention KV cache in `dtype`: the activations' dtype (exact), or f16
+    /// (half the bytes a decoding step reads, each key and value rounded to 11 significant
+    /// bits). Use a fresh [`Cache`] afterwards.
+    pub fn set_kv_dtype(&mut self, dtype: DType) -> Result<()> {
+        if dtype != self.dtype && dtype != DType::F16 {
+            return Err(Error::invalid(format!(
+                "a KV cache in {dtype:?}: f16 or the activations' {:?}",
+                self.dtype
+            )));
+        }
+        self.kv_dtype = dtype;
+        Ok(())
     }
 
     /// Device of the weights.
@@ -451,7 +487,10 @@ impl Llama {
                 q_pos0: past,
                 grouped_rope: if full { None } else { grouped_rope.clone() },
                 key_mask: kernel_key_mask.clone(),
-                reserve: cache.reserve,
+                kv: KvAlloc {
+                    reserve: cache.reserve,
+                    dtype: self.kv_dtype,
+                },
             };
             x = layer.forward(
                 &x,

@@ -8,6 +8,7 @@
 
 use candle_core::{DType, Module, Tensor};
 
+use super::cache::KvAlloc;
 use super::{Cache, Llama, PREFILL_CHUNK};
 use crate::attention::AttentionPattern;
 use crate::error::{Error, Result};
@@ -26,8 +27,8 @@ pub struct PackedInput<'a> {
 pub(super) struct Span {
     pub(super) start: usize,
     pub(super) len: usize,
-    /// The sequence's KV reservation ([`super::Cache::reserve`]).
-    pub(super) reserve: usize,
+    /// The sequence's KV reservation ([`super::Cache::reserve`]) and type.
+    pub(super) kv: KvAlloc,
 }
 
 impl Llama {
@@ -91,7 +92,10 @@ impl Llama {
             spans.push(Span {
                 start: ids.len(),
                 len: s.tokens.len(),
-                reserve: cache.reserve,
+                kv: KvAlloc {
+                    reserve: cache.reserve,
+                    dtype: self.kv_dtype,
+                },
             });
             ids.extend_from_slice(s.tokens);
             for _ in s.tokens {

@@ -44,6 +44,11 @@ impl<'a> Weights<'a> {
         }
     }
 
+    /// Whether the matrices stay quantized.
+    pub(crate) fn is_quantized(&self) -> bool {
+        self.quantized.is_some()
+    }
+
     pub(crate) fn vb(&self) -> &VarBuilder<'a> {
         &self.vb
     }
