@@ -46,6 +46,9 @@ pub struct ReaderConfig {
     pub cape_model: Option<PathBuf>,
     /// cached | projected | auto | auto:MIB: where CAPE keeps cross-attention keys and values.
     pub cape_cross_kv: Option<String>,
+    /// f32 | f16 | bf16: the generative models' KV cache (default: f16 for GGUF files on the
+    /// CPU, the activations' dtype otherwise).
+    pub kv_cache: Option<String>,
     /// cpu | cuda | auto: where the readers and the encoder (questions, sentences) run.
     pub device: Option<String>,
     /// Generated tokens at most.

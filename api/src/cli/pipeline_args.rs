@@ -55,6 +55,11 @@ pub struct PipelineArgs {
     /// default 1024) [default: auto].
     #[arg(long, env = "CAPSTAN_CAPE_CROSS_KV")]
     pub cape_cross_kv: Option<String>,
+    /// Element type of the generative models' KV cache: `f16` (half the bytes a decoding step
+    /// reads; the default for GGUF files on the CPU) or the activations' dtype (exact; the
+    /// default otherwise).
+    #[arg(long, value_enum, env = "CAPSTAN_KV_CACHE")]
+    pub kv_cache: Option<DtypeArg>,
     /// Generated tokens at most [default: 32].
     #[arg(long, env = "CAPSTAN_MAX_NEW_TOKENS")]
     pub max_new_tokens: Option<usize>,
@@ -215,6 +220,15 @@ pub fn build(
         ),
         (None, None) => None,
     };
+    let kv_cache = match (args.kv_cache, &file.reader.kv_cache) {
+        (Some(d), _) => Some(d),
+        (None, Some(v)) => Some(
+            <DtypeArg as clap::ValueEnum>::from_str(v, true)
+                .map_err(anyhow::Error::msg)
+                .context("capstan.toml [reader] kv_cache")?,
+        ),
+        (None, None) => None,
+    };
     let mode = match (&args.mode, &file.retrieval.mode) {
         (Some(m), _) => *m,
         (None, Some(m)) => m.parse().context("capstan.toml [retrieval] mode")?,
@@ -271,6 +285,12 @@ pub fn build(
                 .with_context(|| format!("loading the model {}", p.display()))?;
             if let Some(cross_kv) = cross_kv {
                 model.model_mut().set_cross_kv(cross_kv);
+            }
+            if let Some(kv) = kv_cache {
+                model
+                    .model_mut()
+                    .set_kv_dtype(kv.dtype())
+                    .with_context(|| format!("--kv-cache for {}", p.display()))?;
             }
             Ok(Scheduler::start(name, Arc::new(model), scheduling))
         })
