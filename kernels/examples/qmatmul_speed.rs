@@ -1,5 +1,5 @@
 //! Throughput of the quantized CPU products on matrices of SmolLM2's shapes, one row and
-//! batches of rows: `cargo run --release -p capstan-kernels --example qmatmul_speed`.
+//! batches of rows: `cargo run --release -p capstan-kernels --example qmatmul_speed [KERNEL]`.
 //! (A probe for profiling; benchmarks against peers live in bench/.)
 
 use std::time::Instant;
@@ -7,10 +7,16 @@ use std::time::Instant;
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QKernel, QMatrix};
 
 fn main() {
+    // A kernel by name (`portable`, `avx2`, `avx-vnni`, `avx512-vnni`, `avx512`), else the best.
     let kernel = match std::env::args().nth(1).as_deref() {
         Some("portable") => QKernel::Portable,
+        Some("avx2") => QKernel::Avx2,
+        Some("avx-vnni") => QKernel::AvxVnni,
+        Some("avx512-vnni") => QKernel::Avx512Vnni,
+        Some("avx512") => QKernel::Avx512,
         _ => QKernel::best(),
     };
+    println!("{kernel:?}");
     // (format, bytes a block, header bytes before the arbitrary ones, rows, cols)
     for (format, block, from, rows, cols) in [
         (GgmlFormat::Q4_1, 20, 4, 1536, 576),

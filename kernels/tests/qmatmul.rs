@@ -86,9 +86,10 @@ fn check(m: &QMatrix, w: &[f32], x: &[f32], kernel: QKernel, what: &str) {
 #[test]
 fn products_match_the_dequantized_product() {
     // 13 rows of x: tiles of 4, 4, 4 and 1; 70 outputs: tiles of 4 (or 2) and a remainder;
-    // 544 inputs: an odd last block, which the kernels read alone.
+    // 544, 576 and 608 inputs: 1, 2 and 3 blocks past a multiple of 4 (the 256-bit tiles read
+    // an odd last block alone, the 512-bit ones up to three, masked).
     for (dtype, format) in FORMATS {
-        for cols in [512, 544] {
+        for cols in [512, 544, 576, 608] {
             if cols % format.block().0 != 0 {
                 continue;
             }

@@ -174,19 +174,32 @@ fn smollm2_quantized_f16_cache_differs_from_f32_by_rounding_only() {
     assert!(full.clone().set_kv_dtype(DType::BF16).is_err());
     let inputs = json(&fixture("smollm2/inputs.json"));
     let prompt = ids(&inputs["input_ids"][0]);
-    let (a, b) = (logits(&half, &prompt, &[], 2), logits(&full, &prompt, &[], 2));
+    let (a, b) = (
+        logits(&half, &prompt, &[], 2),
+        logits(&full, &prompt, &[], 2),
+    );
     let mut worst = 0f32;
     for (x, y) in a.iter().zip(&b) {
         assert_eq!(argmax(x), argmax(y), "top-1 changed");
-        worst = x.iter().zip(y).map(|(p, q)| (p - q).abs()).fold(worst, f32::max);
+        worst = x
+            .iter()
+            .zip(y)
+            .map(|(p, q)| (p - q).abs())
+            .fold(worst, f32::max);
     }
     println!(
         "smollm2 quantized: f16 against f32 KV cache, logits max abs diff {worst:.3e} over {} positions",
         a.len()
     );
     assert!(worst > 0.0, "the f16 cache was not used");
-    assert!(worst <= F16_CACHE_MAX_LOGIT_DIFF, "logits differ by {worst}");
-    assert_eq!(greedy(&half, &prompt, &[], 2, 24), greedy(&full, &prompt, &[], 2, 24));
+    assert!(
+        worst <= F16_CACHE_MAX_LOGIT_DIFF,
+        "logits differ by {worst}"
+    );
+    assert_eq!(
+        greedy(&half, &prompt, &[], 2, 24),
+        greedy(&full, &prompt, &[], 2, 24)
+    );
 }
 
 /// Measured 4.4e-2 (logits of magnitude 10-30); a margin above it.

@@ -312,6 +312,7 @@ impl QMatrix {
                 QKernel::Avx2 => return x86::avx2::tile(self, r, rn, xs, tile),
                 QKernel::AvxVnni => return x86::avx_vnni::tile(self, r, rn, xs, tile),
                 QKernel::Avx512Vnni => return x86::avx512_vnni::tile(self, r, rn, xs, tile),
+                QKernel::Avx512 => return x86::wide::tile(self, r, rn, xs, tile),
                 QKernel::Portable => {}
             }
         }
@@ -390,11 +391,19 @@ pub enum QKernel {
     AvxVnni,
     /// AVX2 with AVX-512 VNNI's byte dot products on 256-bit registers.
     Avx512Vnni,
+    /// 512-bit registers (AVX-512 F, BW, VL and VNNI).
+    Avx512,
 }
 
 impl QKernel {
     /// Every kernel, from the most portable.
-    pub const ALL: [QKernel; 4] = [Self::Portable, Self::Avx2, Self::AvxVnni, Self::Avx512Vnni];
+    pub const ALL: [QKernel; 5] = [
+        Self::Portable,
+        Self::Avx2,
+        Self::AvxVnni,
+        Self::Avx512Vnni,
+        Self::Avx512,
+    ];
 
     /// Whether this CPU runs the kernel.
     pub fn available(self) -> bool {
@@ -409,6 +418,11 @@ impl QKernel {
                     avx2 && std::is_x86_feature_detected!("avx512vnni")
                         && std::is_x86_feature_detected!("avx512vl")
                 }
+                Self::Avx512 => {
+                    Self::Avx512Vnni.available()
+                        && std::is_x86_feature_detected!("avx512f")
+                        && std::is_x86_feature_detected!("avx512bw")
+                }
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -419,7 +433,7 @@ impl QKernel {
 
     /// The fastest kernel this CPU runs.
     pub fn best() -> Self {
-        [Self::AvxVnni, Self::Avx512Vnni, Self::Avx2]
+        [Self::Avx512, Self::AvxVnni, Self::Avx512Vnni, Self::Avx2]
             .into_iter()
             .find(|k| k.available())
             .unwrap_or(Self::Portable)

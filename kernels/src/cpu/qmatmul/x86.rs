@@ -287,3 +287,6 @@ tiles!(avx_vnni, "avx2,fma,avxvnni", |acc, u, s| {
 tiles!(avx512_vnni, "avx2,fma,avx512vnni,avx512vl", |acc, u, s| {
     _mm256_dpbusd_epi32(acc, u, s)
 });
+
+// After `dispatch!`, which the 512-bit tiles use.
+pub(super) mod wide;
