@@ -158,6 +158,25 @@ impl AttentionOp {
         ((dims.batch * dims.kv_heads - 1) * dims.kv_stride + dims.kv_len) * dims.dim
     }
 
+    /// [`cpu::attention_blocked`] of `q` against keys, values and grouped keys of either
+    /// element type.
+    fn blocked<E: cpu::KvElement>(
+        &self,
+        q: &[f32],
+        (k, v, k_grouped): (&[E], &[E], Option<&[E]>),
+        dims: AttnDims,
+        q_grouped: Option<&[f32]>,
+        key_mask: Option<&[bool]>,
+    ) -> Vec<f32> {
+        let extras = AttnExtras {
+            q_grouped,
+            k_grouped,
+            key_mask,
+        };
+        let (pos, pattern) = (self.positions(dims.dim), &self.opts.pattern);
+        cpu::attention_blocked(q, k, v, dims, pos, pattern, extras)
+    }
+
     pub(crate) fn positions(&self, dim: usize) -> AttnPositions {
         AttnPositions {
             q_pos0: self.opts.q_pos0,
@@ -213,27 +232,18 @@ impl CustomOp3 for AttentionOp {
             ),
             None => None,
         };
-        let (pos, pattern) = (self.positions(dims.dim), &self.opts.pattern);
         let half_kg = match kg {
             Some((CpuStorage::F16(g), start)) => Some(Some(elems(g, start, span)?)),
             Some(_) => None,
             None => Some(None),
         };
+        let (qg, mask) = (qg.as_deref(), mask.as_deref());
         let out = match (sk, sv, half_kg) {
             // A KV cache kept in f16 is read in place as f16.
-            (CpuStorage::F16(k), CpuStorage::F16(v), Some(kg)) => cpu::attention_blocked(
-                &q,
-                elems(k, at(lk), span)?,
-                elems(v, at(lv), span)?,
-                dims,
-                pos,
-                pattern,
-                AttnExtras {
-                    q_grouped: qg.as_deref(),
-                    k_grouped: kg,
-                    key_mask: mask.as_deref(),
-                },
-            ),
+            (CpuStorage::F16(k), CpuStorage::F16(v), Some(kg)) => {
+                let kv = (elems(k, at(lk), span)?, elems(v, at(lv), span)?, kg);
+                self.blocked(&q, kv, dims, qg, mask)
+            }
             // f32 keys and values (a KV cache's buffer) are read in place; others widened.
             _ => {
                 let (k, v) = (
@@ -243,19 +253,7 @@ impl CustomOp3 for AttentionOp {
                 let kg = kg
                     .map(|(g, start)| cpu_f32_ref(g, start, span))
                     .transpose()?;
-                cpu::attention_blocked(
-                    &q,
-                    &k,
-                    &v,
-                    dims,
-                    pos,
-                    pattern,
-                    AttnExtras {
-                        q_grouped: qg.as_deref(),
-                        k_grouped: kg.as_deref(),
-                        key_mask: mask.as_deref(),
-                    },
-                )
+                self.blocked(&q, (&k, &v, kg.as_deref()), dims, qg, mask)
             }
         };
         Ok((cpu_from_f32(&out, sq.dtype())?, lq.shape().clone()))
@@ -344,20 +342,34 @@ fn elems<T>(v: &[T], start: usize, n: usize) -> Result<&[T]> {
         .ok_or_else(|| candle_core::Error::Msg("attention: a view past its buffer".into()))
 }
 
-/// `n` f32 values of a CPU storage from `start`, in place.
-fn f32_in(storage: &candle_core::Storage, start: usize, n: usize) -> Result<&[f32]> {
+/// `n` values of type `T` of a CPU storage from `start`, in place.
+fn cpu_in<T: WithDType>(storage: &candle_core::Storage, start: usize, n: usize) -> Result<&[T]> {
     match storage {
-        candle_core::Storage::Cpu(CpuStorage::F32(v)) => elems(v, start, n),
-        _ => bail!("attention_many: f32 tensors on the CPU expected"),
+        candle_core::Storage::Cpu(s) => elems(s.as_slice::<T>()?, start, n),
+        _ => bail!("attention_many: tensors on the CPU expected"),
     }
 }
 
-/// `n` f16 values of a CPU storage from `start`, in place.
-fn f16_in(storage: &candle_core::Storage, start: usize, n: usize) -> Result<&[half::f16]> {
-    match storage {
-        candle_core::Storage::Cpu(CpuStorage::F16(v)) => elems(v, start, n),
-        _ => bail!("attention_many: f16 keys and values on the CPU expected"),
-    }
+/// The call [`cpu::attention_rows_many`] takes for `op` on these storages, read in place.
+fn rows_call<'a, E: cpu::KvElement + WithDType>(
+    (sq, lq): (&'a candle_core::Storage, &Layout),
+    (sk, lk): (&'a candle_core::Storage, &Layout),
+    (sv, lv): (&'a candle_core::Storage, &Layout),
+    op: &'a AttentionOp,
+    dims: AttnDims,
+) -> Result<cpu::RowsCall<'a, E>> {
+    let span = AttentionOp::kv_span(&dims);
+    let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
+    let nq = dims.batch * dims.heads * dims.q_len * dims.dim;
+    Ok(cpu::RowsCall {
+        q: cpu_in::<f32>(sq, lq.start_offset(), nq)?,
+        k: cpu_in::<E>(sk, at(lk), span)?,
+        v: cpu_in::<E>(sv, at(lv), span)?,
+        dims,
+        pos: op.positions(dims.dim),
+        pattern: &op.opts.pattern,
+        extras: cpu::AttnExtras::default(),
+    })
 }
 
 /// [`attention`] of several calls at once (the sequences of a batched decoding step, each
@@ -410,37 +422,11 @@ pub fn attention_many(
     for (n, ((_, _, k, _, op, dims), ((sq, lq), (sk, lk), (sv, lv)))) in
         prepared.iter().zip(&storages).enumerate()
     {
-        let span = AttentionOp::kv_span(dims);
-        let at = |l: &Layout| kv_rows(l).map_or(0, |(start, _)| start);
-        let nq = dims.batch * dims.heads * dims.q_len * dims.dim;
-        let q = f32_in(sq, lq.start_offset(), nq)?;
-        let (dims, pos, pattern) = (*dims, op.positions(dims.dim), &op.opts.pattern);
+        let (q, k_at, v_at) = ((&**sq, *lq), (&**sk, *lk), (&**sv, *lv));
         if k.dtype() == DType::F16 {
-            half.push((
-                n,
-                cpu::RowsCall {
-                    q,
-                    k: f16_in(sk, at(lk), span)?,
-                    v: f16_in(sv, at(lv), span)?,
-                    dims,
-                    pos,
-                    pattern,
-                    extras: cpu::AttnExtras::default(),
-                },
-            ));
+            half.push((n, rows_call::<half::f16>(q, k_at, v_at, op, *dims)?));
         } else {
-            wide.push((
-                n,
-                cpu::RowsCall {
-                    q,
-                    k: f32_in(sk, at(lk), span)?,
-                    v: f32_in(sv, at(lv), span)?,
-                    dims,
-                    pos,
-                    pattern,
-                    extras: cpu::AttnExtras::default(),
-                },
-            ));
+            wide.push((n, rows_call::<f32>(q, k_at, v_at, op, *dims)?));
         }
     }
     let mut results: Vec<Option<Vec<f32>>> = vec![None; prepared.len()];

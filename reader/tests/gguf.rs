@@ -163,7 +163,10 @@ fn smollm2_quantized_agrees_with_the_reference_on_top1() {
 }
 
 /// A quantized model on the CPU keeps its KV cache in f16 by default; against an f32 cache the
-/// logits move by rounding only (every position's top-1 equal, the greedy text the same).
+/// logits move by rounding only, over the prompt and the f32 cache's greedy continuation read
+/// two tokens at a time (the decoding rows' path): every position's top-1 is the same wherever
+/// the f32 cache's top two are further apart than that rounding. (Greedy texts themselves may
+/// part at a near-tie, as they may between any two kernels.)
 #[test]
 fn smollm2_quantized_f16_cache_differs_from_f32_by_rounding_only() {
     let ckpt = Checkpoint::open(smollm2()).unwrap();
@@ -173,22 +176,32 @@ fn smollm2_quantized_f16_cache_differs_from_f32_by_rounding_only() {
     full.set_kv_dtype(DType::F32).unwrap();
     assert!(full.clone().set_kv_dtype(DType::BF16).is_err());
     let inputs = json(&fixture("smollm2/inputs.json"));
-    let prompt = ids(&inputs["input_ids"][0]);
-    let (a, b) = (
-        logits(&half, &prompt, &[], 2),
-        logits(&full, &prompt, &[], 2),
-    );
+    let mut seq = ids(&inputs["input_ids"][0]);
+    seq.extend(greedy(&full, &seq, &[], 2, 24));
+    let (a, b) = (logits(&half, &seq, &[], 2), logits(&full, &seq, &[], 2));
     let mut worst = 0f32;
+    let mut near_ties = 0;
     for (x, y) in a.iter().zip(&b) {
-        assert_eq!(argmax(x), argmax(y), "top-1 changed");
         worst = x
             .iter()
             .zip(y)
             .map(|(p, q)| (p - q).abs())
             .fold(worst, f32::max);
+        let top = argmax(y) as usize;
+        let second = y
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != top)
+            .map(|(_, &v)| v)
+            .fold(f32::NEG_INFINITY, f32::max);
+        if y[top] - second > 2.0 * F16_CACHE_MAX_LOGIT_DIFF {
+            assert_eq!(argmax(x), argmax(y), "top-1 changed at a clear margin");
+        } else {
+            near_ties += 1;
+        }
     }
     println!(
-        "smollm2 quantized: f16 against f32 KV cache, logits max abs diff {worst:.3e} over {} positions",
+        "smollm2 quantized: f16 against f32 KV cache, logits max abs diff {worst:.3e} over {} positions ({near_ties} near ties)",
         a.len()
     );
     assert!(worst > 0.0, "the f16 cache was not used");
@@ -196,10 +209,8 @@ fn smollm2_quantized_f16_cache_differs_from_f32_by_rounding_only() {
         worst <= F16_CACHE_MAX_LOGIT_DIFF,
         "logits differ by {worst}"
     );
-    assert_eq!(
-        greedy(&half, &prompt, &[], 2, 24),
-        greedy(&full, &prompt, &[], 2, 24)
-    );
+    // Measured 89 of 676: most positions are compared.
+    assert!(near_ties * 4 < a.len(), "{near_ties} near ties");
 }
 
 /// Measured 4.4e-2 (logits of magnitude 10-30); a margin above it.
