@@ -85,7 +85,7 @@ fn check(m: &QMatrix, w: &[f32], x: &[f32], kernel: QKernel, what: &str) {
 
 #[test]
 fn products_match_the_dequantized_product() {
-    // 13 rows of x: tiles of 4, 4, 4 and 1; 70 outputs: tiles of 4 (or 2) and a remainder;
+    // 13 rows of x: tiles of 4, 4, 4 and 1; outputs in tiles of 4 (or 2) and a remainder;
     // 544, 576 and 608 inputs: 1, 2 and 3 blocks past a multiple of 4 (the 256-bit tiles read
     // an odd last block alone, the 512-bit ones up to three, masked).
     for (dtype, format) in FORMATS {
@@ -93,12 +93,15 @@ fn products_match_the_dequantized_product() {
             if cols % format.block().0 != 0 {
                 continue;
             }
-            let (m, w) = matrix(dtype, format, 70, cols);
-            for n in [1, 2, 3, 13] {
-                let x = random(n * cols, n as u64);
-                for kernel in QKernel::ALL.into_iter().filter(|k| k.available()) {
-                    let what = format!("{format:?} cols={cols} n={n} {kernel:?}");
-                    check(&m, &w, &x, kernel, &what);
+            // 70 and 71 outputs: a last tile of 2 and of 3 (or 1) matrix rows.
+            for rows in [70, 71] {
+                let (m, w) = matrix(dtype, format, rows, cols);
+                for n in [1, 2, 3, 13] {
+                    let x = random(n * cols, n as u64);
+                    for kernel in QKernel::ALL.into_iter().filter(|k| k.available()) {
+                        let what = format!("{format:?} {rows}x{cols} n={n} {kernel:?}");
+                        check(&m, &w, &x, kernel, &what);
+                    }
                 }
             }
         }

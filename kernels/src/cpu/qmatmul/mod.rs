@@ -289,7 +289,7 @@ impl QMatrix {
             let xs: Vec<RowRef> = (c0..c0 + c).map(|i| xq.row(i)).collect();
             let mut r = r0;
             while r < r1 {
-                let rn = (r1 - r).min(if c == 1 { 4 } else { 2 });
+                let rn = (r1 - r).min(kernel.tile_rows(c));
                 let mut tile = [[0f32; 4]; 4];
                 self.tile(kernel, r, rn, &xs, &mut tile);
                 for (i, row) in tile.iter().enumerate().take(rn) {
@@ -428,6 +428,16 @@ impl QKernel {
         #[cfg(not(target_arch = "x86_64"))]
         {
             self == Self::Portable
+        }
+    }
+
+    /// Matrix rows per tile with `c` rows of `x`: as many as the accumulators (`rows x c`)
+    /// and the unpacked weights leave registers for (16 of 256 bits, 32 of 512 bits).
+    fn tile_rows(self, c: usize) -> usize {
+        match self {
+            Self::Avx512 => 4,
+            _ if c == 1 => 4,
+            _ => 2,
         }
     }
 
