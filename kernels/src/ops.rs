@@ -232,15 +232,14 @@ impl CustomOp3 for AttentionOp {
             ),
             None => None,
         };
-        let half_kg = match kg {
-            Some((CpuStorage::F16(g), start)) => Some(Some(elems(g, start, span)?)),
-            Some(_) => None,
-            None => Some(None),
-        };
         let (qg, mask) = (qg.as_deref(), mask.as_deref());
-        let out = match (sk, sv, half_kg) {
+        let kg_half = kg.is_none_or(|(g, _)| matches!(g, CpuStorage::F16(_)));
+        let out = match (sk, sv) {
             // A KV cache kept in f16 is read in place as f16.
-            (CpuStorage::F16(k), CpuStorage::F16(v), Some(kg)) => {
+            (CpuStorage::F16(k), CpuStorage::F16(v)) if kg_half => {
+                let kg = kg
+                    .map(|(g, start)| elems(g.as_slice::<half::f16>()?, start, span))
+                    .transpose()?;
                 let kv = (elems(k, at(lk), span)?, elems(v, at(lv), span)?, kg);
                 self.blocked(&q, kv, dims, qg, mask)
             }

@@ -187,6 +187,14 @@ pub enum DtypeArg {
     F16,
 }
 
+impl std::str::FromStr for DtypeArg {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        <Self as clap::ValueEnum>::from_str(s, true)
+            .map_err(|_| anyhow::anyhow!("`{s}` (expected f32, bf16 or f16)"))
+    }
+}
+
 impl DtypeArg {
     /// The candle dtype.
     pub fn dtype(self) -> candle_core::DType {
@@ -222,11 +230,7 @@ pub fn build(
     };
     let kv_cache = match (args.kv_cache, &file.reader.kv_cache) {
         (Some(d), _) => Some(d),
-        (None, Some(v)) => Some(
-            <DtypeArg as clap::ValueEnum>::from_str(v, true)
-                .map_err(anyhow::Error::msg)
-                .context("capstan.toml [reader] kv_cache")?,
-        ),
+        (None, Some(v)) => Some(v.parse().context("capstan.toml [reader] kv_cache")?),
         (None, None) => None,
     };
     let mode = match (&args.mode, &file.retrieval.mode) {

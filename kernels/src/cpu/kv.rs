@@ -6,10 +6,7 @@
 use half::f16;
 
 /// An element of cached keys or values.
-pub trait KvElement: Copy + Default + Send + Sync + 'static {
-    /// Widens one element.
-    fn get(self) -> f32;
-
+pub trait KvElement: Copy + Default + Send + Sync + Into<f32> + 'static {
     /// Whether the vector form ([`KvElement::load8`]) needs F16C beside AVX2.
     const F16C: bool;
 
@@ -30,11 +27,6 @@ pub trait KvElement: Copy + Default + Send + Sync + 'static {
 impl KvElement for f32 {
     const F16C: bool = false;
 
-    #[inline(always)]
-    fn get(self) -> f32 {
-        self
-    }
-
     fn vector_ready() -> bool {
         true
     }
@@ -53,11 +45,6 @@ impl KvElement for f32 {
 
 impl KvElement for f16 {
     const F16C: bool = true;
-
-    #[inline(always)]
-    fn get(self) -> f32 {
-        self.to_f32()
-    }
 
     fn vector_ready() -> bool {
         #[cfg(target_arch = "x86_64")]

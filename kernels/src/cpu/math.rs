@@ -115,20 +115,20 @@ fn gelu_generic(x: &mut [f32]) {
 }
 
 /// Dot product with eight independent accumulators (SIMD-friendly; vectorised where inlined
-/// into code compiled for AVX2).
+/// into code compiled for AVX2); `b` in f32 or a type that widens to it (a KV cache's f16).
 #[inline(always)]
-pub(crate) fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot_portable<T: Copy + Into<f32>>(a: &[f32], b: &[T]) -> f32 {
     let mut acc = [0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca
         .remainder()
         .iter()
         .zip(cb.remainder())
-        .map(|(x, y)| x * y)
+        .map(|(x, &y)| x * y.into())
         .sum();
     for (x, y) in ca.zip(cb) {
         for i in 0..8 {
-            acc[i] += x[i] * y[i];
+            acc[i] += x[i] * y[i].into();
         }
     }
     acc.iter().sum::<f32>() + tail
@@ -217,7 +217,7 @@ pub fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
             unsafe { dot_avx2(a, b) }
         };
     }
-    dot_portable
+    dot_portable::<f32>
 }
 
 /// Dot product with four 8-lane FMA accumulators; the compiler does not

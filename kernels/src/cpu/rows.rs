@@ -307,7 +307,7 @@ struct Portable;
 impl RowKernels for Portable {
     #[inline(always)]
     unsafe fn dot4<E: KvElement>(q: &[f32], keys: [&[E]; 4]) -> [f32; 4] {
-        keys.map(|k| dot_dims(q, k, 0))
+        keys.map(|k| math::dot_portable(q, k))
     }
 
     #[inline(always)]
@@ -325,30 +325,10 @@ fn update_dims<E: KvElement>(acc: &mut [f32], corr: f32, w: &[f32], v: &[E], fro
         let sum: f32 = w
             .iter()
             .enumerate()
-            .map(|(j, &e)| e * v[j * dim + c].get())
+            .map(|(j, &e)| e * Into::<f32>::into(v[j * dim + c]))
             .sum();
         *a = *a * corr + sum;
     }
-}
-
-/// The dot product of `q` and `k` over dimensions `from..`, in plain Rust: the portable form
-/// (eight lanes, as [`math::dot_portable`] sums them), and the vector form's tail.
-#[inline(always)]
-fn dot_dims<E: KvElement>(q: &[f32], k: &[E], from: usize) -> f32 {
-    let (q, k) = (&q[from..], &k[from..]);
-    let mut lanes = [0f32; 8];
-    let whole = q.len() / 8 * 8;
-    for (qc, kc) in q[..whole].chunks_exact(8).zip(k[..whole].chunks_exact(8)) {
-        for ((l, &x), &y) in lanes.iter_mut().zip(qc).zip(kc) {
-            *l += x * y.get();
-        }
-    }
-    let tail: f32 = q[whole..]
-        .iter()
-        .zip(&k[whole..])
-        .map(|(x, y)| x * y.get())
-        .sum();
-    lanes.iter().sum::<f32>() + tail
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -380,7 +360,7 @@ impl RowKernels for Avx2 {
             _mm_storeu_ps(out.as_mut_ptr(), s);
             if c < dim {
                 for (o, k) in out.iter_mut().zip(&keys) {
-                    *o += dot_dims(q, k, c);
+                    *o += math::dot_portable(&q[c..], &k[c..]);
                 }
             }
         }

@@ -64,7 +64,7 @@ impl PackedKeys {
                     }
                     let row = &k[kbase + (p - k_pos0) as usize * dim..][..dim];
                     for (c, &value) in row.iter().enumerate() {
-                        tile[c * KEY_TILE + x] = value.get();
+                        tile[c * KEY_TILE + x] = value.into();
                     }
                 }
             });

@@ -58,26 +58,16 @@ fn low_bits(n: usize) -> u64 {
     }
 }
 
-/// The first `n <= 4` of the four floats at `p`, each in four lanes (`[p0 ×4, p1 ×4, …]`),
-/// zeros past `n`.
+/// The first `n <= 4` floats at `p`, each in `16 >> SHIFT` consecutive lanes (`SHIFT` 2:
+/// `[p0 ×4, p1 ×4, …]`; 3: `[p0 ×8, p1 ×8]`), zeros past `n`.
 #[target_feature(enable = "avx512f,avx512vl")]
 #[inline]
-unsafe fn quads(p: *const f32, n: usize) -> __m512 {
+unsafe fn spread<const SHIFT: u32>(p: *const f32, n: usize) -> __m512 {
     unsafe {
-        let four = _mm_maskz_loadu_ps(low_bits(n) as __mmask8, p);
-        let idx = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
-        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(four))
-    }
-}
-
-/// The first `n <= 2` of the two floats at `p`, each in eight lanes, zeros past `n`.
-#[target_feature(enable = "avx512f,avx512vl")]
-#[inline]
-unsafe fn octs(p: *const f32, n: usize) -> __m512 {
-    unsafe {
-        let two = _mm_maskz_loadu_ps(low_bits(n) as __mmask8, p);
-        let idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(two))
+        let few = _mm_maskz_loadu_ps(low_bits(n) as __mmask8, p);
+        let lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+        let idx = _mm512_srli_epi32::<SHIFT>(lane);
+        _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(few))
     }
 }
 
@@ -111,7 +101,7 @@ unsafe fn u4_tile<const R: usize, const C: usize>(
                     _mm512_maskz_loadu_epi8(low_bits(16 * n), nibbles.as_ptr().add(at * 16).cast());
                 lo[i] = _mm512_and_si512(v, low);
                 hi[i] = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
-                ws[i] = quads(scales.as_ptr().add(at), n);
+                ws[i] = spread::<2>(scales.as_ptr().add(at), n);
             }
             for j in 0..C {
                 let q = xs[j].q.as_ptr().add(b * BLOCK);
@@ -123,7 +113,7 @@ unsafe fn u4_tile<const R: usize, const C: usize>(
                 );
                 let a_lo = _mm512_shuffle_i64x2::<0b10_00_10_00>(x01, x23);
                 let a_hi = _mm512_shuffle_i64x2::<0b11_01_11_01>(x01, x23);
-                let d = quads(xs[j].d.as_ptr().add(b), n);
+                let d = spread::<2>(xs[j].d.as_ptr().add(b), n);
                 for i in 0..R {
                     let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[i], a_lo);
                     let p = _mm512_dpbusd_epi32(p, hi[i], a_hi);
@@ -169,11 +159,11 @@ unsafe fn i8_tile<const R: usize, const C: usize>(
                 let w = _mm512_maskz_loadu_epi8(mask, values.as_ptr().add(at).cast());
                 abs[i] = _mm512_abs_epi8(w);
                 neg[i] = _mm512_movepi8_mask(w);
-                ws[i] = quads(scales.as_ptr().add(at / 16), 2 * n);
+                ws[i] = spread::<2>(scales.as_ptr().add(at / 16), 2 * n);
             }
             for j in 0..C {
                 let a = _mm512_maskz_loadu_epi8(mask, xs[j].q.as_ptr().add(b * BLOCK).cast());
-                let d = octs(xs[j].d.as_ptr().add(b), n);
+                let d = spread::<3>(xs[j].d.as_ptr().add(b), n);
                 for i in 0..R {
                     // `x` negated where the weight is negative.
                     let signed = _mm512_mask_sub_epi8(a, neg[i], _mm512_setzero_si512(), a);
