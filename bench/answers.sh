@@ -1,75 +1,101 @@
 #!/usr/bin/env bash
-# The figures of docs/BENCHMARKS.md "Short, grounded answers" (issue 27), in one run:
-#   1. the encyclopedia of the demo (1,000 documents, seed 42) with 600 questions: the first
-#      500 are the test split (the demo's questions), the last 100 the dev split;
-#   2. the real-text QA set (bench/real_qa.py: man pages, short answers, dev/test by document);
-#   3. on each dev split, the prompt choices (context, order, example, end bias, lexical weight);
-#   4. on each test split, the chosen defaults with span and free answers, the extractive
-#      reader, and the peer (bench/qa_peer.py: bm25s top-5 documents -> the same GGUF in
-#      transformers) on the first PEER_N test questions (it reads ~1,500-token prompts in
-#      PyTorch at 2 threads, about a minute a question on this machine).
+# The figures of docs/BENCHMARKS.md "Answers", in one run: Capstan's readers and the peer on
+# the same test questions, per set.
+#
+# Sets (each split by document into dev and test; bench/real_qa.py and
+# bench/real_answer_sets.py say how each is made):
+#   manpages      the manual pages of this machine (real_qa.py): names, options, files, defaults
+#   records       records of fields as "Key: value" lines: Rust crates' manifests, Python
+#                 packages' metadata, Debian's AppStream components (real_answer_sets.py)
+#   prose         prose documentation: the Rust books, the Python standard library's pydoc
+#                 text, READMEs under /usr/share/doc (real_answer_sets.py)
+#   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
+#                 only (its first 500 questions); nothing is fitted on it
+#
+# Steps (STEPS, default "dev test"; "fit" between them refits the ranker):
+#   dev   each real set's dev split through `eval qa --reader llama` with
+#         CAPSTAN_DUMP_CANDIDATES, the data bench/fit_answer_ranker.py fits the ranker on;
+#   fit   refits engine/data/answer_ranker.json on those dumps and rebuilds capstan;
+#   test  each set's test split: the Llama reader's ranked span (the default), the extractive
+#         reader's ranked span, the Llama reader copying by constrained greedy decoding (the
+#         earlier default), the extractive sentence; then the peer (bench/qa_peer.py: bm25s
+#         top-5 documents -> the same GGUF in transformers, its chat template, greedy) and
+#         Capstan's default on the same first PEER_N test questions.
 # Each eval writes OUT/<name>/results.{json,md}; OUT/summary.txt has one line per run.
-# Usage: bench/answers.sh OUT_DIR    (PEER_N=60 by default; SKIP_PEER=1 skips it)
+# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records prose encyclopedia", PEER_N=40,
+#        SKIP_PEER=1, DATA=~/.cache/capstan/bench/answer-sets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 out="${1:?usage: bench/answers.sh OUT_DIR}"
-PEER_N="${PEER_N:-60}"
-mkdir -p "$out"
+PEER_N="${PEER_N:-40}"
+SETS="${SETS:-manpages records prose encyclopedia}"
+STEPS="${STEPS:-dev test}"
+DATA="${DATA:-$CAPSTAN_HOME/bench/answer-sets}"
+mkdir -p "$out" "$DATA"
 summary="$out/summary.txt"
 
-enc="$out/encyclopedia"
-if [ ! -f "$enc/index/CURRENT" ]; then
-  "$CAPSTAN_BIN" corpus generate --out "$enc/data" --seed 42 --documents 1000 --questions 600
-  "$CAPSTAN_BIN" index "$enc/data/corpus.jsonl" --out "$enc/index"
-fi
-head -n 500 "$enc/data/questions.jsonl" > "$enc/test.jsonl"
-tail -n 100 "$enc/data/questions.jsonl" > "$enc/dev.jsonl"
+# prepare SET: its corpus, questions and index under $DATA/SET.
+prepare() {
+  local set=$1 dir="$DATA/$1"
+  case $set in
+    manpages) [ -f "$dir/test.jsonl" ] || python3 bench/real_qa.py --out "$dir" ;;
+    records | prose)
+      [ -f "$dir/test.jsonl" ] || python3 bench/real_answer_sets.py --out "$DATA" --sets "$set" ;;
+    encyclopedia)
+      if [ ! -f "$dir/test.jsonl" ]; then
+        "$CAPSTAN_BIN" corpus generate --out "$dir/gen" --seed 42 --documents 1000 --questions 600
+        cp "$dir/gen/corpus.jsonl" "$dir/corpus.jsonl"
+        head -n 500 "$dir/gen/questions.jsonl" > "$dir/test.jsonl"
+      fi ;;
+  esac
+  [ -f "$dir/index/CURRENT" ] ||
+    "$CAPSTAN_BIN" index "$dir/corpus.jsonl" --out "$dir/index" --no-sentence-vectors
+}
 
-real="$out/real"
-if [ ! -f "$real/index/CURRENT" ]; then
-  python3 bench/real_qa.py --out "$real/data"
-  "$CAPSTAN_BIN" index "$real/data/corpus.jsonl" --out "$real/index" --no-sentence-vectors
-fi
-
-# run NAME INDEX QUESTIONS READER-FLAGS...
+# run NAME SET QUESTIONS FLAGS...
 run() {
-  local name=$1 index=$2 questions=$3
+  local name=$1 set=$2 questions=$3
   shift 3
-  "$CAPSTAN_BIN" eval qa "$index" --questions "$questions" --out "$out/$name" --quiet "$@"
+  "$CAPSTAN_BIN" eval qa "$DATA/$set/index" --questions "$questions" --out "$out/$name" --quiet "$@"
   python3 - "$out/$name/results.json" "$name" "$*" >> "$summary" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]:<28} EM {r['em']:.3f} F1 {r['f1']:.3f} contains {r['contains_gold']:.3f} "
+print(f"{sys.argv[2]:<34} EM {r['em']:.3f} F1 {r['f1']:.3f} contains {r['contains_gold']:.3f} "
       f"no-answer {r['no_answer']} q/min {r['questions_per_minute']:.1f}  [{sys.argv[3]}]")
 PY
 }
 
-for set in encyclopedia real; do
-  if [ "$set" = encyclopedia ]; then index="$enc/index"; dir="$enc"; else index="$real/index"; dir="$real/data"; fi
-  dev="$dir/dev.jsonl"
-  test="$dir/test.jsonl"
-  # Dev: the prompt choices, one change at a time from the default.
-  run "$set-dev-default" "$index" "$dev" --reader llama
-  run "$set-dev-sentences8" "$index" "$dev" --reader llama --context sentences:8
-  run "$set-dev-sentences2" "$index" "$dev" --reader llama --context sentences:2
-  run "$set-dev-passages-k2" "$index" "$dev" --reader llama --context passages -k 2
-  run "$set-dev-best-first" "$index" "$dev" --reader llama --best-last false
-  run "$set-dev-no-example" "$index" "$dev" --reader llama --example false
-  run "$set-dev-end-bias0" "$index" "$dev" --reader llama --span-end-bias 0
-  run "$set-dev-lexical0.3" "$index" "$dev" --reader llama --sentence-lexical-weight 0.3
-  run "$set-dev-free" "$index" "$dev" --reader llama --answer free
-  # Test: the defaults.
-  run "$set-test-span" "$index" "$test" --reader llama
-  run "$set-test-free" "$index" "$test" --reader llama --answer free
-  run "$set-test-extractive" "$index" "$test" --reader extractive
-  if [ -z "${SKIP_PEER:-}" ]; then
-    head -n "$PEER_N" "$test" > "$dir/test-$PEER_N.jsonl"
-    corpus="$dir/corpus.jsonl"
-    [ "$set" = encyclopedia ] && corpus="$enc/data/corpus.jsonl"
-    python3 bench/qa_peer.py --corpus "$corpus" --questions "$dir/test-$PEER_N.jsonl" \
-      --model "$CAPSTAN_LLM" --out "$out/$set-test-peer.json" | tee -a "$summary"
-    run "$set-test-span-first$PEER_N" "$index" "$dir/test-$PEER_N.jsonl" --reader llama
+for set in $SETS; do
+  prepare "$set"
+  if [[ " $STEPS " == *" dev "* && $set != encyclopedia ]]; then
+    mkdir -p "$out/dumps"
+    rm -f "$out/dumps/$set-dev.jsonl"
+    CAPSTAN_DUMP_CANDIDATES="$out/dumps/$set-dev.jsonl" \
+      run "$set-dev-span" "$set" "$DATA/$set/dev.jsonl" --reader llama --restart
   fi
 done
+if [[ " $STEPS " == *" fit "* ]]; then
+  pairs=()
+  for set in $SETS; do
+    [ "$set" = encyclopedia ] || pairs+=(--pair "$out/dumps/$set-dev.jsonl" "$DATA/$set/dev.jsonl")
+  done
+  python3 bench/fit_answer_ranker.py "${pairs[@]}"
+  cargo build --release -p capstan
+fi
+if [[ " $STEPS " == *" test "* ]]; then
+  for set in $SETS; do
+    dir="$DATA/$set"
+    run "$set-test-span" "$set" "$dir/test.jsonl" --reader llama
+    run "$set-test-extractive-span" "$set" "$dir/test.jsonl" --reader extractive
+    run "$set-test-copy" "$set" "$dir/test.jsonl" --reader llama --answer copy
+    run "$set-test-sentence" "$set" "$dir/test.jsonl" --reader extractive --answer sentence
+    if [ -z "${SKIP_PEER:-}" ]; then
+      head -n "$PEER_N" "$dir/test.jsonl" > "$dir/test-$PEER_N.jsonl"
+      python3 bench/qa_peer.py --corpus "$dir/corpus.jsonl" --questions "$dir/test-$PEER_N.jsonl" \
+        --model "$CAPSTAN_LLM" --out "$out/$set-test-peer.json" | tee -a "$summary"
+      run "$set-test-span-first$PEER_N" "$set" "$dir/test-$PEER_N.jsonl" --reader llama
+    fi
+  done
+fi
 cat "$summary"

@@ -1703,9 +1703,9 @@ fn span_answers_stand_in_their_cited_passages_alone_concurrent_and_streamed() {
     // Bad input: span answers need a generative reader and passages; chat is free text.
     let bad = [
         (
-            "span with the extractive reader",
+            "copied by decoding with the extractive reader",
             "/v1/qa",
-            json!({"question": qs[0], "reader": "extractive", "answer": "span"}),
+            json!({"question": qs[0], "reader": "extractive", "answer": "copy"}),
         ),
         (
             "span with nothing retrieved",

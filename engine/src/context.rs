@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::conversation::Role;
 use crate::error::Result;
 
-/// How much of each retrieved passage the generative reader reads; spelled `passages` or
-/// `sentences:N`.
+/// How much of each retrieved passage the generative reader reads; spelled `passages`,
+/// `sentences:N` or `budget:N`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
 pub enum ContextMode {
@@ -23,6 +23,9 @@ pub enum ContextMode {
     /// The `n` sentences of all the passages most similar to the question, each in its
     /// passage's document, in the passage's own order.
     Sentences(usize),
+    /// Whole passages, best first, while they fit in this many tokens of the reader; past
+    /// that, the best sentences of the next passages that still fit.
+    Budget(usize),
 }
 
 impl std::fmt::Display for ContextMode {
@@ -30,6 +33,7 @@ impl std::fmt::Display for ContextMode {
         match self {
             ContextMode::Passages => write!(f, "passages"),
             ContextMode::Sentences(n) => write!(f, "sentences:{n}"),
+            ContextMode::Budget(n) => write!(f, "budget:{n}"),
         }
     }
 }
@@ -58,22 +62,35 @@ impl std::str::FromStr for ContextMode {
                     "`{s}`: the sentence count must be a positive integer"
                 )),
             },
+            Some(("budget", n)) => match n.parse::<usize>() {
+                Ok(n) if n >= 16 => Ok(ContextMode::Budget(n)),
+                _ => Err(format!(
+                    "`{s}`: the token budget must be an integer of at least 16"
+                )),
+            },
             _ => Err(format!(
-                "unknown context `{s}` (expected passages or sentences:N)"
+                "unknown context `{s}` (expected passages, sentences:N or budget:N)"
             )),
         }
     }
 }
 
-/// Whether a generative answer is free text or a span copied from the passages.
+/// What kind of answer a reader gives.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, clap::ValueEnum,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum AnswerMode {
-    /// A span of the passages the model read (grounded decoding), cited where it stands.
+    /// A short span of the retrieved passages, chosen by ranking every candidate span
+    /// ([`crate::answer`]; with a Llama reader its likelihood of each shortlisted span is
+    /// one of the scores), cited where it stands, its sentence beside it.
     #[default]
     Span,
+    /// A span the generative reader copies by greedy decoding constrained to the passages it
+    /// read (its own choice, token by token).
+    Copy,
+    /// The extractive reader's whole best sentence.
+    Sentence,
     /// Free text, stopped at the end of the first line.
     Free,
 }
@@ -83,6 +100,8 @@ impl AnswerMode {
     pub fn name(self) -> &'static str {
         match self {
             AnswerMode::Span => "span",
+            AnswerMode::Copy => "copy",
+            AnswerMode::Sentence => "sentence",
             AnswerMode::Free => "free",
         }
     }
@@ -93,9 +112,11 @@ impl std::str::FromStr for AnswerMode {
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
             "span" => Ok(AnswerMode::Span),
+            "copy" => Ok(AnswerMode::Copy),
+            "sentence" => Ok(AnswerMode::Sentence),
             "free" => Ok(AnswerMode::Free),
             other => Err(format!(
-                "unknown answer mode `{other}` (expected span or free)"
+                "unknown answer mode `{other}` (expected span, copy, sentence or free)"
             )),
         }
     }
@@ -160,6 +181,56 @@ impl Context {
                 pieces.reverse();
             } else {
                 pieces.sort_by_key(|p| p.start);
+            }
+        }
+        Self { documents }
+    }
+
+    /// Whole passages by retrieval rank while they fit in `budget` tokens (`tokens` counts a
+    /// text's); past that, each further passage's best sentences (by `ranked`, best first)
+    /// that still fit, in the text's order. Documents best first.
+    pub fn budgeted(
+        hits: &[Hit],
+        ranked: &[ScoredSentence],
+        budget: usize,
+        tokens: impl Fn(&str) -> usize,
+    ) -> Self {
+        // What a document costs besides its text: its header and title.
+        const HEADER: usize = 8;
+        let mut left = budget;
+        let mut documents = Vec::new();
+        for (i, hit) in hits.iter().enumerate() {
+            let header = HEADER + tokens(&hit.title);
+            if left <= header {
+                break;
+            }
+            let whole = tokens(&hit.text);
+            if header + whole <= left {
+                left -= header + whole;
+                documents.push(vec![Piece {
+                    hit: i,
+                    start: 0,
+                    end: hit.text.len(),
+                }]);
+                continue;
+            }
+            let mut room = left - header;
+            let mut pieces = Vec::new();
+            for s in ranked.iter().filter(|s| s.passage == i) {
+                let cost = tokens(&hit.text[s.start..s.end]) + 1;
+                if cost <= room {
+                    room -= cost;
+                    pieces.push(Piece {
+                        hit: i,
+                        start: s.start,
+                        end: s.end,
+                    });
+                }
+            }
+            if !pieces.is_empty() {
+                pieces.sort_by_key(|p| p.start);
+                left = room;
+                documents.push(pieces);
             }
         }
         Self { documents }
@@ -440,45 +511,29 @@ pub fn add_lexical_overlap(
     });
 }
 
-/// Whether the question asks for a number (`Some(true)`: "what year", "how many", "how
-/// much", "how long", "how old", "at what elevation"), for something that is not one
-/// (`Some(false)`: "who", "where", "which person/town/..."), or cannot be told (`None`).
-/// English question words, not the corpus: a span answer then starts with a digit or not.
+/// Whether the question asks for a number (`Some(true)`: a quantity, a version or a year,
+/// [`crate::answer::features::Asks`]), for something that is not one (`Some(false)`: who,
+/// where), or cannot be told (`None`). A copied answer then starts with a digit or not.
 pub fn wants_number(question: &str) -> Option<bool> {
-    let q = question.to_lowercase();
-    let words: Vec<&str> = q
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
-    let has = |pair: &[&str]| words.windows(pair.len()).any(|w| w == pair);
-    let numeric = [
-        &["what", "year"][..],
-        &["which", "year"],
-        &["how", "many"],
-        &["how", "much"],
-        &["how", "long"],
-        &["how", "old"],
-        &["what", "elevation"],
-        &["how", "high"],
-    ];
-    if numeric.iter().any(|p| has(p)) {
-        return Some(true);
-    }
-    match words.first().copied() {
-        Some("who" | "whom" | "whose" | "where") => Some(false),
-        _ => None,
+    use crate::answer::features::Asks;
+    match Asks::of(question) {
+        Asks::Number | Asks::Year => Some(true),
+        Asks::Who | Asks::Where => Some(false),
+        Asks::When | Asks::Other => None,
     }
 }
 
 /// The worked example a prompt may carry: a question, its document and its short answer,
 /// shown to the model as an earlier turn of the conversation.
-const EXAMPLE_QUESTION: &str = "Which river flows through the old town of Ardenne?";
+/// A fact of common knowledge, in no evaluation set (an example taken from how one set was
+/// written taught the model that set's questions, docs/BENCHMARKS.md).
+const EXAMPLE_QUESTION: &str = "Who painted the ceiling of the Sistine Chapel?";
 const EXAMPLE_DOCUMENT: (&str, &str) = (
-    "Ardenne",
-    "Ardenne is a market town in the hills. The river Lisse flows through its old town, \
-     past a mill built in 1804.",
+    "Sistine Chapel",
+    "The Sistine Chapel is a chapel in the Apostolic Palace in Vatican City. Its ceiling was \
+     painted by Michelangelo between 1508 and 1512.",
 );
-const EXAMPLE_ANSWER: &str = "the river Lisse";
+const EXAMPLE_ANSWER: &str = "Michelangelo";
 
 /// Earlier turns of a conversation the Llama reader sees (the rest are
 /// dropped: the documents and the question must fit its context).
@@ -515,7 +570,7 @@ impl PassageOrder {
     pub fn default_for(context: ContextMode) -> Self {
         match context {
             ContextMode::Passages => PassageOrder::Stable,
-            ContextMode::Sentences(_) => PassageOrder::Rank,
+            ContextMode::Sentences(_) | ContextMode::Budget(_) => PassageOrder::Rank,
         }
     }
 }
@@ -711,7 +766,7 @@ mod tests {
         );
         assert_eq!(wants_number("How many employees does it have?"), Some(true));
         assert_eq!(
-            wants_number("At what elevation does Norgwelo lie?"),
+            wants_number("Which version of Rust does it need?"),
             Some(true)
         );
         assert_eq!(wants_number("Where was Urgaud Aelri born?"), Some(false));

@@ -11,6 +11,7 @@
 //! - [`text`]: answer normalisation, exact match and F1.
 #![warn(missing_docs)]
 
+pub mod answer;
 pub mod context;
 pub mod conversation;
 pub mod error;

@@ -12,6 +12,7 @@ use capstan_reader::{
 use capstan_retriever::{Filter, Hit, Mode, Retriever, SearchOptions};
 use serde::{Deserialize, Serialize};
 
+use crate::answer::{Candidate, Shortlist};
 use crate::context::{
     resolve_span, AnswerMode, AnswerSpan, Context, ContextMode, PassageOrder, PromptStyle,
 };
@@ -486,38 +487,142 @@ impl Pipeline {
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
+        if matches!(req.answer, AnswerMode::Copy | AnswerMode::Free) {
+            return Err(capstan_reader::Error::InvalidInput {
+                reason: format!(
+                    "answer `{}` needs a generative reader (llama or cape); the extractive \
+                     reader answers with a span or a sentence",
+                    req.answer.name()
+                ),
+            }
+            .into());
+        }
         let t = Instant::now();
-        let ranked = self.rank_sentences(&req.standalone_question(), &hits, vector.as_deref())?;
-        timings.read_ms = ms(t);
-        let (answer, citations, highlight) = match ranked.first() {
-            None => (String::new(), Vec::new(), None),
-            Some(best) => {
-                let hit = &hits[best.passage];
-                let text = hit.text[best.start..best.end].to_string();
-                let highlight = Highlight {
-                    passage_id: hit.passage_id.clone(),
-                    start: hit.text[..best.start].chars().count(),
-                    end: hit.text[..best.end].chars().count(),
-                    score: best.score,
-                };
-                (text, vec![hit.passage_id.clone()], Some(highlight))
+        let question = req.standalone_question();
+        let ranked = self.rank_sentences(&question, &hits, vector.as_deref())?;
+        let mut answer = if req.answer == AnswerMode::Span {
+            let shortlist = Shortlist::new(&question, &hits, &ranked, |_| true);
+            dump_candidates(&question, &hits, &shortlist, &[]);
+            let best = shortlist.best_lexical();
+            span_answer(&shortlist, best, hits, &ranked, ReaderKind::Extractive)
+        } else {
+            let (answer, citations, highlight) = match ranked.first() {
+                None => (String::new(), Vec::new(), None),
+                Some(best) => {
+                    let hit = &hits[best.passage];
+                    let text = hit.text[best.start..best.end].to_string();
+                    (
+                        text,
+                        vec![hit.passage_id.clone()],
+                        Some(highlight_of(hit, best)),
+                    )
+                }
+            };
+            Answer {
+                no_answer: answer.is_empty(),
+                answer,
+                citations,
+                passages: hits,
+                retrieval_question: None,
+                highlight,
+                kind: AnswerKind::Sentence,
+                spans: Vec::new(),
+                finish_reason: None,
+                reader: ReaderKind::Extractive,
+                usage: Usage::default(),
+                timings: Timings::default(),
             }
         };
-        on_text(&answer);
-        Ok(Answer {
-            no_answer: answer.is_empty(),
-            answer,
-            citations,
-            passages: hits,
-            retrieval_question: None,
-            highlight,
-            kind: AnswerKind::Sentence,
-            spans: Vec::new(),
-            finish_reason: None,
-            reader: ReaderKind::Extractive,
-            usage: Usage::default(),
-            timings: Timings::default(),
+        timings.read_ms = ms(t);
+        on_text(&answer.answer);
+        answer.finish_reason = None;
+        Ok(answer)
+    }
+
+    /// What the Llama reader reads of `hits` (`ranked`: their sentences, best first).
+    fn llama_context(
+        &self,
+        req: &QaRequest,
+        model: &capstan_reader::LanguageModel,
+        question: &str,
+        hits: &[Hit],
+        ranked: &mut [ScoredSentence],
+    ) -> Result<Context> {
+        Ok(match req.context {
+            ContextMode::Sentences(n) => {
+                crate::context::add_lexical_overlap(
+                    question,
+                    hits,
+                    ranked,
+                    req.sentence_lexical_weight,
+                );
+                Context::sentences(hits, ranked, n, req.best_last)
+            }
+            ContextMode::Budget(budget) => {
+                let tokens = |t: &str| model.encode(t).map_or(t.len() / 3, |ids| ids.len());
+                Context::budgeted(hits, ranked, budget, tokens)
+            }
+            ContextMode::Passages => Context::whole(hits),
         })
+    }
+
+    /// A Llama reader's span answer by ranking: the candidates of every retrieved passage
+    /// scored from retrieval and the text, the best of them scored again with the model's
+    /// likelihood of each as the answer to its prompt ([`crate::answer`]).
+    fn read_ranked_span(
+        &self,
+        req: &QaRequest,
+        scheduler: &Scheduler,
+        hits: Vec<Hit>,
+        vector: Option<Vec<f32>>,
+        timings: &mut Timings,
+        on_text: &mut impl FnMut(&str) -> Flow,
+    ) -> Result<Answer> {
+        let model = scheduler.model();
+        let t = Instant::now();
+        let question = req.standalone_question();
+        let mut ranked = self.rank_sentences(&question, &hits, vector.as_deref())?;
+        let sentence_order = ranked.clone();
+        let context = self.llama_context(req, model, &question, &hits, &mut ranked)?;
+        let passages = context.passages(&hits);
+        let prompt = req
+            .prompt_style()
+            .prompt(model, &question, &passages, &req.history)?;
+        if std::env::var_os("CAPSTAN_DEBUG_PROMPT").is_some() {
+            eprintln!("{}", model.decode(&prompt)?);
+        }
+        model.check_length(prompt.len(), capstan_reader::MAX_ANSWER_TOKENS + 1)?;
+        let pieces = context.pieces();
+        let titles = context.title_hits();
+        let in_context = |c: &Candidate| {
+            if c.in_title {
+                titles.contains(&c.hit)
+            } else {
+                pieces
+                    .iter()
+                    .any(|p| p.hit == c.hit && p.start <= c.start && c.end <= p.end)
+            }
+        };
+        let mut shortlist = Shortlist::new(&question, &hits, &sentence_order, in_context);
+        timings.assemble_ms = ms(t);
+        let t = Instant::now();
+        let rows = shortlist.top(crate::answer::SHORTLIST).to_vec();
+        let texts: Vec<&str> = rows
+            .iter()
+            .map(|&i| shortlist.candidates[i].text(&hits))
+            .collect();
+        let scored: Vec<(f32, f32, f32)> = model
+            .answer_likelihoods(&prompt, &texts)?
+            .iter()
+            .map(|l| (l.mean(), l.first, l.end))
+            .collect();
+        let best = shortlist.best_with_likelihoods(&rows, &scored);
+        dump_candidates(&question, &hits, &shortlist, &rows);
+        timings.read_ms = ms(t);
+        let mut answer = span_answer(&shortlist, best, hits, &sentence_order, req.reader);
+        answer.usage.decoder_tokens = prompt.len();
+        on_text(&answer.answer);
+        Ok(answer)
     }
 
     fn read_generative(
@@ -529,11 +634,22 @@ impl Pipeline {
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
+        if req.answer == AnswerMode::Sentence {
+            return Err(capstan_reader::Error::InvalidInput {
+                reason: "answer `sentence` is the extractive reader's".into(),
+            }
+            .into());
+        }
+        if req.reader == ReaderKind::Llama && req.answer == AnswerMode::Span {
+            return self.read_ranked_span(req, scheduler, hits, vector, timings, on_text);
+        }
         let model = scheduler.model();
         let t = Instant::now();
         let mut params = model.with_stops(req.generation.clone());
         let question = req.standalone_question();
-        let span_mode = req.answer == AnswerMode::Span;
+        // CAPE reads encoder chunks the likelihood scoring does not: its span answers are
+        // copied by constrained decoding.
+        let span_mode = matches!(req.answer, AnswerMode::Span | AnswerMode::Copy);
         if span_mode && hits.is_empty() {
             return Err(capstan_reader::Error::InvalidInput {
                 reason: "a span answer needs passages to copy from, and none was retrieved".into(),
@@ -543,15 +659,9 @@ impl Pipeline {
         // What the model reads: CAPE reads whole passages (decoder and encoder); the Llama
         // reader whole passages or their question-relevant sentences.
         let context = match (req.reader, req.context) {
-            (ReaderKind::Llama, ContextMode::Sentences(n)) => {
+            (ReaderKind::Llama, ContextMode::Sentences(_) | ContextMode::Budget(_)) => {
                 let mut ranked = self.rank_sentences(&question, &hits, vector.as_deref())?;
-                crate::context::add_lexical_overlap(
-                    &question,
-                    &hits,
-                    &mut ranked,
-                    req.sentence_lexical_weight,
-                );
-                Context::sentences(&hits, &ranked, n, req.best_last)
+                self.llama_context(req, model, &question, &hits, &mut ranked)?
             }
             _ => Context::whole(&hits),
         };
@@ -689,6 +799,81 @@ impl Pipeline {
             },
             timings: Timings::default(),
         })
+    }
+}
+
+/// The sentence `s` of `hit`, for highlighting.
+fn highlight_of(hit: &Hit, s: &ScoredSentence) -> Highlight {
+    Highlight {
+        passage_id: hit.passage_id.clone(),
+        start: hit.text[..s.start].chars().count(),
+        end: hit.text[..s.end].chars().count(),
+        score: s.score,
+    }
+}
+
+/// The answer of a ranked span (`best`, a candidate of `shortlist`): its text, where it
+/// stands, its passage cited and its sentence beside it; no answer when there is none.
+fn span_answer(
+    shortlist: &Shortlist,
+    best: Option<usize>,
+    hits: Vec<Hit>,
+    ranked: &[ScoredSentence],
+    reader: ReaderKind,
+) -> Answer {
+    let mut out = Answer {
+        answer: String::new(),
+        citations: Vec::new(),
+        passages: Vec::new(),
+        retrieval_question: None,
+        highlight: None,
+        kind: AnswerKind::Span,
+        spans: Vec::new(),
+        no_answer: true,
+        finish_reason: Some("stop".into()),
+        reader,
+        usage: Usage::default(),
+        timings: Timings::default(),
+    };
+    if let Some(c) = best.map(|b| &shortlist.candidates[b]) {
+        let hit = &hits[c.hit];
+        let source = if c.in_title { &hit.title } else { &hit.text };
+        out.answer = source[c.start..c.end].to_string();
+        out.no_answer = out.answer.is_empty();
+        out.spans.push(AnswerSpan {
+            passage_id: hit.passage_id.clone(),
+            start: source[..c.start].chars().count(),
+            end: source[..c.end].chars().count(),
+            in_title: c.in_title,
+        });
+        out.citations.push(hit.passage_id.clone());
+        let sentence = ranked
+            .iter()
+            .filter(|s| s.passage == c.hit)
+            .find(|s| c.in_title || (s.start <= c.start && c.end <= s.end));
+        out.highlight = sentence.map(|s| highlight_of(hit, s));
+    }
+    out.passages = hits;
+    out
+}
+
+/// Appends a question's candidates and their features to `$CAPSTAN_DUMP_CANDIDATES` (the
+/// data `bench/fit_answer_ranker.py` fits the ranker's weights on).
+fn dump_candidates(question: &str, hits: &[Hit], shortlist: &Shortlist, scored: &[usize]) {
+    use std::io::Write;
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let Some(path) = std::env::var_os("CAPSTAN_DUMP_CANDIDATES") else {
+        return;
+    };
+    let line = shortlist.dump_line(question, hits, 200, scored);
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| writeln!(f, "{line}"));
+    if let Err(e) = written {
+        eprintln!("CAPSTAN_DUMP_CANDIDATES {}: {e}", path.to_string_lossy());
     }
 }
 

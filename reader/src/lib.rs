@@ -39,6 +39,7 @@ mod generate;
 mod gguf;
 mod grounded;
 mod language_model;
+mod likelihood;
 mod llama;
 mod prompt;
 
@@ -55,6 +56,7 @@ pub use generate::{
 pub use gguf::{GgufArch, GgufFile, GgufVocab};
 pub use grounded::{mask_logits, span_text, SpanMatch, SpanSource, SpanState, TokenBytes};
 pub use language_model::{LanguageModel, LoadOptions};
+pub use likelihood::{AnswerLikelihood, MAX_ANSWER_TOKENS};
 pub use llama::{
     prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama, PackedInput,
     PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,

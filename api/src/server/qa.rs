@@ -167,13 +167,6 @@ pub fn build_request(state: &AppState, body: QaBody) -> Result<(QaRequest, bool)
     req.query_aware = body.query_aware.unwrap_or(req.query_aware);
     req.decoder_passages = body.decoder_passages.unwrap_or(req.decoder_passages);
     if let Some(a) = body.answer {
-        if req.reader == ReaderKind::Extractive {
-            return Err(ApiError::invalid(format!(
-                "`answer`: \"{}\" needs a generative reader (`reader`: llama or cape); the \
-                 extractive reader answers with a sentence",
-                a.name()
-            )));
-        }
         req.answer = a;
     }
     req.context = body.context.unwrap_or(req.context);

@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""Fits the answer ranker's weights (engine/data/answer_ranker.json) on dev splits.
+
+Input: pairs of a candidates dump and its questions. A dump is what `capstan eval qa` writes
+with CAPSTAN_DUMP_CANDIDATES=FILE: per question, its candidate spans (the best 200 by the
+current lexical weights, plus every one the generative reader scored) with their feature
+vectors. A candidate is right when its SQuAD-normalised text equals a normalised gold answer.
+
+Model: a conditional logit (softmax over one question's candidates, the right ones'
+probability maximised; L2-regularised), fitted twice:
+  lexical  on every dumped candidate, without the reader's likelihood features and without
+           `in_context` (the extractive reader has no context): the extractive reader's
+           answer, and the shortlist the generative reader scores;
+  full     on the candidates the reader scored, every feature.
+The regularisation is chosen by 5-fold cross-validation over questions (folds by question
+order, which the dev files shuffled by document), then the weights are fitted on all of it.
+
+Only dev splits go in: the test splits are never read here.
+
+Usage: python3 bench/fit_answer_ranker.py --pair DUMP QUESTIONS [--pair ...] \\
+           [--out engine/data/answer_ranker.json]
+"""
+import argparse
+import json
+import re
+import string
+import sys
+
+import numpy as np
+
+LM = ["lm_mean", "lm_first", "lm_end", "lm_mean_gap", "lm_rank"]
+NOT_LEXICAL = LM + ["in_context"]
+
+
+def normalize(s):
+    s = s.lower()
+    s = "".join(c for c in s if c not in set(string.punctuation) and c not in "‘’“”–—…«»¿¡")
+    return " ".join(w for w in s.split() if w not in ("a", "an", "the"))
+
+
+def load(pairs):
+    groups = []  # (X_all, y_all, scored_mask)
+    for dump, questions in pairs:
+        gold = {}
+        for line in open(questions):
+            q = json.loads(line)
+            gold[q["question"]] = [normalize(a) for a in q["answers"]]
+        for line in open(dump):
+            d = json.loads(line)
+            answers = gold.get(d["question"])
+            if answers is None:
+                continue
+            X = np.array([c["f"] for c in d["candidates"]], dtype=np.float64)
+            y = np.array([normalize(c["text"]) in answers for c in d["candidates"]])
+            scored = np.array([c["scored"] for c in d["candidates"]])
+            groups.append((X, y, scored))
+    return groups
+
+
+def fit(groups, mask, lam, iters=600, lr=0.05):
+    d = groups[0][0].shape[1]
+    w = np.zeros(d)
+    m = np.zeros(d)
+    v = np.zeros(d)
+    usable = [(X[:, mask], y) for X, y in groups if y.any() and not y.all()]
+    for t in range(1, iters + 1):
+        g = lam * w[mask] * 2
+        for X, y in usable:
+            s = X @ w[mask]
+            s -= s.max()
+            p = np.exp(s)
+            p /= p.sum()
+            q = p * y
+            q /= q.sum()
+            g += X.T @ (p - q) / len(usable)
+        m = 0.9 * m
+        v = 0.999 * v
+        m[mask] += 0.1 * g
+        v[mask] += 0.001 * g * g
+        w -= lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
+        w[~mask] = 0
+    return w
+
+
+def top1(groups, w):
+    """Share of all questions whose best-scored candidate is right (questions without a right
+    candidate count as misses)."""
+    hits = 0
+    for X, y in groups:
+        hits += bool(y[int(np.argmax(X @ w))])
+    return hits / max(1, len(groups))
+
+
+def choose(groups, mask, lams):
+    folds = 5
+    best = None
+    for lam in lams:
+        acc = []
+        for k in range(folds):
+            train = [g for i, g in enumerate(groups) if i % folds != k]
+            test = [g for i, g in enumerate(groups) if i % folds == k]
+            acc.append(top1(test, fit(train, mask, lam, iters=300)))
+        mean = float(np.mean(acc))
+        print(f"  lambda {lam:g}: cross-validated top-1 {mean:.3f}", file=sys.stderr)
+        if best is None or mean > best[1]:
+            best = (lam, mean)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pair", nargs=2, action="append", required=True, metavar=("DUMP", "QUESTIONS"))
+    ap.add_argument("--out", default="engine/data/answer_ranker.json")
+    ap.add_argument("--lambdas", default="0.0001,0.001,0.01")
+    args = ap.parse_args()
+    old = json.load(open(args.out))
+    names = old["features"]
+    groups = load(args.pair)
+    lams = [float(x) for x in args.lambdas.split(",")]
+    lexical_mask = np.array([n not in NOT_LEXICAL for n in names])
+    print(f"{len(groups)} questions, {sum(g[1].any() for g in groups)} with a right candidate",
+          file=sys.stderr)
+    print("lexical:", file=sys.stderr)
+    lam, cv = choose(groups, lexical_mask, lams)
+    w_lex = fit(groups, lexical_mask, lam)
+    print(f"  chosen lambda {lam:g}; fitted top-1 {top1(groups, w_lex):.3f}", file=sys.stderr)
+    scored_groups = [(X[s], y[s], s[s]) for X, y, s in groups if s.any()]
+    full_mask = np.ones(len(names), dtype=bool)
+    print(f"full ({len(scored_groups)} questions with scored candidates, "
+          f"{sum(g[1].any() for g in scored_groups)} with a right one):", file=sys.stderr)
+    lam_f, cv_f = choose(scored_groups, full_mask, lams)
+    w_full = fit(scored_groups, full_mask, lam_f)
+    print(f"  chosen lambda {lam_f:g}; fitted top-1 {top1(scored_groups, w_full):.3f}",
+          file=sys.stderr)
+    out = {
+        "about": (
+            "Fitted by bench/fit_answer_ranker.py on the dev splits "
+            + ", ".join(q for _, q in args.pair)
+            + f"; cross-validated top-1: lexical {cv:.3f} (lambda {lam:g}), "
+            f"full {cv_f:.3f} (lambda {lam_f:g})."
+        ),
+        "features": names,
+        "lexical": [round(float(x), 5) for x in w_lex],
+        "full": [round(float(x), 5) for x in w_full],
+    }
+    json.dump(out, open(args.out, "w"), indent=1)
+    print(f"wrote {args.out}", file=sys.stderr)
+    for n, a, b in sorted(zip(names, w_lex, w_full), key=lambda t: -abs(t[2])):
+        if abs(a) > 0.05 or abs(b) > 0.05:
+            print(f"  {n:<32} lexical {a:+.3f}  full {b:+.3f}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,333 @@
+//! Candidate answers: the short spans of the retrieved passages a question could be answered
+//! with.
+//!
+//! Words are split at white space; a clause ends at sentence punctuation, a comma, a
+//! semicolon, a line break, a tab or two spaces (a manual's option list), so a candidate never
+//! runs across one. Every run of one to [`MAX_WORDS`] words of a clause that neither starts nor
+//! ends with a function word is a candidate; so is the whole value of a "Key: value" line
+//! (records of fields: metadata, a manual's front matter, a table) and each document's title.
+
+use capstan_retriever::Hit;
+
+use crate::context::NON_ANSWER_STARTS;
+
+/// The most words of a candidate inside a clause.
+pub const MAX_WORDS: usize = 6;
+/// The most words of a field's whole value kept as one candidate.
+pub const MAX_VALUE_WORDS: usize = 16;
+/// The longest key of a "Key: value" line, in bytes.
+const MAX_KEY_BYTES: usize = 40;
+
+/// A candidate answer: a byte range of a retrieved passage's text (or title).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Index of the passage among the hits.
+    pub hit: usize,
+    /// Byte range in the passage's text (or title, with `in_title`).
+    pub start: usize,
+    /// One past its end.
+    pub end: usize,
+    /// The span is the document's title.
+    pub in_title: bool,
+    /// Words in the span.
+    pub words: usize,
+    /// The key of the "Key: value" line the span is the value of, or part of.
+    pub key: Option<(usize, usize)>,
+    /// The span is the whole value of its line.
+    pub whole_value: bool,
+    /// The word before the span, lower-cased ("" at a clause's start).
+    pub previous: String,
+}
+
+impl Candidate {
+    /// The span's text.
+    pub fn text<'a>(&self, hits: &'a [Hit]) -> &'a str {
+        let hit = &hits[self.hit];
+        if self.in_title {
+            &hit.title[self.start..self.end]
+        } else {
+            &hit.text[self.start..self.end]
+        }
+    }
+}
+
+/// A word of a passage: its byte range without surrounding punctuation, and whether a clause
+/// ends after it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Word {
+    pub start: usize,
+    pub end: usize,
+    pub clause_end: bool,
+}
+
+const OPENERS: &[char] = &['(', '[', '{', '"', '\'', '“', '‘', '<', '*', '`', '«'];
+const CLOSERS: &[char] = &[
+    '.', ',', ';', ':', '!', '?', ')', ']', '}', '"', '\'', '”', '’', '>', '*', '`', '»',
+];
+
+/// The words of `text` with their clause ends.
+pub(crate) fn words(text: &str) -> Vec<Word> {
+    let mut out: Vec<Word> = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        // White space between words: a line break, a tab or two spaces end a clause.
+        let ws_start = i;
+        while i < bytes.len() && (bytes[i] as char).is_ascii_whitespace() {
+            i += 1;
+        }
+        let gap = &text[ws_start..i];
+        if gap.contains('\n') || gap.contains('\t') || gap.contains("  ") {
+            if let Some(last) = out.last_mut() {
+                last.clause_end = true;
+            }
+        }
+        if i >= bytes.len() {
+            break;
+        }
+        let raw_start = i;
+        while i < bytes.len() && !(bytes[i] as char).is_ascii_whitespace() {
+            i += 1;
+        }
+        let raw = &text[raw_start..i];
+        let lead = raw.len() - raw.trim_start_matches(OPENERS).len();
+        let core = &raw[lead..];
+        let mut kept = core.trim_end_matches(CLOSERS);
+        // "f()" and "Vec<T>" keep their closing bracket when the word opened it.
+        for (open, close) in [('(', ')'), ('<', '>'), ('[', ']')] {
+            let extra = &core[kept.len()..];
+            if kept.contains(open)
+                && extra.starts_with(close)
+                && kept.matches(open).count() > kept.matches(close).count()
+            {
+                kept = &core[..kept.len() + close.len_utf8()];
+            }
+        }
+        let trailing = &core[kept.len()..];
+        let clause_end = trailing.chars().any(|c| {
+            matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | ')' | ']' | '}' | '>')
+        }) || (lead > 0 && raw[..lead].contains('('));
+        if kept.is_empty() {
+            if let Some(last) = out.last_mut() {
+                last.clause_end |= clause_end || !trailing.is_empty();
+            }
+            continue;
+        }
+        // An opening bracket or quote starts a new clause.
+        if lead > 0 && raw[..lead].contains(['(', '[', '{']) {
+            if let Some(last) = out.last_mut() {
+                last.clause_end = true;
+            }
+        }
+        out.push(Word {
+            start: raw_start + lead,
+            end: raw_start + lead + kept.len(),
+            clause_end,
+        });
+    }
+    if let Some(last) = out.last_mut() {
+        last.clause_end = true;
+    }
+    out
+}
+
+fn is_function_word(word: &str) -> bool {
+    let lower = word.to_lowercase();
+    NON_ANSWER_STARTS.contains(&lower.as_str())
+}
+
+/// Every candidate of every hit (duplicates of the same text at other places included).
+pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
+    let mut out = Vec::new();
+    for (h, hit) in hits.iter().enumerate() {
+        let text = hit.text.as_str();
+        let words = words(text);
+        let fields = fields(text);
+        let field_at = |pos: usize| {
+            fields
+                .iter()
+                .find(|f| f.value.0 <= pos && pos < f.value.1)
+                .map(|f| (f.key, f.value))
+        };
+        let mut clause_start = 0;
+        for i in 0..words.len() {
+            for n in 1..=MAX_WORDS.min(i + 1 - clause_start) {
+                let first = &words[i + 1 - n];
+                let last = &words[i];
+                if is_function_word(&text[first.start..first.end])
+                    || is_function_word(&text[last.start..last.end])
+                {
+                    continue;
+                }
+                let field = field_at(first.start);
+                let previous = if i + 1 - n > clause_start {
+                    let p = &words[i - n];
+                    text[p.start..p.end].to_lowercase()
+                } else {
+                    String::new()
+                };
+                out.push(Candidate {
+                    hit: h,
+                    start: first.start,
+                    end: last.end,
+                    in_title: false,
+                    words: n,
+                    key: field.map(|f| f.0),
+                    whole_value: field.is_some_and(|f| f.1 == (first.start, last.end)),
+                    previous,
+                });
+            }
+            if words[i].clause_end {
+                clause_start = i + 1;
+            }
+        }
+        // A field's whole value, when it runs across clauses ("MIT OR Apache-2.0, or BSD").
+        for f in &fields {
+            let n = words
+                .iter()
+                .filter(|w| f.value.0 <= w.start && w.end <= f.value.1)
+                .count();
+            if n > 0
+                && n <= MAX_VALUE_WORDS
+                && !out
+                    .iter()
+                    .any(|c: &Candidate| c.hit == h && (c.start, c.end) == f.value)
+            {
+                out.push(Candidate {
+                    hit: h,
+                    start: f.value.0,
+                    end: f.value.1,
+                    in_title: false,
+                    words: n,
+                    key: Some(f.key),
+                    whole_value: true,
+                    previous: String::new(),
+                });
+            }
+        }
+        let title = hit.title.trim();
+        if !title.is_empty() && title.split_whitespace().count() <= MAX_VALUE_WORDS {
+            let start = hit.title.find(title).unwrap_or(0);
+            out.push(Candidate {
+                hit: h,
+                start,
+                end: start + title.len(),
+                in_title: true,
+                words: title.split_whitespace().count(),
+                key: None,
+                whole_value: false,
+                previous: String::new(),
+            });
+        }
+    }
+    out
+}
+
+/// A "Key: value" line: the key's and the value's byte ranges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Field {
+    pub key: (usize, usize),
+    pub value: (usize, usize),
+}
+
+/// The "Key: value" lines of `text`: a key of at most a few words starting with a letter,
+/// a colon, then a value on the same line.
+pub(crate) fn fields(text: &str) -> Vec<Field> {
+    let mut out = Vec::new();
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let line_start = offset;
+        offset += line.len();
+        let body = line.trim_end();
+        let indent = body.len() - body.trim_start().len();
+        let body_trimmed = &body[indent..];
+        let Some(colon) = body_trimmed.find(':') else {
+            continue;
+        };
+        let key = &body_trimmed[..colon];
+        let after = &body_trimmed[colon + 1..];
+        let ok_key = !key.is_empty()
+            && key.len() <= MAX_KEY_BYTES
+            && key.chars().next().is_some_and(char::is_alphabetic)
+            && key.split_whitespace().count() <= 4
+            && key
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_' | '.' | '/'));
+        // "http://..." is not a key; a value follows after white space.
+        if !ok_key || !after.starts_with([' ', '\t']) || after.trim().is_empty() {
+            continue;
+        }
+        let value = after.trim();
+        let value_start = line_start + indent + colon + 1 + (after.len() - after.trim_start().len());
+        let key_start = line_start + indent;
+        out.push(Field {
+            key: (key_start, key_start + key.len()),
+            value: (value_start, value_start + value.len()),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(title: &str, text: &str) -> Hit {
+        Hit {
+            passage_id: "p#0".into(),
+            doc_id: "p".into(),
+            title: title.into(),
+            text: text.into(),
+            ..Default::default()
+        }
+    }
+
+    fn texts(text: &str) -> Vec<String> {
+        let hits = [hit("T", text)];
+        candidates(&hits)
+            .iter()
+            .map(|c| c.text(&hits).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn spans_stay_within_clauses_and_skip_function_word_edges() {
+        let c = texts("He was born in Othtu, and worked as a glassblower (mostly).");
+        assert!(c.contains(&"Othtu".to_string()), "{c:?}");
+        assert!(c.contains(&"glassblower".to_string()));
+        assert!(c.contains(&"worked as a glassblower".to_string()));
+        assert!(c.contains(&"mostly".to_string()));
+        assert!(!c.iter().any(|t| t.contains("Othtu, and")), "{c:?}");
+        assert!(!c.iter().any(|t| t.starts_with("in ") || t.ends_with(" a")));
+        assert!(c.contains(&"T".to_string()), "the title");
+    }
+
+    #[test]
+    fn field_values_are_candidates_with_their_keys() {
+        let text = "Name: serde\nAuthors: Erick Tryzelaar <erick.tryzelaar@gmail.com>, David Tolnay\nLicense: MIT OR Apache-2.0\nsee http://x.org: here";
+        let hits = [hit("serde", text)];
+        let cands = candidates(&hits);
+        let find = |t: &str| {
+            cands
+                .iter()
+                .find(|c| c.text(&hits) == t)
+                .unwrap_or_else(|| panic!("{t} not in {cands:?}"))
+        };
+        let lic = find("MIT OR Apache-2.0");
+        assert!(lic.whole_value);
+        assert_eq!(&text[lic.key.unwrap().0..lic.key.unwrap().1], "License");
+        assert_eq!(find("Erick Tryzelaar").key.map(|k| &text[k.0..k.1]), Some("Authors"));
+        find("erick.tryzelaar@gmail.com");
+        find("David Tolnay");
+        assert_eq!(fields(text).len(), 3, "a URL is not a key");
+    }
+
+    #[test]
+    fn option_lists_end_clauses_at_two_spaces_and_keep_brackets_they_open() {
+        let c = texts("-R, -r, --recursive  copy directories recursively\nuse f() and Vec<T>.");
+        for want in ["--recursive", "-R", "copy directories recursively", "f()", "Vec<T>"] {
+            assert!(c.contains(&want.to_string()), "{want}: {c:?}");
+        }
+        assert!(!c.iter().any(|t| t.contains("--recursive copy")), "{c:?}");
+    }
+}

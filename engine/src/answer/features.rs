@@ -1,0 +1,423 @@
+//! What is known of a candidate answer, as numbers a linear ranker weighs: the retrieval of its
+//! passage, the encoder's similarity of its sentence to the question, the question's words
+//! around it, its own words, its shape against the kind of answer the question asks for, the
+//! field it is the value of, and the reader's likelihood of it as the answer.
+//!
+//! Every cue is general English or general text shape (question words, capitals, digits,
+//! paths, URLs); none comes from how an evaluation set was written.
+
+use capstan_reader::ScoredSentence;
+use capstan_retriever::Hit;
+
+use super::candidates::{words, Candidate};
+use crate::context::NON_ANSWER_STARTS;
+
+/// Words of the question a candidate should be near: within this many words either side.
+const WINDOW: usize = 10;
+
+/// What a question asks for, from its question words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asks {
+    /// A person or an organisation ("who", "whom", "whose").
+    Who,
+    /// A place, a location or an address ("where").
+    Where,
+    /// A year ("what year", "which year").
+    Year,
+    /// A time ("when", "what date").
+    When,
+    /// A quantity or a version ("how many", "how long", "what version", ...).
+    Number,
+    /// Anything else ("what", "which", "name the ...").
+    Other,
+}
+
+impl Asks {
+    /// The kind of answer `question` asks for.
+    pub fn of(question: &str) -> Self {
+        let q = question.to_lowercase();
+        let words: Vec<&str> = q
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let has = |pair: &[&str]| words.windows(pair.len()).any(|w| w == pair);
+        let follows = |lead: &[&str], nouns: &[&str]| {
+            words
+                .windows(2)
+                .any(|w| lead.contains(&w[0]) && nouns.contains(&w[1]))
+        };
+        if follows(&["what", "which"], &["year"]) {
+            return Asks::Year;
+        }
+        if follows(&["what", "which"], &["date", "day", "month", "century"]) {
+            return Asks::When;
+        }
+        let quantities = [
+            "many", "much", "long", "old", "big", "large", "high", "far", "often", "wide",
+        ];
+        if follows(&["how"], &quantities)
+            || follows(
+                &["what", "which"],
+                &["version", "number", "size", "percentage", "amount", "port"],
+            )
+        {
+            return Asks::Number;
+        }
+        if has(&["who"]) || has(&["whom"]) || has(&["whose"]) {
+            return Asks::Who;
+        }
+        if has(&["when"]) {
+            return Asks::When;
+        }
+        if has(&["where"]) {
+            return Asks::Where;
+        }
+        Asks::Other
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The shape of a candidate's text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// Starts with a digit.
+    Number,
+    /// A web address.
+    Url,
+    /// An e-mail address.
+    Email,
+    /// A file path.
+    Path,
+    /// A command-line option.
+    Option,
+    /// Code or an identifier: inner punctuation (`a_b`, `a::b`, `f()`, `x.y`).
+    Code,
+    /// Every word capitalised (a name).
+    Name,
+    /// Ordinary words.
+    Words,
+}
+
+const SHAPES: usize = 8;
+const ASKS: usize = 6;
+
+impl Shape {
+    fn of(text: &str) -> Self {
+        let lower = text.to_lowercase();
+        if text.starts_with(|c: char| c.is_ascii_digit()) {
+            Shape::Number
+        } else if lower.starts_with("http://")
+            || lower.starts_with("https://")
+            || lower.starts_with("www.")
+        {
+            Shape::Url
+        } else if text.contains('@') && !text.contains(' ') {
+            Shape::Email
+        } else if text.starts_with('/') || text.starts_with("~/") {
+            Shape::Path
+        } else if text.starts_with('-') {
+            Shape::Option
+        } else if text.split_whitespace().any(|w| {
+            w.chars()
+                .any(|c| matches!(c, '_' | ':' | '(' | '<' | '=' | '/' | '.' | '$'))
+        }) {
+            Shape::Code
+        } else if text
+            .split_whitespace()
+            .all(|w| w.starts_with(|c: char| c.is_uppercase()))
+        {
+            Shape::Name
+        } else {
+            Shape::Words
+        }
+    }
+}
+
+/// Stems of the content words of `text`: lower case, the first five letters (so "maintains"
+/// meets "maintainer", "licence" "license"), function words left out.
+pub fn stems(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !NON_ANSWER_STARTS.contains(&w.as_str()))
+        .map(|w| w.chars().take(5).collect())
+        .collect()
+}
+
+/// Names of the features, in the order of a feature vector (the ranker's weights file lists
+/// them, and is refused when they differ).
+pub fn names() -> Vec<String> {
+    let mut n: Vec<String> = [
+        "bias",
+        "sentence_similarity",
+        "sentence_similarity_gap",
+        "sentence_rank",
+        "passage_rank",
+        "first_passage",
+        "passage_score_share",
+        "question_words_near",
+        "question_words_in_sentence",
+        "words_from_question",
+        "one_word",
+        "words",
+        "long",
+        "field_value",
+        "field_key_in_question",
+        "whole_field_value",
+        "in_title",
+        "after_by",
+        "after_copula",
+        "after_called",
+        "repeats",
+        "in_context",
+        "lm_mean",
+        "lm_first",
+        "lm_end",
+        "lm_mean_gap",
+        "lm_rank",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let asks = ["who", "where", "year", "when", "number", "other"];
+    let shapes = [
+        "number", "url", "email", "path", "option", "code", "name", "words",
+    ];
+    for a in asks {
+        for s in shapes {
+            n.push(format!("asks_{a}_x_{s}"));
+        }
+    }
+    n
+}
+
+/// Index of the first of the reader's likelihood features (they are 0 until scored).
+pub const LM_FEATURES: std::ops::Range<usize> = 22..27;
+/// Index of `in_context`.
+pub const IN_CONTEXT: usize = 21;
+const SHAPE_BASE: usize = 27;
+
+/// The question as the features read it.
+pub struct Question {
+    stems: Vec<String>,
+    asks: Asks,
+}
+
+impl Question {
+    /// Analyses `question`.
+    pub fn new(question: &str) -> Self {
+        let mut stems = stems(question);
+        stems.sort();
+        stems.dedup();
+        Self {
+            stems,
+            asks: Asks::of(question),
+        }
+    }
+
+    fn share_in(&self, have: &[String]) -> f32 {
+        if self.stems.is_empty() {
+            return 0.0;
+        }
+        let found = self.stems.iter().filter(|s| have.contains(s)).count();
+        found as f32 / self.stems.len() as f32
+    }
+}
+
+/// Per passage, its words' stems and its sentences' scores, computed once for all its
+/// candidates.
+pub struct PassageView {
+    words: Vec<(usize, usize, String)>,
+    sentences: Vec<(usize, usize, f32, usize)>,
+}
+
+impl PassageView {
+    /// The views of `hits`, with the sentence ranking (best first) of the extractive reader.
+    pub fn all(hits: &[Hit], ranked: &[ScoredSentence]) -> Vec<PassageView> {
+        hits.iter()
+            .enumerate()
+            .map(|(h, hit)| {
+                let words = words(&hit.text)
+                    .into_iter()
+                    .map(|w| {
+                        let stem = stems(&hit.text[w.start..w.end])
+                            .into_iter()
+                            .next()
+                            .unwrap_or_default();
+                        (w.start, w.end, stem)
+                    })
+                    .collect();
+                let mut sentences: Vec<(usize, usize, f32, usize)> = ranked
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.passage == h)
+                    .map(|(rank, s)| (s.start, s.end, s.score, rank))
+                    .collect();
+                sentences.sort_by_key(|s| s.0);
+                PassageView { words, sentences }
+            })
+            .collect()
+    }
+
+    /// The sentence holding byte `pos` (its range, score and rank), else the passage's best.
+    pub fn sentence_at(&self, pos: usize) -> Option<(usize, usize, f32, usize)> {
+        self.sentences
+            .iter()
+            .find(|s| s.0 <= pos && pos < s.1)
+            .or_else(|| self.sentences.iter().min_by_key(|s| s.3))
+            .copied()
+    }
+}
+
+/// The feature vector of every candidate (the likelihood features left at 0).
+pub fn features(
+    question: &Question,
+    hits: &[Hit],
+    views: &[PassageView],
+    candidates: &[Candidate],
+    in_context: impl Fn(&Candidate) -> bool,
+) -> Vec<Vec<f32>> {
+    let best_sentence = views
+        .iter()
+        .flat_map(|v| v.sentences.iter().map(|s| s.2))
+        .fold(f32::NEG_INFINITY, f32::max);
+    let top_score = hits.first().map_or(0.0, |h| h.score);
+    let texts: Vec<String> = candidates
+        .iter()
+        .map(|c| crate::text::normalize_answer(c.text(hits)))
+        .collect();
+    let mut counts: std::collections::HashMap<&str, usize> = Default::default();
+    for t in &texts {
+        *counts.entry(t.as_str()).or_default() += 1;
+    }
+    let n = names().len();
+    candidates
+        .iter()
+        .zip(&texts)
+        .map(|(c, norm)| {
+            let mut f = vec![0f32; n];
+            let view = &views[c.hit];
+            let hit = &hits[c.hit];
+            f[0] = 1.0;
+            let sentence = if c.in_title {
+                view.sentences
+                    .iter()
+                    .min_by_key(|s| s.3)
+                    .copied()
+            } else {
+                view.sentence_at(c.start)
+            };
+            if let Some((s_start, s_end, score, rank)) = sentence {
+                f[1] = score;
+                f[2] = score - best_sentence;
+                f[3] = 1.0 / (1.0 + rank as f32);
+                let in_sentence: Vec<String> = view
+                    .words
+                    .iter()
+                    .filter(|w| s_start <= w.0 && w.1 <= s_end)
+                    .map(|w| w.2.clone())
+                    .collect();
+                f[8] = question.share_in(&in_sentence);
+            }
+            f[4] = 1.0 / (1.0 + c.hit as f32);
+            f[5] = (c.hit == 0) as u8 as f32;
+            f[6] = if top_score > 0.0 {
+                (hit.score / top_score).clamp(0.0, 1.0)
+            } else {
+                0.0
+            };
+            let own = stems(c.text(hits));
+            if !c.in_title {
+                let first = view.words.iter().position(|w| w.0 >= c.start);
+                let last = view.words.iter().rposition(|w| w.1 <= c.end);
+                if let (Some(first), Some(last)) = (first, last) {
+                    let lo = first.saturating_sub(WINDOW);
+                    let hi = (last + 1 + WINDOW).min(view.words.len());
+                    let near: Vec<String> = view.words[lo..first]
+                        .iter()
+                        .chain(&view.words[last + 1..hi])
+                        .map(|w| w.2.clone())
+                        .collect();
+                    f[7] = question.share_in(&near);
+                }
+            }
+            if !own.is_empty() {
+                let from_q = own.iter().filter(|s| question.stems.contains(s)).count();
+                f[9] = from_q as f32 / own.len() as f32;
+            }
+            f[10] = (c.words == 1) as u8 as f32;
+            f[11] = (c.words as f32).ln_1p();
+            f[12] = (c.words >= 4) as u8 as f32;
+            if let Some((ks, ke)) = c.key {
+                f[13] = 1.0;
+                let key = stems(&hit.text[ks..ke]);
+                f[14] = key.iter().any(|k| question.stems.contains(k)) as u8 as f32;
+            }
+            f[15] = c.whole_value as u8 as f32;
+            f[16] = c.in_title as u8 as f32;
+            f[17] = (c.previous == "by") as u8 as f32;
+            f[18] = matches!(c.previous.as_str(), "is" | "are" | "was" | "were") as u8 as f32;
+            f[19] = matches!(c.previous.as_str(), "called" | "named" | "as") as u8 as f32;
+            f[20] = (counts[norm.as_str()] as f32).ln();
+            f[IN_CONTEXT] = in_context(c) as u8 as f32;
+            let shape = Shape::of(c.text(hits)) as usize;
+            f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
+            debug_assert_eq!(SHAPE_BASE + ASKS * SHAPES, n);
+            f
+        })
+        .collect()
+}
+
+/// Sets the likelihood features of the scored candidates: `scored[i]` is candidate `rows[i]`'s
+/// (mean log-probability per token, first token's, end's).
+pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32, f32, f32)]) {
+    let best = scored
+        .iter()
+        .map(|s| s.0)
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut order: Vec<usize> = (0..scored.len()).collect();
+    order.sort_by(|&a, &b| scored[b].0.total_cmp(&scored[a].0));
+    for (rank, &i) in order.iter().enumerate() {
+        let f = &mut features[rows[i]];
+        let (mean, first, end) = scored[i];
+        let floor = |x: f32| if x.is_finite() { x.max(-30.0) } else { -30.0 };
+        f[LM_FEATURES.start] = floor(mean);
+        f[LM_FEATURES.start + 1] = floor(first);
+        f[LM_FEATURES.start + 2] = floor(end);
+        f[LM_FEATURES.start + 3] = floor(mean) - floor(best);
+        f[LM_FEATURES.start + 4] = 1.0 / (1.0 + rank as f32);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn questions_say_what_they_ask_for() {
+        assert_eq!(Asks::of("Who wrote serde?"), Asks::Who);
+        assert_eq!(Asks::of("In what year was it founded?"), Asks::Year);
+        assert_eq!(Asks::of("When was it founded?"), Asks::When);
+        assert_eq!(Asks::of("How many pages does it have?"), Asks::Number);
+        assert_eq!(Asks::of("Which version of Rust does it need?"), Asks::Number);
+        assert_eq!(Asks::of("Where can I find it on the web?"), Asks::Where);
+        assert_eq!(Asks::of("Which option copies recursively?"), Asks::Other);
+    }
+
+    #[test]
+    fn shapes_of_answers() {
+        assert_eq!(Shape::of("1856"), Shape::Number);
+        assert_eq!(Shape::of("https://serde.rs"), Shape::Url);
+        assert_eq!(Shape::of("--recursive"), Shape::Option);
+        assert_eq!(Shape::of("/etc/passwd"), Shape::Path);
+        assert_eq!(Shape::of("David Tolnay"), Shape::Name);
+        assert_eq!(Shape::of("Vec::new"), Shape::Code);
+        assert_eq!(Shape::of("glassblower"), Shape::Words);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES);
+        assert_eq!(names()[IN_CONTEXT], "in_context");
+        assert_eq!(names()[LM_FEATURES.start], "lm_mean");
+    }
+}

@@ -1,0 +1,204 @@
+//! Choosing a short answer as a ranking: every candidate span of the retrieved passages
+//! ([`candidates`]) is described by features ([`features`]) and scored by a linear model whose
+//! weights were fitted on the dev splits of real text (`bench/fit_answer_ranker.py`) and are
+//! kept as data (`engine/data/answer_ranker.json`).
+//!
+//! Two weight vectors: `lexical` scores every candidate from retrieval, the sentence encoder
+//! and the text alone (the extractive reader's answer, and the shortlist); `full` adds the
+//! generative reader's likelihood of each shortlisted span as the answer.
+
+pub mod candidates;
+pub mod features;
+
+use std::sync::OnceLock;
+
+use capstan_reader::ScoredSentence;
+use capstan_retriever::Hit;
+use serde::Deserialize;
+
+pub use candidates::Candidate;
+use features::{PassageView, Question};
+
+/// Candidates whose likelihood the generative reader scores (the best by the lexical weights,
+/// one per distinct text).
+pub const SHORTLIST: usize = 24;
+
+/// The weights of the answer ranker.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Ranker {
+    /// Feature names, in order; must equal [`features::names`].
+    pub features: Vec<String>,
+    /// Weights without the reader's likelihood.
+    pub lexical: Vec<f32>,
+    /// Weights with it.
+    pub full: Vec<f32>,
+}
+
+impl Ranker {
+    /// Parses a weights file, checking its features against the code's.
+    pub fn from_json(text: &str) -> Result<Self, String> {
+        let r: Ranker =
+            serde_json::from_str(text).map_err(|e| format!("answer ranker weights: {e}"))?;
+        let names = features::names();
+        if r.features != names {
+            return Err(format!(
+                "answer ranker weights: features {:?} differ from the code's {:?}",
+                r.features, names
+            ));
+        }
+        if r.lexical.len() != names.len() || r.full.len() != names.len() {
+            return Err("answer ranker weights: a weight vector of the wrong length".into());
+        }
+        Ok(r)
+    }
+
+    /// The weights kept in the repository.
+    pub fn builtin() -> &'static Ranker {
+        static RANKER: OnceLock<Ranker> = OnceLock::new();
+        RANKER.get_or_init(|| {
+            Ranker::from_json(include_str!("../../data/answer_ranker.json"))
+                .expect("engine/data/answer_ranker.json is checked by a test")
+        })
+    }
+}
+
+fn dot(w: &[f32], f: &[f32]) -> f32 {
+    w.iter().zip(f).map(|(a, b)| a * b).sum()
+}
+
+/// The candidates of a question with their features and lexical scores.
+pub struct Shortlist {
+    /// Every candidate.
+    pub candidates: Vec<Candidate>,
+    /// Their features.
+    pub features: Vec<Vec<f32>>,
+    /// Their lexical scores.
+    pub lexical: Vec<f32>,
+    /// Candidate indices, best lexical score first, one per distinct text.
+    pub order: Vec<usize>,
+}
+
+impl Shortlist {
+    /// Candidates of `hits` for `question`, with the sentence ranking of the extractive reader
+    /// (`ranked`, best first); `in_context` tells the candidates the generative reader reads.
+    pub fn new(
+        question: &str,
+        hits: &[Hit],
+        ranked: &[ScoredSentence],
+        in_context: impl Fn(&Candidate) -> bool,
+    ) -> Self {
+        let ranker = Ranker::builtin();
+        let q = Question::new(question);
+        let views = PassageView::all(hits, ranked);
+        let candidates = candidates::candidates(hits);
+        let features = features::features(&q, hits, &views, &candidates, in_context);
+        let lexical: Vec<f32> = features.iter().map(|f| dot(&ranker.lexical, f)).collect();
+        let mut by_score: Vec<usize> = (0..candidates.len()).collect();
+        by_score.sort_by(|&a, &b| lexical[b].total_cmp(&lexical[a]).then(a.cmp(&b)));
+        let mut seen = std::collections::HashSet::new();
+        let order = by_score
+            .into_iter()
+            .filter(|&i| seen.insert(candidates[i].text(hits)))
+            .collect();
+        Self {
+            candidates,
+            features,
+            lexical,
+            order,
+        }
+    }
+
+    /// The best candidate by the lexical weights.
+    pub fn best_lexical(&self) -> Option<usize> {
+        self.order.first().copied()
+    }
+
+    /// The first `n` candidates of the order.
+    pub fn top(&self, n: usize) -> &[usize] {
+        &self.order[..n.min(self.order.len())]
+    }
+
+    /// Adds the reader's likelihoods of `rows` (each `(mean, first, end)` log-probabilities)
+    /// and returns the best of them by the full weights.
+    pub fn best_with_likelihoods(
+        &mut self,
+        rows: &[usize],
+        scored: &[(f32, f32, f32)],
+    ) -> Option<usize> {
+        features::set_likelihoods(&mut self.features, rows, scored);
+        let w = &Ranker::builtin().full;
+        rows.iter()
+            .copied()
+            .max_by(|&a, &b| {
+                dot(w, &self.features[a])
+                    .total_cmp(&dot(w, &self.features[b]))
+                    .then(b.cmp(&a))
+            })
+    }
+
+    /// One JSON line for fitting the weights (`CAPSTAN_DUMP_CANDIDATES`): the question and
+    /// its first `n` candidates by lexical score plus every `scored` one, with their features.
+    pub fn dump_line(&self, question: &str, hits: &[Hit], n: usize, scored: &[usize]) -> String {
+        let mut rows: Vec<usize> = self.top(n).to_vec();
+        for &s in scored {
+            if !rows.contains(&s) {
+                rows.push(s);
+            }
+        }
+        let candidates: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|&i| {
+                serde_json::json!({
+                    "text": self.candidates[i].text(hits),
+                    "scored": scored.contains(&i),
+                    "f": self.features[i],
+                })
+            })
+            .collect();
+        serde_json::json!({"question": question, "candidates": candidates}).to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builtin_weights_match_the_features() {
+        let r = Ranker::builtin();
+        assert_eq!(r.features, features::names());
+        assert!(Ranker::from_json(r#"{"features":["bias"],"lexical":[1],"full":[1]}"#).is_err());
+    }
+
+    fn hit(id: &str, title: &str, text: &str, score: f32) -> Hit {
+        Hit {
+            passage_id: format!("{id}#0"),
+            doc_id: id.into(),
+            title: title.into(),
+            text: text.into(),
+            score,
+            ..Default::default()
+        }
+    }
+
+    /// With the built-in weights, the value of the field the question names wins over the
+    /// question's own words and the field's name.
+    #[test]
+    fn the_named_field_value_wins() {
+        let hits = [hit(
+            "serde",
+            "serde",
+            "Name: serde\nVersion: 1.0.210\nLicense: MIT OR Apache-2.0\nRepository: https://github.com/serde-rs/serde\nDescription: A generic serialization framework",
+            10.0,
+        )];
+        let ranked = vec![ScoredSentence {
+            passage: 0,
+            start: 0,
+            end: hits[0].text.len(),
+            score: 0.5,
+        }];
+        let s = Shortlist::new("What license does serde use?", &hits, &ranked, |_| true);
+        let best = s.best_lexical().unwrap();
+        assert_eq!(s.candidates[best].text(&hits), "MIT OR Apache-2.0");
+    }
+}
