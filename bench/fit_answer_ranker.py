@@ -62,7 +62,7 @@ def fit(groups, mask, lam, iters=600, lr=0.05):
     w = np.zeros(d)
     m = np.zeros(d)
     v = np.zeros(d)
-    usable = [(X[:, mask], y) for X, y in groups if y.any() and not y.all()]
+    usable = [(X[:, mask], y) for X, y, *_ in groups if y.any() and not y.all()]
     for t in range(1, iters + 1):
         g = lam * w[mask] * 2
         for X, y in usable:
@@ -86,7 +86,7 @@ def top1(groups, w):
     """Share of all questions whose best-scored candidate is right (questions without a right
     candidate count as misses)."""
     hits = 0
-    for X, y in groups:
+    for X, y, *_ in groups:
         hits += bool(y[int(np.argmax(X @ w))])
     return hits / max(1, len(groups))
 
@@ -111,10 +111,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", nargs=2, action="append", required=True, metavar=("DUMP", "QUESTIONS"))
     ap.add_argument("--out", default="engine/data/answer_ranker.json")
+    ap.add_argument("--names", default="engine/data/answer_ranker.json")
     ap.add_argument("--lambdas", default="0.0001,0.001,0.01")
     args = ap.parse_args()
-    old = json.load(open(args.out))
-    names = old["features"]
+    # The feature names of the code, as the weights file in the repository lists them.
+    names = json.load(open(args.names))["features"]
     groups = load(args.pair)
     lams = [float(x) for x in args.lambdas.split(",")]
     lexical_mask = np.array([n not in NOT_LEXICAL for n in names])

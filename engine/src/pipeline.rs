@@ -168,7 +168,7 @@ pub const DEFAULT_SPAN_END_BIAS: f32 = 2.0;
 pub const DEFAULT_SENTENCE_LEXICAL_WEIGHT: f32 = 0.0;
 
 /// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md).
-pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Sentences(3);
+pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Budget(400);
 
 /// What kind of text an answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -268,6 +268,9 @@ pub struct Answer {
 /// continuous-batching [`Scheduler`].
 pub struct Pipeline {
     retriever: Arc<Retriever>,
+    /// Unit vectors of the field keys seen so far ("License", "Homepage": records repeat a
+    /// few keys), for the answer ranker's key similarity.
+    key_vectors: std::sync::Mutex<std::collections::HashMap<String, Arc<Vec<f32>>>>,
     extractive: ExtractiveReader,
     llama: Option<Scheduler>,
     cape: Option<Scheduler>,
@@ -287,6 +290,7 @@ impl Pipeline {
         let extractive = ExtractiveReader::new(retriever.encoder()?.clone());
         Ok(Self {
             retriever,
+            key_vectors: Default::default(),
             extractive,
             llama,
             cape,
@@ -479,6 +483,43 @@ impl Pipeline {
         Ok(self.extractive.rank(question, &passages)?)
     }
 
+    /// The question's unit vector: the caller's, or computed.
+    fn question_vector(&self, question: &str, vector: Option<Vec<f32>>) -> Result<Vec<f32>> {
+        match vector {
+            Some(v) => Ok(v),
+            None => Ok(self.retriever.embed_query(question)?),
+        }
+    }
+
+    /// The cosine similarity of a field's key to the question (0 when the key cannot be
+    /// embedded).
+    fn key_similarity(&self, question: &[f32], key: &str) -> f32 {
+        /// Keys kept before the map starts afresh.
+        const KEPT_KEYS: usize = 50_000;
+        let cached = self
+            .key_vectors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        let v = match cached {
+            Some(v) => v,
+            None => match self.retriever.embed_query(key) {
+                Ok(v) => {
+                    let v = Arc::new(v);
+                    let mut map = self.key_vectors.lock().unwrap_or_else(|e| e.into_inner());
+                    if map.len() >= KEPT_KEYS {
+                        map.clear();
+                    }
+                    map.insert(key.to_string(), v.clone());
+                    v
+                }
+                Err(_) => return 0.0,
+            },
+        };
+        capstan_indexer::dot(question, &v)
+    }
+
     fn read_extractive(
         &self,
         req: &QaRequest,
@@ -499,9 +540,11 @@ impl Pipeline {
         }
         let t = Instant::now();
         let question = req.standalone_question();
-        let ranked = self.rank_sentences(&question, &hits, vector.as_deref())?;
+        let qv = self.question_vector(&question, vector)?;
+        let ranked = self.rank_sentences(&question, &hits, Some(&qv))?;
         let mut answer = if req.answer == AnswerMode::Span {
-            let shortlist = Shortlist::new(&question, &hits, &ranked, |_| true);
+            let key_similarity = |key: &str| self.key_similarity(&qv, key);
+            let shortlist = Shortlist::new(&question, &hits, &ranked, |_| true, &key_similarity);
             dump_candidates(&question, &hits, &shortlist, &[]);
             let best = shortlist.best_lexical();
             span_answer(&shortlist, best, hits, &ranked, ReaderKind::Extractive)
@@ -581,7 +624,8 @@ impl Pipeline {
         let model = scheduler.model();
         let t = Instant::now();
         let question = req.standalone_question();
-        let mut ranked = self.rank_sentences(&question, &hits, vector.as_deref())?;
+        let qv = self.question_vector(&question, vector)?;
+        let mut ranked = self.rank_sentences(&question, &hits, Some(&qv))?;
         let sentence_order = ranked.clone();
         let context = self.llama_context(req, model, &question, &hits, &mut ranked)?;
         let passages = context.passages(&hits);
@@ -603,7 +647,14 @@ impl Pipeline {
                     .any(|p| p.hit == c.hit && p.start <= c.start && c.end <= p.end)
             }
         };
-        let mut shortlist = Shortlist::new(&question, &hits, &sentence_order, in_context);
+        let key_similarity = |key: &str| self.key_similarity(&qv, key);
+        let mut shortlist = Shortlist::new(
+            &question,
+            &hits,
+            &sentence_order,
+            in_context,
+            &key_similarity,
+        );
         timings.assemble_ms = ms(t);
         let t = Instant::now();
         let rows = shortlist.top(crate::answer::SHORTLIST).to_vec();

@@ -10,12 +10,13 @@ use candle_core::Tensor;
 use capstan_reader::{Cache, LanguageModel};
 use common::tiny;
 
-/// Log-probabilities of `answer` then `end` after `prompt`, by one plain forward.
-fn teacher_forced(lm: &LanguageModel, prompt: &[u32], answer: &[u32], end: u32) -> (f32, f32) {
+/// Log-probabilities of `answer`, then of any of `ends` after it, following `prompt`, by one
+/// plain forward.
+fn teacher_forced(lm: &LanguageModel, prompt: &[u32], answer: &[u32], ends: &[u32]) -> (f32, f32) {
     let model = lm.model();
     let mut ids = prompt.to_vec();
     ids.extend_from_slice(answer);
-    ids.push(end);
+    ids.push(ends[0]);
     let input = Tensor::new(ids.as_slice(), model.device())
         .unwrap()
         .unsqueeze(0)
@@ -28,30 +29,36 @@ fn teacher_forced(lm: &LanguageModel, prompt: &[u32], answer: &[u32], end: u32) 
         .unwrap()
         .to_vec2()
         .unwrap();
-    let lp = |row: &[f32], t: u32| {
+    let lp = |row: &[f32], ts: &[u32]| {
         let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let sum: f32 = row.iter().map(|x| (x - max).exp()).sum();
-        row[t as usize] - max - sum.ln()
+        let picked: f32 = ts.iter().map(|&t| (row[t as usize] - max).exp()).sum();
+        picked.ln() - sum.ln()
     };
     let mut total = 0.0;
     for (j, &t) in answer.iter().enumerate() {
-        total += lp(&logits[prompt.len() - 1 + j], t);
+        total += lp(&logits[prompt.len() - 1 + j], &[t]);
     }
-    let end_lp = lp(&logits[prompt.len() - 1 + answer.len()], end);
+    let end_lp = lp(&logits[prompt.len() - 1 + answer.len()], ends);
     (total, end_lp)
 }
 
 #[test]
 fn candidates_scored_from_a_shared_prompt_equal_teacher_forcing_each_alone() {
-    for name in ["llama-tied", "llama-abf-tiny", "llama3-rope-tiny", "qwen2-tiny"] {
+    for name in [
+        "llama-tied",
+        "llama-abf-tiny",
+        "llama3-rope-tiny",
+        "qwen2-tiny",
+    ] {
         let (_dir, lm) = tiny(name);
         assert!(!lm.uses_chat_template(), "{name}");
         let prompt = lm.encode("t5 t17 t42 t99 t7 t8 t120 t33").unwrap();
         let answers = ["t9", "t200 t201 t202", "t17 t42", ""];
         let scored = lm.answer_likelihoods(&prompt, &answers).unwrap();
         assert_eq!(scored.len(), answers.len());
-        // The word-level vocabulary has no line break: an answer ends at the stop token.
-        let end = lm.stop_ids()[0];
+        // The word-level vocabulary has no line break: an answer ends at any stop token.
+        let ends = lm.stop_ids().to_vec();
         for (a, s) in answers.iter().zip(&scored) {
             if a.is_empty() {
                 assert_eq!(s.tokens, 0);
@@ -59,7 +66,7 @@ fn candidates_scored_from_a_shared_prompt_equal_teacher_forcing_each_alone() {
                 continue;
             }
             let ids = lm.encode(a).unwrap();
-            let (want, want_end) = teacher_forced(&lm, &prompt, &ids, end);
+            let (want, want_end) = teacher_forced(&lm, &prompt, &ids, &ends);
             assert_eq!(s.tokens, ids.len());
             assert!(
                 (s.logprob - want).abs() < 1e-3 && (s.end - want_end).abs() < 1e-3,

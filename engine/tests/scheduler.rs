@@ -9,12 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use candle_core::{DType, Device};
-use common::{f32_options, reader_fixture, tiny};
 use capstan_engine::scheduler::Event;
 use capstan_engine::{Error, Scheduler, SchedulerSettings};
 use capstan_reader::{
     GenerationParams, Generator, LanguageModel, LoadOptions, Request, StopReason,
 };
+use common::{f32_options, reader_fixture, tiny};
 
 fn prompt(seed: u32, len: usize, vocab: usize) -> Vec<u32> {
     (0..len as u32)

@@ -72,12 +72,17 @@ pub struct PipelineArgs {
     /// Ask the question before and after the documents.
     #[arg(long)]
     pub query_aware: bool,
-    /// Generative answers: `span` (copied from the passages the model read, cited where it
-    /// stands) or `free` (free text, first line) [default: span].
+    /// The answer: `span` (a short span of the passages, chosen by ranking every candidate
+    /// span; a Llama reader's likelihood of each is one of its scores; cited where it stands,
+    /// its sentence beside it), `copy` (a span the Llama or CAPE reader copies by constrained
+    /// greedy decoding), `sentence` (the extractive reader's best sentence) or `free` (free
+    /// text, first line) [default: span].
     #[arg(long, env = "CAPSTAN_ANSWER")]
     pub answer: Option<AnswerMode>,
-    /// What the Llama reader reads: `passages` (whole) or `sentences:N` (the N sentences of
-    /// the passages most similar to the question) [default: sentences:3].
+    /// What the Llama reader reads: `budget:N` (whole passages, best first, while they fit in
+    /// N tokens; past that the best sentences that still fit), `passages` (all whole) or
+    /// `sentences:N` (the N sentences of the passages most similar to the question)
+    /// [default: budget:400].
     #[arg(long, env = "CAPSTAN_CONTEXT")]
     pub context: Option<ContextMode>,
     /// The instruction opening the Llama reader's prompt.

@@ -104,9 +104,10 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
             }
         }
         let trailing = &core[kept.len()..];
-        let clause_end = trailing.chars().any(|c| {
-            matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | ')' | ']' | '}' | '>')
-        }) || (lead > 0 && raw[..lead].contains('('));
+        let clause_end = trailing
+            .chars()
+            .any(|c| matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | ')' | ']' | '}' | '>'))
+            || (lead > 0 && raw[..lead].contains('('));
         if kept.is_empty() {
             if let Some(last) = out.last_mut() {
                 last.clause_end |= clause_end || !trailing.is_empty();
@@ -175,6 +176,21 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     key: field.map(|f| f.0),
                     whole_value: field.is_some_and(|f| f.1 == (first.start, last.end)),
                     previous,
+                });
+            }
+            // A call or signature ("startDocument(self)", "iglob(pathname)") names its
+            // function too.
+            let w = &words[i];
+            if let Some(paren) = text[w.start..w.end].find('(').filter(|&p| p > 0) {
+                out.push(Candidate {
+                    hit: h,
+                    start: w.start,
+                    end: w.start + paren,
+                    in_title: false,
+                    words: 1,
+                    key: field_at(w.start).map(|f| f.0),
+                    whole_value: false,
+                    previous: String::new(),
                 });
             }
             if words[i].clause_end {
@@ -258,7 +274,8 @@ pub(crate) fn fields(text: &str) -> Vec<Field> {
             continue;
         }
         let value = after.trim();
-        let value_start = line_start + indent + colon + 1 + (after.len() - after.trim_start().len());
+        let value_start =
+            line_start + indent + colon + 1 + (after.len() - after.trim_start().len());
         let key_start = line_start + indent;
         out.push(Field {
             key: (key_start, key_start + key.len()),
@@ -316,7 +333,10 @@ mod tests {
         let lic = find("MIT OR Apache-2.0");
         assert!(lic.whole_value);
         assert_eq!(&text[lic.key.unwrap().0..lic.key.unwrap().1], "License");
-        assert_eq!(find("Erick Tryzelaar").key.map(|k| &text[k.0..k.1]), Some("Authors"));
+        assert_eq!(
+            find("Erick Tryzelaar").key.map(|k| &text[k.0..k.1]),
+            Some("Authors")
+        );
         find("erick.tryzelaar@gmail.com");
         find("David Tolnay");
         assert_eq!(fields(text).len(), 3, "a URL is not a key");
@@ -325,7 +345,14 @@ mod tests {
     #[test]
     fn option_lists_end_clauses_at_two_spaces_and_keep_brackets_they_open() {
         let c = texts("-R, -r, --recursive  copy directories recursively\nuse f() and Vec<T>.");
-        for want in ["--recursive", "-R", "copy directories recursively", "f()", "Vec<T>"] {
+        for want in [
+            "--recursive",
+            "-R",
+            "copy directories recursively",
+            "f()",
+            "f",
+            "Vec<T>",
+        ] {
             assert!(c.contains(&want.to_string()), "{want}: {c:?}");
         }
         assert!(!c.iter().any(|t| t.contains("--recursive copy")), "{c:?}");

@@ -80,6 +80,12 @@ impl Asks {
     }
 }
 
+/// English numbers spelled out ("Rust has four primary scalar types").
+const NUMBER_WORDS: &[&str] = &[
+    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+    "eleven", "twelve", "twenty", "hundred", "thousand", "dozen",
+];
+
 /// The shape of a candidate's text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
@@ -107,7 +113,8 @@ const ASKS: usize = 6;
 impl Shape {
     fn of(text: &str) -> Self {
         let lower = text.to_lowercase();
-        if text.starts_with(|c: char| c.is_ascii_digit()) {
+        let first = lower.split_whitespace().next().unwrap_or("");
+        if text.starts_with(|c: char| c.is_ascii_digit()) || NUMBER_WORDS.contains(&first) {
             Shape::Number
         } else if lower.starts_with("http://")
             || lower.starts_with("https://")
@@ -166,6 +173,8 @@ pub fn names() -> Vec<String> {
         "long",
         "field_value",
         "field_key_in_question",
+        "field_key_similarity",
+        "field_key_most_similar",
         "whole_field_value",
         "in_title",
         "after_by",
@@ -195,10 +204,10 @@ pub fn names() -> Vec<String> {
 }
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
-pub const LM_FEATURES: std::ops::Range<usize> = 22..27;
+pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
 /// Index of `in_context`.
-pub const IN_CONTEXT: usize = 21;
-const SHAPE_BASE: usize = 27;
+pub const IN_CONTEXT: usize = 23;
+const SHAPE_BASE: usize = 29;
 
 /// The question as the features read it.
 pub struct Question {
@@ -279,7 +288,20 @@ pub fn features(
     views: &[PassageView],
     candidates: &[Candidate],
     in_context: impl Fn(&Candidate) -> bool,
+    key_similarity: &dyn Fn(&str) -> f32,
 ) -> Vec<Vec<f32>> {
+    // Each field key's similarity to the question (the encoder's, so "Developer" meets "who
+    // created"), and the best of each passage's keys.
+    let mut key_sims: std::collections::HashMap<(usize, usize, usize), f32> = Default::default();
+    let mut best_key: Vec<f32> = vec![f32::NEG_INFINITY; hits.len()];
+    for c in candidates {
+        if let Some(k) = c.key {
+            let sim = *key_sims
+                .entry((c.hit, k.0, k.1))
+                .or_insert_with(|| key_similarity(&hits[c.hit].text[k.0..k.1]));
+            best_key[c.hit] = best_key[c.hit].max(sim);
+        }
+    }
     let best_sentence = views
         .iter()
         .flat_map(|v| v.sentences.iter().map(|s| s.2))
@@ -303,10 +325,7 @@ pub fn features(
             let hit = &hits[c.hit];
             f[0] = 1.0;
             let sentence = if c.in_title {
-                view.sentences
-                    .iter()
-                    .min_by_key(|s| s.3)
-                    .copied()
+                view.sentences.iter().min_by_key(|s| s.3).copied()
             } else {
                 view.sentence_at(c.start)
             };
@@ -355,13 +374,16 @@ pub fn features(
                 f[13] = 1.0;
                 let key = stems(&hit.text[ks..ke]);
                 f[14] = key.iter().any(|k| question.stems.contains(k)) as u8 as f32;
+                let sim = key_sims[&(c.hit, ks, ke)];
+                f[15] = sim;
+                f[16] = (sim >= best_key[c.hit]) as u8 as f32;
             }
-            f[15] = c.whole_value as u8 as f32;
-            f[16] = c.in_title as u8 as f32;
-            f[17] = (c.previous == "by") as u8 as f32;
-            f[18] = matches!(c.previous.as_str(), "is" | "are" | "was" | "were") as u8 as f32;
-            f[19] = matches!(c.previous.as_str(), "called" | "named" | "as") as u8 as f32;
-            f[20] = (counts[norm.as_str()] as f32).ln();
+            f[17] = c.whole_value as u8 as f32;
+            f[18] = c.in_title as u8 as f32;
+            f[19] = (c.previous == "by") as u8 as f32;
+            f[20] = matches!(c.previous.as_str(), "is" | "are" | "was" | "were") as u8 as f32;
+            f[21] = matches!(c.previous.as_str(), "called" | "named" | "as") as u8 as f32;
+            f[22] = (counts[norm.as_str()] as f32).ln();
             f[IN_CONTEXT] = in_context(c) as u8 as f32;
             let shape = Shape::of(c.text(hits)) as usize;
             f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
@@ -374,10 +396,7 @@ pub fn features(
 /// Sets the likelihood features of the scored candidates: `scored[i]` is candidate `rows[i]`'s
 /// (mean log-probability per token, first token's, end's).
 pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32, f32, f32)]) {
-    let best = scored
-        .iter()
-        .map(|s| s.0)
-        .fold(f32::NEG_INFINITY, f32::max);
+    let best = scored.iter().map(|s| s.0).fold(f32::NEG_INFINITY, f32::max);
     let mut order: Vec<usize> = (0..scored.len()).collect();
     order.sort_by(|&a, &b| scored[b].0.total_cmp(&scored[a].0));
     for (rank, &i) in order.iter().enumerate() {
@@ -402,7 +421,10 @@ mod tests {
         assert_eq!(Asks::of("In what year was it founded?"), Asks::Year);
         assert_eq!(Asks::of("When was it founded?"), Asks::When);
         assert_eq!(Asks::of("How many pages does it have?"), Asks::Number);
-        assert_eq!(Asks::of("Which version of Rust does it need?"), Asks::Number);
+        assert_eq!(
+            Asks::of("Which version of Rust does it need?"),
+            Asks::Number
+        );
         assert_eq!(Asks::of("Where can I find it on the web?"), Asks::Where);
         assert_eq!(Asks::of("Which option copies recursively?"), Asks::Other);
     }
@@ -410,6 +432,7 @@ mod tests {
     #[test]
     fn shapes_of_answers() {
         assert_eq!(Shape::of("1856"), Shape::Number);
+        assert_eq!(Shape::of("four"), Shape::Number);
         assert_eq!(Shape::of("https://serde.rs"), Shape::Url);
         assert_eq!(Shape::of("--recursive"), Shape::Option);
         assert_eq!(Shape::of("/etc/passwd"), Shape::Path);

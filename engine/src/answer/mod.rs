@@ -80,18 +80,21 @@ pub struct Shortlist {
 
 impl Shortlist {
     /// Candidates of `hits` for `question`, with the sentence ranking of the extractive reader
-    /// (`ranked`, best first); `in_context` tells the candidates the generative reader reads.
+    /// (`ranked`, best first); `in_context` tells the candidates the generative reader reads;
+    /// `key_similarity` is the similarity of a field's key to the question.
     pub fn new(
         question: &str,
         hits: &[Hit],
         ranked: &[ScoredSentence],
         in_context: impl Fn(&Candidate) -> bool,
+        key_similarity: &dyn Fn(&str) -> f32,
     ) -> Self {
         let ranker = Ranker::builtin();
         let q = Question::new(question);
         let views = PassageView::all(hits, ranked);
         let candidates = candidates::candidates(hits);
-        let features = features::features(&q, hits, &views, &candidates, in_context);
+        let features =
+            features::features(&q, hits, &views, &candidates, in_context, key_similarity);
         let lexical: Vec<f32> = features.iter().map(|f| dot(&ranker.lexical, f)).collect();
         let mut by_score: Vec<usize> = (0..candidates.len()).collect();
         by_score.sort_by(|&a, &b| lexical[b].total_cmp(&lexical[a]).then(a.cmp(&b)));
@@ -127,13 +130,11 @@ impl Shortlist {
     ) -> Option<usize> {
         features::set_likelihoods(&mut self.features, rows, scored);
         let w = &Ranker::builtin().full;
-        rows.iter()
-            .copied()
-            .max_by(|&a, &b| {
-                dot(w, &self.features[a])
-                    .total_cmp(&dot(w, &self.features[b]))
-                    .then(b.cmp(&a))
-            })
+        rows.iter().copied().max_by(|&a, &b| {
+            dot(w, &self.features[a])
+                .total_cmp(&dot(w, &self.features[b]))
+                .then(b.cmp(&a))
+        })
     }
 
     /// One JSON line for fitting the weights (`CAPSTAN_DUMP_CANDIDATES`): the question and
@@ -197,7 +198,13 @@ mod tests {
             end: hits[0].text.len(),
             score: 0.5,
         }];
-        let s = Shortlist::new("What license does serde use?", &hits, &ranked, |_| true);
+        let s = Shortlist::new(
+            "What license does serde use?",
+            &hits,
+            &ranked,
+            |_| true,
+            &|_| 0.0,
+        );
         let best = s.best_lexical().unwrap();
         assert_eq!(s.candidates[best].text(&hits), "MIT OR Apache-2.0");
     }

@@ -42,4 +42,3 @@ pub fn f32_options() -> LoadOptions {
         no_chat_template: false,
     }
 }
-
