@@ -177,17 +177,26 @@ fn resolve(question: &str, name: &str) -> Option<String> {
     ))
 }
 
-/// Where `question`'s first referring phrase (as whole words, any case) lies, and whether it
-/// is possessive; `None` when it has none.
+/// Where `question`'s first referring phrase (as whole words, any case) lies (byte offsets in
+/// `question`), and whether it is possessive; `None` when it has none.
+///
+/// The phrases are found in a lower-cased copy whose offsets map back to the question's own
+/// characters: lower-casing changes the length of some ("İ" becomes two characters, the Kelvin
+/// sign three bytes to one), so offsets of the copy are not offsets of the question.
 fn referring_phrase(question: &str) -> Option<(usize, usize, Possessive)> {
-    let lower = question.to_lowercase();
-    // Lowercasing may change byte offsets; then only exact positions are safe.
-    if lower.len() != question.len() {
-        return None;
+    let mut lower = String::with_capacity(question.len());
+    // For each byte of `lower`, the offset in `question` of the character it starts the lower
+    // case of, or `usize::MAX` inside one; one more entry for the end.
+    let mut to_question: Vec<usize> = Vec::with_capacity(question.len() + 1);
+    for (i, c) in question.char_indices() {
+        let before = lower.len();
+        lower.extend(c.to_lowercase());
+        to_question.push(i);
+        to_question.extend(std::iter::repeat_n(usize::MAX, lower.len() - before - 1));
     }
+    to_question.push(question.len());
     let is_word_edge = |at: usize| {
         at == 0
-            || at >= lower.len()
             || !lower[..at]
                 .chars()
                 .next_back()
@@ -200,19 +209,33 @@ fn referring_phrase(question: &str) -> Option<(usize, usize, Possessive)> {
                 .next()
                 .is_some_and(|c| c.is_alphanumeric() || c == '\'')
     };
+    // "her" owns what follows it ("her brother") or is an object ("who taught her?").
+    let followed_by_word = |at: usize| {
+        lower[at..]
+            .trim_start()
+            .chars()
+            .next()
+            .is_some_and(char::is_alphanumeric)
+            && lower[at..].starts_with(char::is_whitespace)
+    };
     let mut found: Option<(usize, usize, Possessive)> = None;
     for &(phrase, possessive) in REFERRING {
         let mut from = 0;
         while let Some(i) = lower[from..].find(phrase) {
             let at = from + i;
             let end = at + phrase.len();
-            if is_word_edge(at) && is_word_end(end) {
-                if found.is_none_or(|(a, _, _)| at < a) {
-                    found = Some((at, end, possessive));
+            let (q_at, q_end) = (to_question[at], to_question[end]);
+            if is_word_edge(at) && is_word_end(end) && q_at != usize::MAX && q_end != usize::MAX {
+                let possessive = match (phrase, possessive) {
+                    ("her", Possessive::Yes) if !followed_by_word(end) => Possessive::No,
+                    (_, p) => p,
+                };
+                if found.is_none_or(|(a, _, _)| q_at < a) {
+                    found = Some((q_at, q_end, possessive));
                 }
                 break;
             }
-            from = at + phrase.len();
+            from = end;
         }
     }
     found
@@ -318,5 +341,47 @@ mod tests {
             last_name("What did Saquafen Dulcorde do?").as_deref(),
             Some("Saquafen Dulcorde")
         );
+    }
+
+    /// Case mappings that change a character's length shift no offset: nothing panics, and
+    /// the rewrite changes only the referring phrase.
+    #[test]
+    fn referring_phrases_are_found_whatever_lower_casing_does_to_lengths() {
+        let name = "Ekmarud Brekes";
+        assert_eq!(
+            resolve("Where was İ her— born? ẞ", name).as_deref(),
+            Some("Where was İ Ekmarud Brekes— born? ẞ")
+        );
+        assert_eq!(
+            resolve("Was İzmir her home? ẞ", name).as_deref(),
+            Some("Was İzmir Ekmarud Brekes's home? ẞ")
+        );
+        assert_eq!(
+            resolve("Who taught her?", name).as_deref(),
+            Some("Who taught Ekmarud Brekes?")
+        );
+        // Random questions over letters whose case mappings change length.
+        let alphabet: Vec<char> = "İıẞßKÅΣσςﬁŉǰΐ aehirstwo?'—".chars().collect();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let len = (state % 24) as usize;
+            let mut q = String::new();
+            for _ in 0..len {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                q.push(alphabet[(state % alphabet.len() as u64) as usize]);
+            }
+            for insert in ["her ", "it", "this person"] {
+                let q = format!("{q} {insert} {q}");
+                if let Some(r) = resolve(&q, name) {
+                    let (at, end, _) = referring_phrase(&q).unwrap();
+                    assert!(
+                        r.starts_with(&q[..at]) && r.ends_with(&q[end..]),
+                        "{q:?} -> {r:?}"
+                    );
+                }
+            }
+        }
     }
 }
