@@ -1884,11 +1884,33 @@ fn chat_says_length_when_max_tokens_cut_the_answer_and_honours_stop_and_seed() {
         );
         assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
     }
-    // Sampling with a seed repeats itself.
-    let sampled = |seed: u64| {
-        chat(json!({"max_tokens": 24, "temperature": 1.0, "seed": seed}))["choices"][0]["message"]
-            ["content"]
-            .clone()
+    // Sampling with a seed repeats itself; seeds are honoured (several seeds do not all give
+    // one text) and, without one, each request draws its own seed and says which.
+    let sampled = |seed: Option<u64>| {
+        let mut body = json!({"max_tokens": 24, "temperature": 1.0});
+        if let Some(seed) = seed {
+            body["seed"] = json!(seed);
+        }
+        let r = chat(body);
+        (
+            r["choices"][0]["message"]["content"].clone(),
+            r["seed"].clone(),
+        )
     };
-    assert_eq!(sampled(7), sampled(7));
+    assert_eq!(sampled(Some(7)), sampled(Some(7)));
+    assert_eq!(sampled(Some(7)).1, json!(7));
+    let texts: std::collections::HashSet<String> = (1..=4)
+        .map(|seed| sampled(Some(seed)).0.to_string())
+        .collect();
+    assert!(texts.len() > 1, "four seeds, one text: {texts:?}");
+    let (a, b) = (sampled(None), sampled(None));
+    let (sa, sb) = (a.1.as_u64().unwrap(), b.1.as_u64().unwrap());
+    assert_ne!(sa, sb, "unseeded requests draw fresh seeds");
+    assert_eq!(
+        sampled(Some(sa)).0,
+        a.0,
+        "the reported seed repeats the answer"
+    );
+    // Greedy answers report no seed.
+    assert!(chat(json!({"max_tokens": 8}))["seed"].is_null());
 }

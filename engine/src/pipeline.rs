@@ -256,6 +256,10 @@ pub struct Answer {
     /// `cancelled`; absent for the extractive reader.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<String>,
+    /// The seed a sampled answer was drawn with (a request without one draws a fresh seed;
+    /// asking again with this one repeats the answer); absent for greedy answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
     /// The reader that answered.
     pub reader: ReaderKind,
     /// Token counts.
@@ -571,6 +575,7 @@ impl Pipeline {
                 kind: AnswerKind::Sentence,
                 spans: Vec::new(),
                 finish_reason: None,
+                seed: None,
                 reader: ReaderKind::Extractive,
                 usage: Usage::default(),
                 timings: Timings::default(),
@@ -841,6 +846,7 @@ impl Pipeline {
             kind,
             spans,
             finish_reason,
+            seed: (!req.generation.is_greedy()).then_some(req.generation.seed),
             reader: req.reader,
             usage: Usage {
                 decoder_tokens: usage_in.0,
@@ -882,6 +888,7 @@ fn span_answer(
         spans: Vec::new(),
         no_answer: true,
         finish_reason: Some("stop".into()),
+        seed: None,
         reader,
         usage: Usage::default(),
         timings: Timings::default(),

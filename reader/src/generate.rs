@@ -72,7 +72,8 @@ impl GenerationParams {
         }
     }
 
-    fn is_greedy(&self) -> bool {
+    /// Whether decoding takes the most likely token (no temperature, or 0).
+    pub fn is_greedy(&self) -> bool {
         self.temperature.is_none_or(|t| t <= 0.0)
     }
 }

@@ -179,6 +179,7 @@ fn completion(id: &str, created: u64, model: &str, answer: &Answer) -> Value {
         "usage": usage(answer),
         "citations": answer.citations,
         "sources": sources(answer),
+        "seed": answer.seed,
     })
 }
 
