@@ -5,16 +5,16 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use candle_core::{DType, Device};
+use candle_core::Device;
 use capstan_engine::scheduler::Event;
 use capstan_engine::{Error, Scheduler, SchedulerSettings};
 use capstan_reader::{
     GenerationParams, Generator, LanguageModel, LoadOptions, Request, StopReason,
 };
-use common::{f32_options, reader_fixture, tiny};
+use common::{f32_options, tiny};
 
 fn prompt(seed: u32, len: usize, vocab: usize) -> Vec<u32> {
     (0..len as u32)
