@@ -98,9 +98,16 @@ impl Shortlist {
         let lexical: Vec<f32> = features.iter().map(|f| dot(&ranker.lexical, f)).collect();
         let mut by_score: Vec<usize> = (0..candidates.len()).collect();
         by_score.sort_by(|&a, &b| lexical[b].total_cmp(&lexical[a]).then(a.cmp(&b)));
+        // A span made only of the question's own words does not answer it ("Dulcorde" for
+        // "What did Saquafen Dulcorde do?").
+        let words_from_question = features::names()
+            .iter()
+            .position(|n| n == "words_from_question")
+            .expect("a feature of the code");
         let mut seen = std::collections::HashSet::new();
         let order = by_score
             .into_iter()
+            .filter(|&i| features[i][words_from_question] < 1.0)
             .filter(|&i| seen.insert(candidates[i].text(hits)))
             .collect();
         Self {
