@@ -327,7 +327,9 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn rand_id() -> u64 {
+/// A random number no earlier call drew (std's randomly keyed hasher, keyed afresh per call):
+/// completion ids and the seeds of unseeded requests.
+pub(super) fn rand_id() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
