@@ -260,12 +260,37 @@ pub struct Answer {
     /// asking again with this one repeats the answer); absent for greedy answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<u64>,
+    /// Each generated token's log-probability and the most likely tokens at its place, when
+    /// the request asked for them (`generation.logprobs`), in OpenAI's form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprobs>>,
     /// The reader that answered.
     pub reader: ReaderKind,
     /// Token counts.
     pub usage: Usage,
     /// Stage timings.
     pub timings: Timings,
+}
+
+/// A token as OpenAI's `logprobs` show it: its text, its log-probability and its bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenChoice {
+    /// The token's text (a piece of a character shows as U+FFFD; `bytes` has it whole).
+    pub token: String,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// Its UTF-8 bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// A generated token's log-probability, and the most likely tokens at its place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TokenLogprobs {
+    /// The token drawn.
+    #[serde(flatten)]
+    pub chosen: TokenChoice,
+    /// The most likely tokens, best first.
+    pub top_logprobs: Vec<TokenChoice>,
 }
 
 /// Retriever plus readers; each generative reader's model runs behind its own
@@ -441,6 +466,19 @@ impl Pipeline {
             retrieve_ms: ms(start),
             ..Timings::default()
         };
+        let sampled = req.reader != ReaderKind::Extractive
+            && matches!(req.answer, AnswerMode::Free | AnswerMode::Copy);
+        if !sampled && req.generation.logprobs.is_some() {
+            return Err(capstan_reader::Error::InvalidInput {
+                reason: format!(
+                    "log-probabilities are reported for generated text (a llama or cape reader, \
+                     answer `free` or `copy`), not for the {} reader's `{}` answer",
+                    req.reader.name(),
+                    req.answer.name()
+                ),
+            }
+            .into());
+        }
         let mut answer = match self.scheduler(req.reader)? {
             None => self.read_extractive(req, hits, vector, &mut timings, &mut on_text)?,
             Some(s) => self.read_generative(req, s, hits, vector, &mut timings, &mut on_text)?,
@@ -532,13 +570,13 @@ impl Pipeline {
         timings: &mut Timings,
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
-        if matches!(req.answer, AnswerMode::Copy | AnswerMode::Free) {
+        // Copying is greedy decoding, which needs a generative model. Free text (what chat
+        // asks for) is, from the extractive reader, its best sentence.
+        if req.answer == AnswerMode::Copy {
             return Err(capstan_reader::Error::InvalidInput {
-                reason: format!(
-                    "answer `{}` needs a generative reader (llama or cape); the extractive \
-                     reader answers with a span or a sentence",
-                    req.answer.name()
-                ),
+                reason: "answer `copy` needs a generative reader (llama or cape); the \
+                         extractive reader answers with a span or a sentence"
+                    .to_string(),
             }
             .into());
         }
@@ -576,6 +614,7 @@ impl Pipeline {
                 spans: Vec::new(),
                 finish_reason: None,
                 seed: None,
+                logprobs: None,
                 reader: ReaderKind::Extractive,
                 usage: Usage::default(),
                 timings: Timings::default(),
@@ -627,6 +666,14 @@ impl Pipeline {
         on_text: &mut impl FnMut(&str) -> Flow,
     ) -> Result<Answer> {
         let model = scheduler.model();
+        if hits.is_empty() {
+            // Nothing to choose from (a filter no passage matches, say): no answer, and no
+            // model run to say so.
+            let none = Shortlist::new(&req.question, &hits, &[], |_| false, &|_| 0.0);
+            let answer = span_answer(&none, None, hits, &[], req.reader);
+            on_text(&answer.answer);
+            return Ok(answer);
+        }
         let t = Instant::now();
         let question = req.standalone_question();
         let qv = self.question_vector(&question, vector)?;
@@ -663,12 +710,14 @@ impl Pipeline {
         timings.assemble_ms = ms(t);
         let t = Instant::now();
         let rows = shortlist.top(crate::answer::SHORTLIST).to_vec();
-        let texts: Vec<&str> = rows
+        let texts: Vec<String> = rows
             .iter()
-            .map(|&i| shortlist.candidates[i].text(&hits))
+            .map(|&i| shortlist.candidates[i].text(&hits).to_string())
             .collect();
-        let scored: Vec<(f32, f32, f32)> = model
-            .answer_likelihoods(&prompt, &texts)?
+        let decoder_tokens = prompt.len();
+        // Through the scheduler: admitted, queued or refused as generations are.
+        let scored: Vec<(f32, f32, f32)> = scheduler
+            .score(prompt, texts)?
             .iter()
             .map(|l| (l.mean(), l.first, l.end))
             .collect();
@@ -676,7 +725,7 @@ impl Pipeline {
         dump_candidates(&question, &hits, &shortlist, &rows);
         timings.read_ms = ms(t);
         let mut answer = span_answer(&shortlist, best, hits, &sentence_order, req.reader);
-        answer.usage.decoder_tokens = prompt.len();
+        answer.usage.decoder_tokens = decoder_tokens;
         on_text(&answer.answer);
         Ok(answer)
     }
@@ -847,6 +896,10 @@ impl Pipeline {
             spans,
             finish_reason,
             seed: (!req.generation.is_greedy()).then_some(req.generation.seed),
+            logprobs: match req.generation.logprobs {
+                Some(_) => Some(token_logprobs(model, &generation)?),
+                None => None,
+            },
             reader: req.reader,
             usage: Usage {
                 decoder_tokens: usage_in.0,
@@ -857,6 +910,39 @@ impl Pipeline {
             timings: Timings::default(),
         })
     }
+}
+
+/// The generated tokens' log-probabilities in OpenAI's form (the end-of-turn token that ended
+/// the answer is not part of it, as OpenAI leaves it out).
+fn token_logprobs(
+    model: &capstan_reader::LanguageModel,
+    generation: &capstan_reader::Generation,
+) -> Result<Vec<TokenLogprobs>> {
+    let keep = match generation.stop_reason {
+        capstan_reader::StopReason::StopToken(_) => generation.logprobs.len().saturating_sub(1),
+        _ => generation.logprobs.len(),
+    };
+    let choice = |token: u32, logprob: f32| -> Result<TokenChoice> {
+        let text = model.decode(&[token])?;
+        Ok(TokenChoice {
+            bytes: text.as_bytes().to_vec(),
+            token: text,
+            logprob,
+        })
+    };
+    generation.logprobs[..keep]
+        .iter()
+        .map(|l| {
+            Ok(TokenLogprobs {
+                chosen: choice(l.token, l.logprob)?,
+                top_logprobs: l
+                    .top
+                    .iter()
+                    .map(|&(t, lp)| choice(t, lp))
+                    .collect::<Result<_>>()?,
+            })
+        })
+        .collect()
 }
 
 /// The sentence `s` of `hit`, for highlighting.
@@ -889,6 +975,7 @@ fn span_answer(
         no_answer: true,
         finish_reason: Some("stop".into()),
         seed: None,
+        logprobs: None,
         reader,
         usage: Usage::default(),
         timings: Timings::default(),

@@ -56,6 +56,7 @@ fn check_together_with(
                 Event::Token(t) => streamed.push(t.token),
                 Event::Done(g) => break g,
                 Event::Failed(e) => panic!("sequence {i} failed: {e}"),
+                Event::Scored(_) => panic!("sequence {i} was answered with scores"),
             }
         };
         assert_eq!(
@@ -78,6 +79,7 @@ fn finish(seq: &capstan_engine::scheduler::Sequence) -> capstan_reader::Generati
             Event::Done(g) => return g,
             Event::Token(_) => {}
             Event::Failed(e) => panic!("{e}"),
+            Event::Scored(_) => panic!("a generation answered with scores"),
         }
     }
 }
@@ -469,6 +471,7 @@ fn cached_prefixes_make_room_for_new_sequences_and_never_disturb_a_running_one()
                 Event::Token(_) => {}
                 Event::Done(g) => break g,
                 Event::Failed(e) => panic!("{e}"),
+                Event::Scored(_) => panic!("a generation answered with scores"),
             }
         };
         assert_eq!(&done.tokens, w);
@@ -611,4 +614,47 @@ fn prompts_cut_by_the_step_budget_answer_as_read_whole() {
         ..SchedulerSettings::default()
     };
     check_together_with(lm, cases, 2, settings);
+}
+
+/// Scoring span candidates goes through admission: the scores through the scheduler are the
+/// model's own while a sequence decodes beside them (its tokens unchanged); a scoring request
+/// that could never fit the KV budget is refused; every reservation is given back.
+#[test]
+fn scoring_is_admitted_like_a_sequence_and_scores_as_the_model_does() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let scored_prompt = prompt(7, 40, 384);
+    let answers: Vec<String> = ["t9", "t200 t201 t202", "t17 t42", ""]
+        .map(String::from)
+        .to_vec();
+    let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
+    let want = lm.answer_likelihoods(&scored_prompt, &texts).unwrap();
+    let request = decoder_request(&prompt(8, 12, 384));
+    let params = GenerationParams::greedy(40);
+    let tokens_alone = alone(&lm, &request, &params);
+    let need = capstan_reader::scoring_kv_tokens(scored_prompt.len(), answers.len());
+    let settings = SchedulerSettings {
+        kv_tokens: need + 12 + 40,
+        prefix_cache: false,
+        ..SchedulerSettings::default()
+    };
+    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
+    let seq = scheduler.submit(request, params).unwrap();
+    let got = scheduler
+        .score(scored_prompt.clone(), answers.clone())
+        .unwrap();
+    assert_eq!(got, want);
+    assert_eq!(finish(&seq).tokens, tokens_alone);
+    let too_many: Vec<String> = (0..64).map(|i| format!("t{i}")).collect();
+    let refused = scheduler.score(scored_prompt.clone(), too_many);
+    assert!(
+        matches!(refused, Err(Error::TooLarge { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        scheduler.score(Vec::new(), answers),
+        Err(Error::Reader(_))
+    ));
+    let stats = scheduler.stats();
+    assert_eq!(stats.finished, 2, "the sequence and the scoring");
+    assert_eq!(stats.kv_used, 0, "every reservation given back");
 }

@@ -44,6 +44,18 @@ pub struct GenerationParams {
     /// Stop when the text starts to loop: the same run of 1 to 16 tokens three times in a
     /// row ends generation, and the text keeps only its first occurrence.
     pub stop_on_repetition: bool,
+    /// OpenAI's presence penalty: subtracted from the logit of every token generated so far
+    /// (the prompt's tokens are not penalised; 0 = off).
+    pub presence_penalty: f32,
+    /// OpenAI's frequency penalty: subtracted from a token's logit once for each time it was
+    /// generated so far (0 = off).
+    pub frequency_penalty: f32,
+    /// Added to these tokens' logits before sampling (OpenAI's `logit_bias`; -100 all but
+    /// bans a token).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Report each new token's log-probability, and this many of the most likely tokens at
+    /// its place ([`TokenLogprob`]); `None`: none reported.
+    pub logprobs: Option<usize>,
 }
 
 impl Default for GenerationParams {
@@ -59,6 +71,10 @@ impl Default for GenerationParams {
             seed: 0,
             span: None,
             stop_on_repetition: false,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            logit_bias: Vec::new(),
+            logprobs: None,
         }
     }
 }
@@ -111,6 +127,8 @@ pub struct Generation {
     /// Where a grounded answer stands in its passages (empty for free text, and for a grounded
     /// answer that ended before copying anything).
     pub span: Vec<SpanMatch>,
+    /// Each new token's log-probability, when [`GenerationParams::logprobs`] asked for them.
+    pub logprobs: Vec<TokenLogprob>,
 }
 
 impl Generation {
@@ -167,6 +185,86 @@ pub fn apply_repetition_penalty(logits: &mut [f32], seen: &[u32], penalty: f32) 
     }
 }
 
+/// OpenAI's presence and frequency penalties, in place on a row of logits: a token generated
+/// `c > 0` times so far loses `presence + c * frequency`.
+pub fn apply_presence_and_frequency(
+    logits: &mut [f32],
+    generated: &[u32],
+    presence: f32,
+    frequency: f32,
+) {
+    if presence == 0.0 && frequency == 0.0 {
+        return;
+    }
+    let mut counts: std::collections::HashMap<u32, usize> = Default::default();
+    for &t in generated {
+        *counts.entry(t).or_default() += 1;
+    }
+    for (t, c) in counts {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l -= presence + c as f32 * frequency;
+        }
+    }
+}
+
+/// Every adjustment of the logits before a token is drawn: the logit biases, the repetition
+/// penalty (over prompt and new tokens, `seen`), then the presence and frequency penalties
+/// (over the new tokens, `generated`).
+fn adjust(logits: &mut [f32], seen: &[u32], generated: &[u32], params: &GenerationParams) {
+    for &(t, bias) in &params.logit_bias {
+        if let Some(l) = logits.get_mut(t as usize) {
+            *l += bias;
+        }
+    }
+    apply_repetition_penalty(logits, seen, params.repetition_penalty);
+    apply_presence_and_frequency(
+        logits,
+        generated,
+        params.presence_penalty,
+        params.frequency_penalty,
+    );
+}
+
+/// A new token's log-probability under the distribution it was drawn from (after the
+/// adjustments and a span's constraint, before temperature, as OpenAI reports them), and the
+/// `top` most likely tokens at its place with theirs, most likely first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely tokens and their log-probabilities.
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprob {
+    /// `token`'s entry of the log-softmax of `logits`, and the `top` best.
+    pub fn of(logits: &[f32], token: u32, top: usize) -> Self {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let log_sum = max + logits.iter().map(|&l| (l - max).exp()).sum::<f32>().ln();
+        let logprob = logits
+            .get(token as usize)
+            .map_or(f32::NEG_INFINITY, |&l| l - log_sum);
+        let mut best: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| (i as u32, l - log_sum))
+            .collect();
+        let top = top.min(best.len());
+        if top > 0 && top < best.len() {
+            best.select_nth_unstable_by(top - 1, |a, b| b.1.total_cmp(&a.1));
+        }
+        best.truncate(top);
+        best.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        Self {
+            token,
+            logprob,
+            top: best,
+        }
+    }
+}
+
 /// Index of the largest logit (the first one on ties, as `torch.argmax`).
 pub fn argmax(logits: &[f32]) -> u32 {
     let mut best = 0;
@@ -178,14 +276,8 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Picks the next token from one row of logits.
-fn pick(
-    logits: &mut [f32],
-    seen: &[u32],
-    params: &GenerationParams,
-    rng: &mut StdRng,
-) -> Result<u32> {
-    apply_repetition_penalty(logits, seen, params.repetition_penalty);
+/// Picks the next token from one row of (adjusted) logits.
+fn pick(logits: &[f32], params: &GenerationParams, rng: &mut StdRng) -> Result<u32> {
     if params.is_greedy() {
         return Ok(argmax(logits));
     }
@@ -240,6 +332,8 @@ pub struct DecodedToken {
     pub token: u32,
     /// Newly decoded text (with a tokenizer), up to a stop string.
     pub piece: Option<String>,
+    /// Its log-probability, when [`GenerationParams::logprobs`] asked for them.
+    pub logprob: Option<TokenLogprob>,
 }
 
 /// One sequence's decoding: its sampler, the tokens and text so far, and the stop checks.
@@ -250,6 +344,7 @@ pub struct Decoding {
     rng: StdRng,
     seen: Vec<u32>,
     tokens: Vec<u32>,
+    logprobs: Vec<TokenLogprob>,
     text: String,
     /// Bytes of `text` given out as pieces so far.
     emitted: usize,
@@ -267,6 +362,7 @@ impl Decoding {
             params,
             seen: prompt.to_vec(),
             tokens: Vec::new(),
+            logprobs: Vec::new(),
             text: String::new(),
             emitted: 0,
             stop,
@@ -296,7 +392,15 @@ impl Decoding {
         if let Some(span) = &self.span {
             span.constrain(logits)?;
         }
-        let next = pick(logits, &self.seen, &self.params, &mut self.rng)?;
+        adjust(logits, &self.seen, &self.tokens, &self.params);
+        let next = pick(logits, &self.params, &mut self.rng)?;
+        let logprob = self
+            .params
+            .logprobs
+            .map(|top| TokenLogprob::of(logits, next, top));
+        if let Some(l) = &logprob {
+            self.logprobs.push(l.clone());
+        }
         if let Some(span) = &mut self.span {
             span.advance(next);
         }
@@ -326,6 +430,7 @@ impl Decoding {
             // Keep the first occurrence of the loop; the repeats were streamed already, so the
             // text is cut below what was streamed and this token's piece is empty.
             self.tokens.truncate(self.tokens.len() - 2 * period);
+            self.logprobs.truncate(self.tokens.len());
             if let Some(tok) = tokenizer {
                 self.text = crate::prompt::decode(tok, &self.tokens)?;
             }
@@ -346,7 +451,11 @@ impl Decoding {
             self.emitted = end.min(self.text.len());
             piece
         });
-        Ok(DecodedToken { token: next, piece })
+        Ok(DecodedToken {
+            token: next,
+            piece,
+            logprob,
+        })
     }
 
     /// The longest end of the text that begins a stop string (without being one).
@@ -372,6 +481,11 @@ impl Decoding {
             .as_ref()
             .map(SpanState::matches)
             .unwrap_or_default()
+    }
+
+    /// The new tokens' log-probabilities so far (empty unless asked for), handed over.
+    pub fn take_logprobs(&mut self) -> Vec<TokenLogprob> {
+        std::mem::take(&mut self.logprobs)
     }
 
     /// Ends the sequence early (the client left or asked to stop).
@@ -445,9 +559,11 @@ impl<'a> Generator<'a> {
             input = Tensor::new(&[step.token], dev)?.unsqueeze(0)?;
         }
         let span = decoding.span_matches();
+        let logprobs = decoding.take_logprobs();
         let (tokens, text, stop_reason) = decoding.finish();
         Ok(Generation {
             span,
+            logprobs,
             tokens,
             text: self.tokenizer.map(|_| text),
             stop_reason,
@@ -502,7 +618,8 @@ impl<'a> Generator<'a> {
             let rows = logits.to_dtype(DType::F32)?.to_vec2::<f32>()?;
             let mut next = Vec::with_capacity(b);
             for (r, mut row) in rows.into_iter().enumerate() {
-                let t = pick(&mut row, &seen[r], params, &mut rng)?;
+                adjust(&mut row, &seen[r], &out[r], params);
+                let t = pick(&row, params, &mut rng)?;
                 if !done[r] {
                     out[r].push(t);
                     seen[r].push(t);
@@ -523,6 +640,55 @@ impl<'a> Generator<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn presence_and_frequency_penalties_follow_openai() {
+        // OpenAI: mu[j] -= c[j] * frequency + (c[j] > 0) * presence, over the generated tokens.
+        let mut l = vec![1.0, 1.0, 1.0, 1.0];
+        apply_presence_and_frequency(&mut l, &[2, 1, 2, 2], 0.5, 0.25);
+        assert_eq!(l, vec![1.0, 0.25, -0.25, 1.0]);
+        // Negative values favour repeats; zero leaves the logits alone.
+        let mut l = vec![1.0, 1.0];
+        apply_presence_and_frequency(&mut l, &[1], -1.0, 0.0);
+        assert_eq!(l, vec![1.0, 2.0]);
+        apply_presence_and_frequency(&mut l, &[0, 1], 0.0, 0.0);
+        assert_eq!(l, vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn logprobs_are_the_log_softmax_with_the_best_first() {
+        let l = [0.0f32, (3.0f32).ln(), 0.0, (4.0f32).ln()];
+        // Probabilities 1/9, 3/9, 1/9, 4/9.
+        let lp = TokenLogprob::of(&l, 1, 2);
+        assert!((lp.logprob - (3.0f32 / 9.0).ln()).abs() < 1e-6);
+        assert_eq!(lp.top.iter().map(|t| t.0).collect::<Vec<_>>(), vec![3, 1]);
+        assert!((lp.top[0].1 - (4.0f32 / 9.0).ln()).abs() < 1e-6);
+        // Ties by token id; more asked than the vocabulary holds gives them all.
+        let all = TokenLogprob::of(&l, 0, 10);
+        assert_eq!(
+            all.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![3, 1, 0, 2]
+        );
+        assert!(TokenLogprob::of(&l, 0, 0).top.is_empty());
+    }
+
+    #[test]
+    fn logit_bias_bans_a_token_and_decoding_reports_logprobs() {
+        let params = GenerationParams {
+            max_new_tokens: 2,
+            logit_bias: vec![(2, -100.0)],
+            logprobs: Some(1),
+            ..GenerationParams::default()
+        };
+        let mut d = Decoding::new(&[0], params);
+        let t = d.push(&mut [0.0, 1.0, 5.0], None).unwrap();
+        assert_eq!(t.token, 1, "the biased token is not drawn");
+        let lp = t.logprob.unwrap();
+        assert_eq!(lp.top[0].0, 1);
+        d.push(&mut [3.0, 1.0, 0.0], None).unwrap();
+        assert!(d.is_done());
+        assert_eq!(d.take_logprobs().len(), 2);
+    }
 
     #[test]
     fn repetition_penalty_follows_hugging_face() {
@@ -574,10 +740,7 @@ mod tests {
             ..GenerationParams::default()
         };
         for _ in 0..20 {
-            assert_eq!(
-                pick(&mut [0.1, 2.0, 1.9], &[], &params, &mut rng).unwrap(),
-                1
-            );
+            assert_eq!(pick(&[0.1, 2.0, 1.9], &params, &mut rng).unwrap(), 1);
         }
         let params = GenerationParams {
             temperature: Some(1.0),
@@ -586,10 +749,7 @@ mod tests {
         };
         // Token 2 alone holds > 50% of the mass.
         for _ in 0..20 {
-            assert_eq!(
-                pick(&mut [0.0, 0.0, 5.0], &[], &params, &mut rng).unwrap(),
-                2
-            );
+            assert_eq!(pick(&[0.0, 0.0, 5.0], &params, &mut rng).unwrap(), 2);
         }
     }
 }

@@ -50,13 +50,13 @@ pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, 
 pub use error::{Error, Result};
 pub use extractive::{ExtractivePassage, ExtractiveReader, ScoredSentence};
 pub use generate::{
-    apply_repetition_penalty, argmax, DecodedToken, Decoding, Flow, Generation, GenerationParams,
-    Generator, Request, StopReason,
+    apply_presence_and_frequency, apply_repetition_penalty, argmax, DecodedToken, Decoding, Flow,
+    Generation, GenerationParams, Generator, Request, StopReason, TokenLogprob,
 };
 pub use gguf::{GgufArch, GgufFile, GgufVocab};
 pub use grounded::{mask_logits, span_text, SpanMatch, SpanSource, SpanState, TokenBytes};
 pub use language_model::{LanguageModel, LoadOptions};
-pub use likelihood::{AnswerLikelihood, MAX_ANSWER_TOKENS};
+pub use likelihood::{scoring_kv_tokens, AnswerLikelihood, MAX_ANSWER_TOKENS};
 pub use llama::{
     prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama, PackedInput,
     PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,

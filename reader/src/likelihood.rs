@@ -44,6 +44,13 @@ impl AnswerLikelihood {
     }
 }
 
+/// KV cache tokens that scoring `answers` candidates after a prompt of `prompt_tokens` holds at
+/// most: the prompt once, and a copy of it with a candidate's tokens for each candidate of a
+/// pass.
+pub fn scoring_kv_tokens(prompt_tokens: usize, answers: usize) -> usize {
+    prompt_tokens + answers.min(CANDIDATES_PER_PASS) * (prompt_tokens + MAX_ANSWER_TOKENS + 2)
+}
+
 impl LanguageModel {
     /// The likelihood of each of `answers` as the model's reply to `prompt` (a prompt made for
     /// a reply: a chat template's generation prompt, or text ending in "Answer:"). Empty

@@ -60,6 +60,124 @@ pub struct ChatBody {
     rewrite: Option<capstan_engine::pipeline::Rewrite>,
     stop: Option<super::qa::Stop>,
     seed: Option<u64>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<usize>,
+    presence_penalty: Option<f64>,
+    frequency_penalty: Option<f64>,
+    logit_bias: Option<std::collections::BTreeMap<String, f64>>,
+    /// Only `{"type": "text"}`: JSON modes are refused, not ignored.
+    response_format: Option<Value>,
+    /// Only none: Capstan answers, it does not call tools.
+    tools: Option<Vec<Value>>,
+    tool_choice: Option<Value>,
+    functions: Option<Vec<Value>>,
+    function_call: Option<Value>,
+}
+
+/// Most `top_logprobs` OpenAI allows.
+const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Applies what OpenAI's body asks of sampling beyond temperature and top-p (penalties, logit
+/// biases, log-probabilities), and refuses what Capstan does not do (JSON modes, tools) rather
+/// than answering as if it did.
+fn apply_openai_options(
+    req: &mut capstan_engine::pipeline::QaRequest,
+    body: &ChatBody,
+    state: &AppState,
+) -> Result<(), ApiError> {
+    if let Some(format) = &body.response_format {
+        let kind = format.get("type").and_then(Value::as_str);
+        if kind != Some("text") {
+            return Err(ApiError::invalid(format!(
+                "`response_format`: only {{\"type\": \"text\"}} is supported (answers are text \
+                 grounded in the passages), got {format}"
+            )));
+        }
+    }
+    let tools = body.tools.as_ref().is_some_and(|t| !t.is_empty())
+        || body.functions.as_ref().is_some_and(|f| !f.is_empty());
+    if tools {
+        return Err(ApiError::invalid(
+            "`tools`: Capstan answers from its index and does not call tools",
+        ));
+    }
+    for (name, choice) in [
+        ("tool_choice", &body.tool_choice),
+        ("function_call", &body.function_call),
+    ] {
+        if let Some(c) = choice
+            .as_ref()
+            .filter(|c| !matches!(c.as_str(), Some("none" | "auto")))
+        {
+            return Err(ApiError::invalid(format!(
+                "`{name}`: no tool can be called, got {c}"
+            )));
+        }
+    }
+    let generative = state.engine.pipeline().scheduler(req.reader)?;
+    let needs_generation = |field: &str| {
+        ApiError::invalid(format!(
+            "`{field}` needs a generative reader (model capstan-llama or capstan-cape); \
+             the extractive reader does not sample"
+        ))
+    };
+    for (field, value) in [
+        ("presence_penalty", body.presence_penalty),
+        ("frequency_penalty", body.frequency_penalty),
+    ] {
+        let Some(v) = value else { continue };
+        if !(-2.0..=2.0).contains(&v) {
+            return Err(ApiError::invalid(format!(
+                "`{field}` must be within [-2, 2], got {v}"
+            )));
+        }
+        if v != 0.0 && generative.is_none() {
+            return Err(needs_generation(field));
+        }
+    }
+    req.generation.presence_penalty = body.presence_penalty.unwrap_or(0.0) as f32;
+    req.generation.frequency_penalty = body.frequency_penalty.unwrap_or(0.0) as f32;
+    if let Some(bias) = body.logit_bias.as_ref().filter(|b| !b.is_empty()) {
+        let Some(scheduler) = generative else {
+            return Err(needs_generation("logit_bias"));
+        };
+        let vocab = scheduler.model().model().config().vocab_size;
+        for (key, &v) in bias {
+            let token = key
+                .parse::<u32>()
+                .ok()
+                .filter(|&t| (t as usize) < vocab)
+                .ok_or_else(|| {
+                    ApiError::invalid(format!(
+                        "`logit_bias`: `{key}` is not a token id of the model (0..{vocab})"
+                    ))
+                })?;
+            if !(-100.0..=100.0).contains(&v) {
+                return Err(ApiError::invalid(format!(
+                    "`logit_bias` of {key} must be within [-100, 100], got {v}"
+                )));
+            }
+            req.generation.logit_bias.push((token, v as f32));
+        }
+    }
+    match (body.logprobs.unwrap_or(false), body.top_logprobs) {
+        (false, Some(n)) if n > 0 => {
+            return Err(ApiError::invalid("`top_logprobs` needs `logprobs: true`"))
+        }
+        (_, Some(n)) if n > MAX_TOP_LOGPROBS => {
+            return Err(ApiError::invalid(format!(
+                "`top_logprobs` must be within 0..={MAX_TOP_LOGPROBS}, got {n}"
+            )))
+        }
+        (true, n) => {
+            if generative.is_none() {
+                return Err(needs_generation("logprobs"));
+            }
+            req.generation.logprobs = Some(n.unwrap_or(0));
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Reader behind a model id: `capstan` or `capstan-extractive`, `capstan-llama`, `capstan-cape`.
@@ -142,6 +260,7 @@ pub async fn completions(
         body.temperature,
         body.top_p,
     )?;
+    apply_openai_options(&mut req, &body, &state)?;
     apply_stop_and_seed(&mut req, body.stop, body.seed)?;
     let id = format!("chatcmpl-{:016x}", rand_id());
     let created = unix_now();
@@ -174,13 +293,21 @@ fn completion(id: &str, created: u64, model: &str, answer: &Answer) -> Value {
             "index": 0,
             "message": {"role": "assistant", "content": answer.answer},
             "finish_reason": finish_reason(answer),
-            "logprobs": null,
+            "logprobs": logprobs(answer),
         }],
         "usage": usage(answer),
         "citations": answer.citations,
         "sources": sources(answer),
         "seed": answer.seed,
     })
+}
+
+/// OpenAI's `logprobs` of a choice: `null` unless they were asked for.
+fn logprobs(answer: &Answer) -> Value {
+    match &answer.logprobs {
+        Some(tokens) => json!({ "content": tokens }),
+        None => Value::Null,
+    }
 }
 
 /// OpenAI's finish reason: `length` when `max_tokens` cut the answer,
@@ -300,7 +427,9 @@ fn chunks(
                                 "object": "chat.completion.chunk",
                                 "created": st.created,
                                 "model": st.model,
-                                "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason(&answer), "logprobs": null}],
+                                // The tokens' log-probabilities come whole with the last
+                                // chunk (pieces are streamed as text, not token by token).
+                                "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason(&answer), "logprobs": logprobs(&answer)}],
                                 "usage": usage(&answer),
                             });
                             ev["citations"] = json!(answer.citations);

@@ -16,6 +16,11 @@
 //! its reservation fits and fewer than `max_batch` run, in arrival order (no overtaking).
 //! Past that it waits in a bounded queue; past the queue, [`Error::Overloaded`].
 //!
+//! **Scoring** ([`Scheduler::score`]): ranking span answers asks the model how likely it finds
+//! each candidate after a prompt. That work is admitted by the same rule and counted against
+//! the same budget (the prompt and a copy of it per candidate of a pass), and runs on the
+//! scheduler's thread between steps, so that no request reaches the model past admission.
+//!
 //! **Prefix caching** ([`prefix`]): the KV of prompts read before is kept in 64-token blocks
 //! keyed by everything up to them; a new prompt starts from its longest cached prefix (copied
 //! into its own cache) and reads only the rest. The blocks count against `kv_tokens`; the
@@ -31,7 +36,10 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use capstan_reader::{DecodedToken, Flow, Generation, GenerationParams, LanguageModel, Request};
+use capstan_reader::{
+    scoring_kv_tokens, AnswerLikelihood, DecodedToken, Flow, Generation, GenerationParams,
+    LanguageModel, Request,
+};
 
 use crate::error::{Error, Result};
 pub use stats::{render_schedulers, SchedulerStats};
@@ -75,6 +83,8 @@ pub enum Event {
     Token(DecodedToken),
     /// The sequence ended.
     Done(Generation),
+    /// The candidates of a [`Scheduler::score`] request, scored in their order.
+    Scored(Vec<AnswerLikelihood>),
     /// The sequence failed (the step it was in failed, or its encoder context did).
     Failed(Error),
 }
@@ -104,14 +114,38 @@ impl Drop for Sequence {
     }
 }
 
-/// A sequence waiting for admission.
-struct Waiting {
-    request: Request,
-    params: GenerationParams,
+/// What an admitted request asks of the model.
+enum Work {
+    /// Generate after a prompt.
+    Generate(Request, GenerationParams),
+    /// Score candidate answers after a prompt ([`LanguageModel::answer_likelihoods`]).
+    Score {
+        prompt: Vec<u32>,
+        answers: Vec<String>,
+    },
+}
+
+impl Work {
+    fn prompt_len(&self) -> usize {
+        match self {
+            Work::Generate(request, _) => request.prompt.len(),
+            Work::Score { prompt, .. } => prompt.len(),
+        }
+    }
+}
+
+/// A request's place in the scheduler: what it holds of the KV budget, where its events go.
+struct Ticket {
     reserve: usize,
     events: mpsc::Sender<Event>,
     cancel: Arc<AtomicBool>,
     submitted: Instant,
+}
+
+/// A request waiting for admission.
+struct Waiting {
+    work: Work,
+    ticket: Ticket,
 }
 
 /// What submitters and the scheduler thread share: admission happens here, under one lock,
@@ -138,15 +172,16 @@ impl Queue {
 
     fn admit(&mut self, w: Waiting) {
         self.slots += 1;
-        self.kv_used += w.reserve;
+        self.kv_used += w.ticket.reserve;
         self.admitted.push(w);
     }
 
     /// Moves waiting sequences that now fit to `admitted`, in order (no overtaking).
     fn promote(&mut self, settings: &SchedulerSettings) {
-        self.waiting.retain(|w| !w.cancel.load(Ordering::SeqCst));
+        self.waiting
+            .retain(|w| !w.ticket.cancel.load(Ordering::SeqCst));
         while let Some(w) = self.waiting.front() {
-            if !self.fits(settings, w.reserve) {
+            if !self.fits(settings, w.ticket.reserve) {
                 break;
             }
             let w = self.waiting.pop_front().expect("front exists");
@@ -255,7 +290,32 @@ impl Scheduler {
     /// Queues a sequence. Fails fast when the queue is full, when the sequence could never fit
     /// the KV budget, and on an empty prompt.
     pub fn submit(&self, request: Request, params: GenerationParams) -> Result<Sequence> {
-        if request.prompt.is_empty() {
+        let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
+        let reserve = request.prompt.len() + encoder + params.max_new_tokens;
+        self.enqueue(Work::Generate(request, params), reserve)
+    }
+
+    /// The model's likelihood of each of `answers` as its reply to `prompt`
+    /// ([`LanguageModel::answer_likelihoods`]), admitted, queued or refused as a sequence is.
+    pub fn score(&self, prompt: Vec<u32>, answers: Vec<String>) -> Result<Vec<AnswerLikelihood>> {
+        if answers.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reserve = scoring_kv_tokens(prompt.len(), answers.len());
+        let seq = self.enqueue(Work::Score { prompt, answers }, reserve)?;
+        match seq.next_event() {
+            Some(Event::Scored(scores)) => Ok(scores),
+            Some(Event::Failed(e)) => Err(e),
+            Some(Event::Token(_) | Event::Done(_)) => Err(Error::Panic(
+                "a scoring request was answered with a generation".into(),
+            )),
+            None => Err(Error::SchedulerStopped),
+        }
+    }
+
+    /// Admits `work` (holding `reserve` KV tokens), queues it, or refuses it.
+    fn enqueue(&self, work: Work, reserve: usize) -> Result<Sequence> {
+        if work.prompt_len() == 0 {
             return Err(capstan_reader::Error::InvalidInput {
                 reason: "empty prompt".into(),
             }
@@ -264,8 +324,6 @@ impl Scheduler {
         if self.shared.stopped.load(Ordering::SeqCst) {
             return Err(Error::SchedulerStopped);
         }
-        let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
-        let reserve = request.prompt.len() + encoder + params.max_new_tokens;
         let budget = self.shared.settings.kv_tokens;
         if reserve > budget {
             return Err(Error::TooLarge {
@@ -280,12 +338,13 @@ impl Scheduler {
             let mut q = self.shared.queue.lock().expect("scheduler queue lock");
             q.promote(settings);
             let w = Waiting {
-                request,
-                params,
-                reserve,
-                events,
-                cancel: cancel.clone(),
-                submitted: Instant::now(),
+                work,
+                ticket: Ticket {
+                    reserve,
+                    events,
+                    cancel: cancel.clone(),
+                    submitted: Instant::now(),
+                },
             };
             if q.waiting.is_empty() && q.fits(settings, reserve) {
                 q.admit(w);
@@ -323,6 +382,9 @@ impl Scheduler {
                 }
                 Some(Event::Done(g)) => return Ok(g),
                 Some(Event::Failed(e)) => return Err(e),
+                Some(Event::Scored(_)) => {
+                    return Err(Error::Panic("a generation was answered with scores".into()))
+                }
                 None => return Err(Error::SchedulerStopped),
             }
         }

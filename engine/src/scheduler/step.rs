@@ -8,7 +8,7 @@ use std::time::Instant;
 use capstan_reader::{Cache, Decoding, Generation, PackedInput};
 
 use super::prefix::PrefixCache;
-use super::{Event, Shared, Waiting};
+use super::{Event, Shared, Ticket, Waiting, Work};
 use crate::error::{panic_message, Error};
 use capstan_reader::{prompt_piece, PassageCache, STABLE_CHUNK_ROWS};
 
@@ -40,15 +40,17 @@ impl Running {
     }
 
     /// Ends the sequence: reports the generation (ignored if nobody listens).
-    fn finish(self, shared: &Shared) {
+    fn finish(mut self, shared: &Shared) {
         let elapsed = self.submitted.elapsed();
         let ttft = self
             .first_token
             .map_or(elapsed, |t| t.duration_since(self.submitted));
         let span = self.decoding.span_matches();
+        let logprobs = self.decoding.take_logprobs();
         let (tokens, text, stop_reason) = self.decoding.finish();
         let generation = Generation {
             span,
+            logprobs,
             tokens,
             text: Some(text),
             stop_reason,
@@ -64,6 +66,11 @@ impl Running {
 /// How a sequence left the running set.
 enum Ending {
     Finished(Box<Running>),
+    Scored {
+        reserve: usize,
+        events: mpsc::Sender<Event>,
+        scores: Vec<capstan_reader::AnswerLikelihood>,
+    },
     Failed {
         reserve: usize,
         events: mpsc::Sender<Event>,
@@ -81,8 +88,22 @@ pub(super) fn run(shared: &Shared) {
             break;
         };
         let mut ended = Vec::new();
-        for w in admitted {
-            match start(shared, w, prefixes.as_mut(), &mut passages) {
+        for Waiting { work, ticket } in admitted {
+            let (request, params) = match work {
+                Work::Generate(request, params) => (request, params),
+                Work::Score { prompt, answers } => {
+                    ended.push(score(shared, &prompt, &answers, ticket));
+                    continue;
+                }
+            };
+            match start(
+                shared,
+                request,
+                params,
+                ticket,
+                prefixes.as_mut(),
+                &mut passages,
+            ) {
                 Ok(r) if r.decoding.is_done() => ended.push(Ending::Finished(Box::new(r))),
                 Ok(r) => running.push(r),
                 Err((reserve, events, error)) => ended.push(Ending::Failed {
@@ -135,7 +156,7 @@ fn deliver(shared: &Shared, ended: Vec<Ending>) {
             q.slots -= 1;
             q.kv_used -= match e {
                 Ending::Finished(r) => r.reserve,
-                Ending::Failed { reserve, .. } => *reserve,
+                Ending::Failed { reserve, .. } | Ending::Scored { reserve, .. } => *reserve,
             };
         }
     }
@@ -144,6 +165,10 @@ fn deliver(shared: &Shared, ended: Vec<Ending>) {
             Ending::Finished(r) => r.finish(shared),
             Ending::Failed { events, error, .. } => {
                 let _ = events.send(Event::Failed(error));
+            }
+            Ending::Scored { events, scores, .. } => {
+                shared.stats.lock().expect("scheduler stats lock").finished += 1;
+                let _ = events.send(Event::Scored(scores));
             }
         }
     }
@@ -160,7 +185,7 @@ fn admit(
     loop {
         // Cached prefixes make room for the next waiting sequence, least recently used first.
         if let Some(cache) = prefixes.as_deref_mut() {
-            while let Some(reserve) = q.waiting.front().map(|w| w.reserve) {
+            while let Some(reserve) = q.waiting.front().map(|w| w.ticket.reserve) {
                 let full = q.slots >= shared.settings.max_batch;
                 if full || q.fits(&shared.settings, reserve) || !cache.evict_one() {
                     break;
@@ -186,23 +211,58 @@ fn admit(
 
 type StartError = (usize, mpsc::Sender<Event>, Error);
 
+/// Scores candidate answers at once, between steps (the running sequences wait for it).
+fn score(shared: &Shared, prompt: &[u32], answers: &[String], ticket: Ticket) -> Ending {
+    shared.stats.lock().expect("scheduler stats lock").admitted(
+        ticket.submitted.elapsed(),
+        prompt.len(),
+        0,
+    );
+    let Ticket {
+        reserve, events, ..
+    } = ticket;
+    let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        shared.model.answer_likelihoods(prompt, &texts)
+    }));
+    match outcome {
+        Ok(Ok(scores)) => Ending::Scored {
+            reserve,
+            events,
+            scores,
+        },
+        Ok(Err(e)) => Ending::Failed {
+            reserve,
+            events,
+            error: e.into(),
+        },
+        Err(p) => Ending::Failed {
+            reserve,
+            events,
+            error: Error::Panic(panic_message(p.as_ref()).to_string()),
+        },
+    }
+}
+
 /// A new running sequence (its encoder context computed for CAPE).
 fn start(
     shared: &Shared,
-    w: Waiting,
+    request: capstan_reader::Request,
+    params: capstan_reader::GenerationParams,
+    w: Ticket,
     prefixes: Option<&mut PrefixCache>,
     passages: &mut PassageCache,
 ) -> Result<Running, StartError> {
     let model = shared.model.model();
     let mut cache = Cache::new(model);
     // The decoder's share of the reservation: its buffers are allocated once at that size.
-    cache.reserve(w.request.prompt.len() + w.params.max_new_tokens);
+    cache.reserve(request.prompt.len() + params.max_new_tokens);
     // The longest cached prefix of the prompt (none with an encoder context: CAPE's decoder
     // reads the encoder's states too).
     let mut hit = 0;
-    let cacheable = prefixes.is_some() && w.request.encoder_chunks.is_empty();
+    let cacheable = prefixes.is_some() && request.encoder_chunks.is_empty();
     if let Some(prefixes) = prefixes.filter(|_| cacheable) {
-        let blocks = prefixes.lookup(&w.request.prompt);
+        let blocks = prefixes.lookup(&request.prompt);
         if !blocks.is_empty() {
             let blocks: Vec<&capstan_reader::KvBlock> = blocks.iter().map(|b| b.as_ref()).collect();
             match cache.load_prefix(model, &blocks) {
@@ -211,10 +271,10 @@ fn start(
             }
         }
     }
-    if !w.request.encoder_chunks.is_empty() {
+    if !request.encoder_chunks.is_empty() {
         let set = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             model.set_encoder_context_cached(
-                std::slice::from_ref(&w.request.encoder_chunks),
+                std::slice::from_ref(&request.encoder_chunks),
                 shared.model.pad_id(),
                 &mut cache,
                 passages,
@@ -232,15 +292,15 @@ fn start(
     }
     shared.stats.lock().expect("scheduler stats lock").admitted(
         w.submitted.elapsed(),
-        w.request.prompt.len(),
+        request.prompt.len(),
         hit,
     );
     Ok(Running {
         cache,
-        decoding: Decoding::new(&w.request.prompt, w.params),
-        prompt_tokens: w.request.prompt.len(),
-        prompt: cacheable.then(|| w.request.prompt.clone()),
-        pending: w.request.prompt[hit..].to_vec(),
+        decoding: Decoding::new(&request.prompt, params),
+        prompt_tokens: request.prompt.len(),
+        prompt: cacheable.then(|| request.prompt.clone()),
+        pending: request.prompt[hit..].to_vec(),
         reserve: w.reserve,
         events: w.events,
         cancel: w.cancel,
