@@ -191,3 +191,58 @@ fn the_parser_runs_in_a_bounded_child_process() {
         "{pages}"
     );
 }
+
+/// Damage is named, never read silently: a PDF cut short is indexed with a warning naming
+/// it; one nested past any real file's depth is refused with why, by `index` and by `corpus
+/// extract` alone (whose parse also runs in a bounded child: the process that asked lives).
+#[test]
+fn damaged_and_hostile_pdfs_are_named_with_what_is_wrong() {
+    let docs = documents();
+    let tmp = tempfile::tempdir().unwrap();
+    let folder = tmp.path().join("docs");
+    let index = tmp.path().join("index");
+    std::fs::create_dir(&folder).unwrap();
+    let whole = std::fs::read(docs.join("pdf/neatoguide.pdf")).unwrap();
+    std::fs::write(folder.join("cut.pdf"), &whole[..whole.len() * 2 / 3]).unwrap();
+    let mut nested = b"%PDF-1.4\n1 0 obj\n<< /Type /Catalog /Junk ".to_vec();
+    nested.extend(std::iter::repeat_n(b'[', 20_000));
+    nested.extend(std::iter::repeat_n(b']', 20_000));
+    nested.extend_from_slice(b" >>\nendobj\ntrailer << /Root 1 0 R >>\n%%EOF\n");
+    std::fs::write(folder.join("nested.pdf"), &nested).unwrap();
+
+    let out = run(&index_args(&folder, &index, &["--skip-bad"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("warning: ")
+            && stderr.contains("cut.pdf: the file does not end with %%EOF"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("nested.pdf") && stderr.contains("nest deeper than 512"),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 documents"));
+
+    let err = fails(&["corpus", "extract", s(&folder.join("nested.pdf"))]);
+    assert!(
+        err.contains("nested.pdf") && err.contains("nest deeper"),
+        "{err}"
+    );
+    let cut = run(&["corpus", "extract", s(&folder.join("cut.pdf"))]);
+    assert!(cut.status.success());
+    assert!(
+        String::from_utf8_lossy(&cut.stderr).contains("may be cut short"),
+        "{}",
+        String::from_utf8_lossy(&cut.stderr)
+    );
+    // A bound on the text is a bound on what this process reads of the child.
+    let err = fails(&[
+        "corpus",
+        "extract",
+        "--max-document-bytes",
+        "1000",
+        s(&docs.join("pdf/neatoguide.pdf")),
+    ]);
+    assert!(err.contains("too large") && err.contains("1000"), "{err}");
+}

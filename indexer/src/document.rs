@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 use crate::error::{Error, LineProblem, Result};
-use crate::extract::{ChildExtractor, Format, Layout};
+use crate::extract::{ChildExtractor, ExtractError, Format, Layout};
 use crate::index::Progress;
 
 /// One document of a corpus, before chunking.
@@ -38,6 +38,9 @@ pub struct Corpus {
     pub documents: Vec<Document>,
     /// Lines or files that were skipped (only with `skip_bad`).
     pub skipped: Vec<Error>,
+    /// Damage read past in files that were indexed (a page that could not be read, a file
+    /// that ends early), each naming its file: what was indexed is what could be read.
+    pub warnings: Vec<String>,
     /// SHA-256 over every source file, to tell whether an index is up to date.
     pub sha256: String,
 }
@@ -196,6 +199,11 @@ impl CorpusReader {
         self.hasher.update(&file.digest);
         let location = file.path.display().to_string();
         let result = file.document.and_then(|doc| self.check_new(doc, &location));
+        if result.is_ok() {
+            self.corpus
+                .warnings
+                .extend(file.warnings.iter().map(|w| format!("{location}: {w}")));
+        }
         match result {
             Ok(doc) => self.corpus.documents.push(doc),
             Err(problem) => self.bad(Error::BadDocument {
@@ -316,6 +324,8 @@ struct LoadedFile {
     /// before binary formats were read), its SHA-256 for the others.
     digest: Vec<u8>,
     document: std::result::Result<Document, LineProblem>,
+    /// Damage the extraction read past.
+    warnings: Vec<String>,
 }
 
 /// Reads and parses one file of the folder `root`. Only a file that cannot
@@ -326,17 +336,19 @@ fn load_file(
     kind: DocumentKind,
     options: &ReadOptions,
 ) -> Result<LoadedFile> {
+    if let (DocumentKind::Binary(format), Some(child)) = (kind, &options.extractor) {
+        // The child reads the file; this process only hashes it, a block at a time.
+        let sha = sha256_of_file(file)?;
+        let extracted = child.extract(file, format);
+        return Ok(binary_file(root, file, sha, extracted, options));
+    }
     let bytes = std::fs::read(file).map_err(|e| Error::io(file, e))?;
     let sha = format!("{:x}", Sha256::digest(&bytes));
-    let id = file
-        .strip_prefix(root)
-        .unwrap_or(file)
-        .to_string_lossy()
-        .into_owned();
-    let stem = file
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    if let DocumentKind::Binary(format) = kind {
+        let extracted = crate::extract::extract(format, &bytes);
+        return Ok(binary_file(root, file, sha, extracted, options));
+    }
+    let (id, stem) = file_id_and_stem(root, file);
     let document = |title: String, text: String, layout: Layout| Document {
         id: id.clone(),
         title,
@@ -345,25 +357,6 @@ fn load_file(
         layout,
         source_sha256: Some(sha.clone()),
     };
-    if let DocumentKind::Binary(format) = kind {
-        let extracted = match &options.extractor {
-            Some(child) => child.extract(file, format),
-            None => crate::extract::extract(format, &bytes),
-        };
-        let document = extracted.map_err(LineProblem::Extract).and_then(|e| {
-            check_size(e.text.len(), options.max_document_bytes)?;
-            Ok(document(
-                e.title.unwrap_or_else(|| stem.clone()),
-                e.text,
-                e.layout,
-            ))
-        });
-        return Ok(LoadedFile {
-            path: file.to_path_buf(),
-            digest: sha.clone().into_bytes(),
-            document,
-        });
-    }
     let document = check_size(bytes.len(), options.max_document_bytes)
         .and_then(|()| std::str::from_utf8(&bytes).map_err(|_| LineProblem::InvalidUtf8))
         .map(|content| {
@@ -374,7 +367,68 @@ fn load_file(
         path: file.to_path_buf(),
         digest: bytes,
         document,
+        warnings: Vec::new(),
     })
+}
+
+/// The id of the file `file` of the folder `root` (its path below it) and its stem.
+fn file_id_and_stem(root: &Path, file: &Path) -> (String, String) {
+    let id = file
+        .strip_prefix(root)
+        .unwrap_or(file)
+        .to_string_lossy()
+        .into_owned();
+    let stem = file
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (id, stem)
+}
+
+/// A PDF, DOCX or EPUB file of `root` from its extraction.
+fn binary_file(
+    root: &Path,
+    file: &Path,
+    sha: String,
+    extracted: std::result::Result<crate::extract::Extracted, ExtractError>,
+    options: &ReadOptions,
+) -> LoadedFile {
+    let (id, stem) = file_id_and_stem(root, file);
+    let mut warnings = Vec::new();
+    let document = extracted.map_err(LineProblem::Extract).and_then(|e| {
+        check_size(e.text.len(), options.max_document_bytes)?;
+        warnings = e.warnings;
+        Ok(Document {
+            id,
+            title: e.title.unwrap_or(stem),
+            text: e.text,
+            metadata: None,
+            layout: e.layout,
+            source_sha256: Some(sha.clone()),
+        })
+    });
+    LoadedFile {
+        path: file.to_path_buf(),
+        digest: sha.into_bytes(),
+        document,
+        warnings,
+    }
+}
+
+/// SHA-256 of a file, read a block at a time.
+fn sha256_of_file(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", hasher.finalize()))
 }
 
 /// Every document file under `dir`, with its kind: text kinds by

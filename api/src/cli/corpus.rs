@@ -5,6 +5,7 @@
 
 use std::path::PathBuf;
 
+use super::parse_bounds::ParseBounds;
 use clap::{Args, Subcommand};
 
 /// Arguments of `capstan corpus`.
@@ -41,6 +42,12 @@ enum CorpusAction {
         /// and the sections.
         #[arg(long)]
         json: bool,
+        /// Parse in this process and answer in JSON, unbounded: what the bounded child
+        /// process of `index` and `corpus extract` runs.
+        #[arg(long, hide = true)]
+        child: bool,
+        #[command(flatten)]
+        bounds: ParseBounds,
     },
 }
 
@@ -68,11 +75,21 @@ pub fn run(args: CorpusArgs) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        CorpusAction::Extract { file, json } => extract(&file, json),
+        CorpusAction::Extract {
+            file,
+            json,
+            child,
+            bounds,
+        } => extract(&file, json, child, &bounds),
     }
 }
 
-fn extract(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
+fn extract(
+    file: &std::path::Path,
+    json: bool,
+    child: bool,
+    bounds: &ParseBounds,
+) -> anyhow::Result<()> {
     use capstan_indexer::extract::{self, Format};
     use std::io::Read as _;
     let mut head = Vec::new();
@@ -82,14 +99,38 @@ fn extract(file: &std::path::Path, json: bool) -> anyhow::Result<()> {
     let Some(format) = Format::detect(file, &head) else {
         anyhow::bail!("{}: not a PDF, DOCX or EPUB file", file.display());
     };
-    let bytes = std::fs::read(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let result = extract::extract(format, &bytes);
-    if json {
+    if child {
         // Failures are answers too: the parent process names the file with them.
+        let bytes = std::fs::read(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+        println!(
+            "{}",
+            serde_json::to_string(&extract::extract(format, &bytes))?
+        );
+        return Ok(());
+    }
+    // The parse runs in a bounded child, as `index` runs it: a hostile file costs this
+    // process neither its memory nor its stack.
+    let result = bounds.extractor()?.extract(file, format).and_then(|doc| {
+        if doc.text.len() > bounds.max_document_bytes {
+            return Err(extract::ExtractError::TooLarge {
+                format: format.name().into(),
+                what: format!(
+                    "{} bytes of text, past --max-document-bytes {}",
+                    doc.text.len(),
+                    bounds.max_document_bytes
+                ),
+            });
+        }
+        Ok(doc)
+    });
+    if json {
         println!("{}", serde_json::to_string(&result)?);
         return Ok(());
     }
     let doc = result.map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    for warning in &doc.warnings {
+        eprintln!("warning: {}: {warning}", file.display());
+    }
     if let Some(title) = &doc.title {
         println!("# {title}");
     }

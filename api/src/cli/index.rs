@@ -80,18 +80,8 @@ struct BuildArgs {
     /// Skip malformed lines or files (and list them) instead of failing.
     #[arg(long)]
     skip_bad: bool,
-    /// Largest document in bytes (its JSONL line or file, or the text of a PDF,
-    /// DOCX or EPUB); a larger one is an error naming it, or skipped with
-    /// --skip-bad [default: 16 MiB].
-    #[arg(long, default_value_t = capstan_indexer::ReadOptions::MAX_DOCUMENT_BYTES)]
-    max_document_bytes: usize,
-    /// The most seconds one PDF, DOCX or EPUB file may take to parse; each is
-    /// parsed in a child process, stopped past this.
-    #[arg(long, default_value_t = capstan_indexer::ChildExtractor::TIMEOUT.as_secs())]
-    parse_timeout: u64,
-    /// The memory (address space, MiB) a file's parser process may use.
-    #[arg(long, default_value_t = capstan_indexer::ChildExtractor::MEMORY_LIMIT_BYTES >> 20)]
-    parse_memory_mb: u64,
+    #[command(flatten)]
+    bounds: super::parse_bounds::ParseBounds,
     /// No progress bars.
     #[arg(long, short)]
     quiet: bool,
@@ -286,24 +276,21 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
         );
     }
     let start = std::time::Instant::now();
-    let extractor = capstan_indexer::ChildExtractor {
-        program: std::env::current_exe()
-            .context("finding the capstan binary to parse files with")?,
-        args: ["corpus", "extract", "--json"].map(Into::into).to_vec(),
-        timeout: std::time::Duration::from_secs(args.parse_timeout.max(1)),
-        memory_limit_bytes: args.parse_memory_mb.max(16) << 20,
-    };
+    let extractor = args.bounds.extractor()?;
     let corpus = capstan_indexer::read_corpus_reporting(
         &corpus_path,
         capstan_indexer::ReadOptions {
             skip_bad: args.skip_bad,
-            max_document_bytes: args.max_document_bytes,
+            max_document_bytes: args.bounds.max_document_bytes,
             extractor: Some(extractor),
         },
         &Bars::new(args.quiet),
     )?;
     for skipped in &corpus.skipped {
         eprintln!("skipped {skipped}");
+    }
+    for warning in &corpus.warnings {
+        eprintln!("warning: {warning}");
     }
     if !corpus.skipped.is_empty() {
         eprintln!("skipped {} bad line(s) or file(s)", corpus.skipped.len());

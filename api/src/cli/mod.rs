@@ -7,6 +7,7 @@ mod encoder_arg;
 mod eval;
 mod index;
 mod model;
+mod parse_bounds;
 mod pipeline_args;
 mod progress;
 mod search;

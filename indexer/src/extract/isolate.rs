@@ -6,6 +6,8 @@ use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{ExtractError, Extracted, Format};
@@ -23,6 +25,9 @@ pub struct ChildExtractor {
     pub timeout: Duration,
     /// The child's address-space limit (`RLIMIT_AS`), in bytes.
     pub memory_limit_bytes: u64,
+    /// The most of the child's answer this process reads: past it the child is stopped and
+    /// the file refused (its text would be past any document bound anyway).
+    pub max_output_bytes: u64,
 }
 
 impl ChildExtractor {
@@ -31,12 +36,37 @@ impl ChildExtractor {
     /// See [`ChildExtractor::TIMEOUT`].
     pub const MEMORY_LIMIT_BYTES: u64 = 4 << 30;
 
+    /// The bound on the child's answer for documents of at most `max_document_bytes` of text:
+    /// JSON escapes a character in at most 6 bytes, and the layout adds little.
+    pub fn output_bound(max_document_bytes: usize) -> u64 {
+        6 * max_document_bytes as u64 + (1 << 20)
+    }
+
+    /// The largest file the child is given: a parser holds a file and its objects, some
+    /// times its size, within [`ChildExtractor::memory_limit_bytes`].
+    pub fn max_input_bytes(&self) -> u64 {
+        self.memory_limit_bytes / 4
+    }
+
     /// Extracts `path` (of `format`) in a child process.
     pub fn extract(&self, path: &Path, format: Format) -> Result<Extracted, ExtractError> {
         let crashed = |message: String| ExtractError::Crashed {
             format: format.name().into(),
             message,
         };
+        // A file the parser could not hold is refused unread.
+        let size = std::fs::metadata(path).map_or(0, |m| m.len());
+        if size > self.max_input_bytes() {
+            return Err(ExtractError::TooLarge {
+                format: format.name().into(),
+                what: format!(
+                    "{} MiB, past the {} MiB a file may be (a quarter of the parser's memory \
+                     bound, --parse-memory-mb)",
+                    size >> 20,
+                    self.max_input_bytes() >> 20
+                ),
+            });
+        }
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -68,11 +98,21 @@ impl ChildExtractor {
         let mut child = command
             .spawn()
             .map_err(|e| crashed(format!("could not start {}: {e}", self.program.display())))?;
-        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        // Each pipe is read up to a bound; one byte past it raises `over`, and the rest is
+        // drained without being kept (the child is stopped then).
+        let over = Arc::new(AtomicBool::new(false));
+        let drain = |pipe: Option<Box<dyn Read + Send>>, bound: u64, raise: bool| {
+            let over = over.clone();
             std::thread::spawn(move || {
                 let mut bytes = Vec::new();
                 if let Some(mut pipe) = pipe {
-                    let _ = pipe.read_to_end(&mut bytes);
+                    let _ = (&mut pipe).take(bound + 1).read_to_end(&mut bytes);
+                    if bytes.len() as u64 > bound {
+                        if raise {
+                            over.store(true, Ordering::SeqCst);
+                        }
+                        let _ = std::io::copy(&mut pipe, &mut std::io::sink());
+                    }
                 }
                 bytes
             })
@@ -82,17 +122,33 @@ impl ChildExtractor {
                 .stdout
                 .take()
                 .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            self.max_output_bytes,
+            true,
         );
+        // The child's errors: their first MiB is plenty to say what happened.
         let stderr = drain(
             child
                 .stderr
                 .take()
                 .map(|p| Box::new(p) as Box<dyn Read + Send>),
+            1 << 20,
+            false,
         );
         let started = Instant::now();
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
+                Ok(None) if over.load(Ordering::SeqCst) => {
+                    kill_group(&mut child);
+                    let _ = child.wait();
+                    return Err(ExtractError::TooLarge {
+                        format: format.name().into(),
+                        what: format!(
+                            "its text is past {} MiB (the bound on a document's text)",
+                            self.max_output_bytes >> 20
+                        ),
+                    });
+                }
                 Ok(None) if started.elapsed() >= self.timeout => {
                     kill_group(&mut child);
                     let _ = child.wait();
@@ -108,6 +164,15 @@ impl ChildExtractor {
         };
         let stdout = stdout.join().unwrap_or_default();
         let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+        if over.load(Ordering::SeqCst) {
+            return Err(ExtractError::TooLarge {
+                format: format.name().into(),
+                what: format!(
+                    "its text is past {} MiB (the bound on a document's text)",
+                    self.max_output_bytes >> 20
+                ),
+            });
+        }
         if status.success() {
             return serde_json::from_slice::<Result<Extracted, ExtractError>>(&stdout)
                 .map_err(|e| crashed(format!("unreadable answer from the parser process: {e}")))?;
@@ -119,7 +184,9 @@ impl ChildExtractor {
             .unwrap_or("")
             .trim()
             .to_string();
-        let message = if stderr.contains("memory allocation of") {
+        let message = if stderr.contains("has overflowed its stack") {
+            "the parser overflowed its stack (the file nests its objects too deep)".to_string()
+        } else if stderr.contains("memory allocation of") {
             format!(
                 "ran out of memory (the bound is {} MiB a file): {last}",
                 self.memory_limit_bytes >> 20
@@ -174,6 +241,7 @@ mod tests {
             args: vec!["-c".into(), script.into(), "sh".into()],
             timeout,
             memory_limit_bytes: ChildExtractor::MEMORY_LIMIT_BYTES,
+            max_output_bytes: 1 << 20,
         }
     }
 
@@ -235,6 +303,42 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unreadable answer"), "{err}");
+    }
+
+    #[test]
+    fn a_flood_of_output_a_stack_overflow_and_a_file_too_large_are_named() {
+        // 5 MB of answer against a bound of 1 MiB: the child is stopped, the file refused.
+        let err = run("head -c 5000000 /dev/zero", ChildExtractor::TIMEOUT).unwrap_err();
+        assert!(
+            matches!(&err, ExtractError::TooLarge { what, .. } if what.contains("past 1 MiB")),
+            "{err}"
+        );
+        let err = run(
+            "echo \"thread 'main' has overflowed its stack\" >&2; kill -ABRT $$",
+            ChildExtractor::TIMEOUT,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("overflowed its stack (the file nests"),
+            "{err}"
+        );
+        // A (sparse) file of 2 GiB against a bound of 1 GiB: refused before the child runs.
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.pdf");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+        let child = ChildExtractor {
+            memory_limit_bytes: 1 << 30,
+            ..shell("echo ran >&2; exit 3", ChildExtractor::TIMEOUT)
+        };
+        let err = child.extract(&big, Format::Pdf).unwrap_err().to_string();
+        assert!(
+            err.contains("2048 MiB, past the 256 MiB a file may be") && !err.contains("ran"),
+            "{err}"
+        );
     }
 
     #[test]

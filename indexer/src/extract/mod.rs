@@ -88,6 +88,10 @@ pub struct Extracted {
     pub text: String,
     /// Where pages and sections begin.
     pub layout: Layout,
+    /// Damage the reader met and read past (a page it could not read, a file that ends
+    /// early): the text is what could be read, and these say what was lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// Where a document's pages and sections begin, as character offsets into
@@ -164,6 +168,14 @@ pub enum ExtractError {
         format: String,
         /// The panic message or how the process ended.
         message: String,
+    },
+    /// The file, or the text it holds, is past a bound on memory.
+    #[error("the {format} file is too large: {what}")]
+    TooLarge {
+        /// The format's name.
+        format: String,
+        /// Which bound, and by how much.
+        what: String,
     },
     /// The parser ran past the time bound.
     #[error("reading the {format} file took longer than {seconds} s (the bound per file); it was stopped")]
@@ -365,6 +377,7 @@ impl TextBuilder {
             title,
             text: self.text,
             layout: self.layout,
+            warnings: Vec::new(),
         }
     }
 }

@@ -20,7 +20,13 @@ use super::{ExtractError, Extracted, Format, TextBuilder};
 
 const FORMAT: Format = Format::Pdf;
 
+/// The deepest nesting of arrays and dictionaries read: real files nest a few levels (a page
+/// tree is its own objects, not nested ones); a parser that recurses would overflow its stack
+/// some ten thousand levels down.
+const MAX_NESTING: usize = 512;
+
 pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
+    check_nesting(bytes)?;
     let doc = PdfDocument::from_bytes(bytes.to_vec()).map_err(error)?;
     // Opening tries the empty user password (files with only an owner
     // password open in every viewer); anything else needs the user's.
@@ -29,16 +35,44 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
     }
     let count = doc.page_count().map_err(error)?;
     let mut pages = Vec::with_capacity(count);
+    let mut failed = Vec::new();
     for i in 0..count {
-        // A page the parser cannot read (or panics on) loses that page only.
-        let text = catch_unwind(AssertUnwindSafe(|| doc.extract_text(i)))
-            .ok()
-            .and_then(Result::ok)
-            .unwrap_or_default();
+        // A page the parser cannot read (or panics on) loses that page only, and says so.
+        let text = match catch_unwind(AssertUnwindSafe(|| doc.extract_text(i))) {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                failed.push((i, e.to_string()));
+                String::new()
+            }
+            Err(panic) => {
+                failed.push((i, format!("panicked: {}", crate::panic_message(&*panic))));
+                String::new()
+            }
+        };
         pages.push(text);
     }
     if pages.iter().all(|p| p.trim().is_empty()) {
-        return Err(ExtractError::NoTextLayer { pages: count });
+        // Pages that failed are damage, not a scan without text.
+        return Err(match failed.first() {
+            Some((page, message)) => ExtractError::unreadable(
+                FORMAT,
+                format!(
+                    "{} of {count} page(s) could not be read (page {}: {message})",
+                    failed.len(),
+                    page + 1
+                ),
+            ),
+            None => ExtractError::NoTextLayer { pages: count },
+        });
+    }
+    let mut warnings: Vec<String> = failed
+        .iter()
+        .map(|(page, message)| format!("page {} could not be read: {message}", page + 1))
+        .collect();
+    if !ends_with_eof_marker(bytes) {
+        warnings.push(format!(
+            "the file does not end with %%EOF: it may be cut short ({count} page(s) read)"
+        ));
     }
     let outline = catch_unwind(AssertUnwindSafe(|| doc.get_outline()))
         .ok()
@@ -50,7 +84,87 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
         .flatten();
     let mut extracted = assemble(&pages, &outline);
     extracted.title = title;
+    extracted.warnings = warnings;
     Ok(extracted)
+}
+
+/// Whether the end-of-file marker closes the file (within its last KiB, as readers look for it).
+fn ends_with_eof_marker(bytes: &[u8]) -> bool {
+    let tail = &bytes[bytes.len().saturating_sub(1024)..];
+    tail.windows(5).any(|w| w == b"%%EOF")
+}
+
+/// Refuses a file whose arrays and dictionaries nest deeper than [`MAX_NESTING`], before a
+/// parser recurses into them. Strings, comments and streams are passed over (their bytes are
+/// not syntax).
+fn check_nesting(bytes: &[u8]) -> Result<(), ExtractError> {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
+                    i += 1;
+                }
+            }
+            b'(' => {
+                // A literal string: balanced parentheses, backslash escapes.
+                let mut open = 0usize;
+                while i < bytes.len() {
+                    match bytes[i] {
+                        b'\\' => i += 1,
+                        b'(' => open += 1,
+                        b')' => {
+                            open -= 1;
+                            if open == 0 {
+                                break;
+                            }
+                        }
+                        _ => {}
+                    }
+                    i += 1;
+                }
+            }
+            b'<' if bytes.get(i + 1) == Some(&b'<') => {
+                depth += 1;
+                i += 1;
+            }
+            b'<' => {
+                // A hex string.
+                while i < bytes.len() && bytes[i] != b'>' {
+                    i += 1;
+                }
+            }
+            b'>' if bytes.get(i + 1) == Some(&b'>') => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            b'[' => depth += 1,
+            b']' => depth = depth.saturating_sub(1),
+            b's' if bytes[i..].starts_with(b"stream")
+                && matches!(bytes.get(i + 6), Some(b'\r' | b'\n')) =>
+            {
+                // A stream's data: up to its `endstream`.
+                let rest = &bytes[i + 6..];
+                i += 6 + rest
+                    .windows(9)
+                    .position(|w| w == b"endstream")
+                    .map_or(rest.len(), |p| p + 9);
+                continue;
+            }
+            _ => {}
+        }
+        if depth > MAX_NESTING {
+            return Err(ExtractError::unreadable(
+                FORMAT,
+                format!(
+                    "arrays or dictionaries nest deeper than {MAX_NESTING} levels (at byte {i})"
+                ),
+            ));
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 /// The document information dictionary's `/Title`, where the producer set
@@ -253,6 +367,42 @@ fn page_text(lines: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nesting_past_the_bound_is_refused_and_strings_and_streams_do_not_count() {
+        let deep = |n: usize| {
+            let mut f = b"%PDF-1.4\n1 0 obj\n".to_vec();
+            f.extend(std::iter::repeat_n(b'[', n));
+            f.extend(std::iter::repeat_n(b']', n));
+            f.extend_from_slice(b"\nendobj\n%%EOF\n");
+            f
+        };
+        assert!(check_nesting(&deep(MAX_NESTING)).is_ok());
+        let err = check_nesting(&deep(20_000)).unwrap_err().to_string();
+        assert!(err.contains("nest deeper than 512"), "{err}");
+        let mut dicts = Vec::new();
+        for _ in 0..600 {
+            dicts.extend_from_slice(b"<</A ");
+        }
+        assert!(check_nesting(&dicts).is_err());
+        // Brackets inside strings, hex strings, comments and streams are not syntax.
+        let mut quiet =
+            b"1 0 obj (a [[[[ (b [[ ) \\) [[[ ) <5b5b> % [[[[\n<</Length 9>>\nstream\n".to_vec();
+        quiet.extend(std::iter::repeat_n(b'[', 5_000));
+        quiet.extend_from_slice(b"\nendstream\nendobj\n");
+        assert!(check_nesting(&quiet).is_ok());
+        // ... and the scan goes on after them.
+        quiet.extend(deep(20_000));
+        assert!(check_nesting(&quiet).is_err());
+    }
+
+    #[test]
+    fn the_end_of_file_marker_is_looked_for_in_the_last_kib() {
+        assert!(ends_with_eof_marker(b"%PDF-1.4 ... %%EOF\n"));
+        let mut cut = b"%PDF-1.4 %%EOF".to_vec();
+        cut.extend(std::iter::repeat_n(b' ', 2048));
+        assert!(!ends_with_eof_marker(&cut));
+    }
 
     #[test]
     fn running_headers_and_page_numbers_are_dropped() {
