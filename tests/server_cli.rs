@@ -204,6 +204,15 @@ fn bad_requests_get_4xx_json_errors_and_the_server_keeps_serving() {
             ),
             Some(404),
         ),
+        (
+            "chat: unknown role after the last user turn",
+            srv.post(
+                "/v1/chat/completions",
+                &json!({"messages": [{"role": "user", "content": question}, {"role": "robot", "content": "x"}]}),
+            ),
+            Some(400),
+        ),
+        ("chat: JSON array", post("/v1/chat/completions", "[]"), Some(400)),
         ("unknown route", srv.get("/v1/nothing-here"), Some(404)),
         ("unknown route, POST", srv.post("/v2/qa", &json!({"question": question})), Some(404)),
         ("wrong method: GET /v1/qa", srv.get("/v1/qa"), Some(405)),
@@ -240,6 +249,42 @@ fn bad_requests_get_4xx_json_errors_and_the_server_keeps_serving() {
         failures.len(),
         cases.len(),
         failures.join("\n")
+    );
+
+    // The messages say what is wrong, and what is accepted.
+    let message = |what: &str| {
+        let (_, r, _) = cases.iter().find(|(w, _, _)| *w == what).unwrap();
+        r.json()["error"]["message"].as_str().unwrap().to_string()
+    };
+    assert!(
+        message("qa: JSON array").contains("must be a JSON object"),
+        "{}",
+        message("qa: JSON array")
+    );
+    let role = message("chat: unknown role after the last user turn");
+    assert!(
+        role.contains("turn 1")
+            && role.contains("developer, tool or function")
+            && role.contains("robot"),
+        "{role}"
+    );
+    // An empty assistant turn (a tool call's) is passed over, not read as an empty answer.
+    let chat = srv
+        .post(
+            "/v1/chat/completions",
+            &json!({"messages": [
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": null},
+                {"role": "assistant", "content": ""},
+                {"role": "user", "content": question}]}),
+        )
+        .ok_json();
+    assert!(
+        !chat["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .is_empty(),
+        "{chat}"
     );
 
     // The server still serves, and counted what it refused.
@@ -647,6 +692,31 @@ fn every_route_answers() {
         "capstan_rejected_requests_total 0",
     ] {
         assert!(text.contains(needle), "no {needle}:\n{text}");
+    }
+}
+
+/// A KV budget that could not hold one request is refused when the server starts, naming
+/// the flag, not by every request as if the client were wrong.
+#[test]
+fn a_kv_budget_too_small_for_any_request_is_refused_at_start() {
+    let f = fixture();
+    for budget in ["0", "64"] {
+        let out = capstan()
+            .args(["serve", "--index", s(&f.index), "--addr", "127.0.0.1:1"])
+            .args([
+                "--llama-model",
+                s(&common::smollm2()),
+                "--kv-tokens",
+                budget,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains(&format!("--kv-tokens {budget} cannot hold one request")),
+            "{stderr}"
+        );
     }
 }
 

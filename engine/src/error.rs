@@ -26,7 +26,7 @@ pub enum Error {
     #[error("reader `{}` is not loaded: configure its checkpoint (--{}-model or capstan.toml)", .0.name(), .0.name())]
     NotLoaded(ReaderKind),
     /// A request needs more KV memory than the scheduler has in all.
-    #[error("the request needs {need} tokens of KV cache (prompt + max new tokens), more than the scheduler's budget of {budget}")]
+    #[error("the request needs {need} tokens of KV cache, more than the server's budget of {budget} (--kv-tokens): ask with fewer passages or new tokens, or raise the budget")]
     TooLarge {
         /// Tokens the request would reserve.
         need: usize,

@@ -74,7 +74,7 @@ test("the page loads", async () => {
   await page.close();
 });
 
-test("a question streams an answer and shows the cited passage with the sentence marked", async () => {
+test("a question streams an answer and shows the cited passage with the answer marked in its sentence", async () => {
   const question = QUESTIONS[0];
   const { page, problems } = await open(KEY);
   const resp = await ask(page, question);
@@ -102,7 +102,9 @@ test("a question streams an answer and shows the cited passage with the sentence
       id: e.dataset.passageId,
       cited: e.classList.contains("cited"),
       marks: Array.from(e.querySelectorAll("mark"), (m) => m.textContent),
+      sentences: Array.from(e.querySelectorAll(".sentence"), (m) => m.textContent),
       text: e.querySelector("p").textContent,
+      title: e.querySelector("h3").textContent,
     })),
   );
   assert.equal(passages.length, api.passages.length);
@@ -113,8 +115,19 @@ test("a question streams an answer and shows the cited passage with the sentence
   const cited = passages.filter((p) => p.cited);
   assert.equal(cited.length, 1, "one passage is marked cited");
   assert.equal(cited[0].id, api.citations[0]);
-  assert.deepEqual(cited[0].marks, [answer], "the cited passage marks exactly the answer sentence");
-  assert.ok(cited[0].text.includes(answer));
+  assert.deepEqual(cited[0].marks, [answer], "the cited passage marks exactly the answer");
+  assert.equal(api.kind, "span");
+  const span = api.spans[0];
+  if (span.in_title) {
+    assert.ok(cited[0].title.includes(answer));
+  } else {
+    // The mark stands at the span's offsets, inside its shaded sentence.
+    const chars = Array.from(cited[0].text);
+    assert.equal(chars.slice(span.start, span.end).join(""), answer);
+    const h = api.highlight;
+    assert.deepEqual(cited[0].sentences, [chars.slice(h.start, h.end).join("")]);
+    assert.ok(cited[0].sentences[0].includes(answer));
+  }
   assert.equal(
     passages.filter((p) => !p.cited).flatMap((p) => p.marks).length,
     0,

@@ -157,7 +157,7 @@ impl ProbeModelArgs {
             opts,
             self.attention,
             self.beyond_context,
-            self.scheduling.settings(),
+            self.scheduling.settings(0)?,
         )
     }
 }

@@ -119,6 +119,9 @@ pub struct PipelineArgs {
     pub retrieval: RetrievalArgs,
 }
 
+/// The shortest prompt a KV budget must hold: a question and a few passages.
+const MIN_PROMPT_TOKENS: usize = 512;
+
 /// Sizes of the generative readers' continuous-batching schedulers.
 #[derive(Debug, Clone, Copy, Args)]
 pub struct SchedulingArgs {
@@ -144,10 +147,11 @@ pub struct SchedulingArgs {
 }
 
 impl SchedulingArgs {
-    /// The scheduler settings these flags describe.
-    pub fn settings(&self) -> SchedulerSettings {
+    /// The scheduler settings these flags describe; a KV budget that could not hold one
+    /// request of `max_new_tokens` is refused here, not by every request.
+    pub fn settings(&self, max_new_tokens: usize) -> anyhow::Result<SchedulerSettings> {
         let d = SchedulerSettings::default();
-        SchedulerSettings {
+        let settings = SchedulerSettings {
             max_batch: self.max_batch.unwrap_or(d.max_batch),
             kv_tokens: self.kv_tokens.unwrap_or(d.kv_tokens),
             step_tokens: self.step_tokens.unwrap_or(d.step_tokens),
@@ -156,7 +160,18 @@ impl SchedulingArgs {
             passage_cache_bytes: self
                 .cape_cache_mb
                 .map_or(d.passage_cache_bytes, |mb| mb << 20),
+        };
+        // The least a request needs: a short RAG prompt and its new tokens.
+        let least = MIN_PROMPT_TOKENS + max_new_tokens;
+        if settings.kv_tokens < least {
+            anyhow::bail!(
+                "--kv-tokens {} cannot hold one request: a prompt of {MIN_PROMPT_TOKENS} tokens \
+                 and {max_new_tokens} new ones need {least} (the default is {})",
+                settings.kv_tokens,
+                d.kv_tokens
+            );
         }
+        Ok(settings)
     }
 }
 
@@ -284,7 +299,11 @@ pub fn build(
         dtype: args.dtype.map(DtypeArg::dtype),
         no_chat_template: args.no_chat_template,
     };
-    let scheduling = args.scheduling.settings();
+    let max_new_tokens = args
+        .max_new_tokens
+        .or(file.reader.max_new_tokens)
+        .unwrap_or(32);
+    let scheduling = args.scheduling.settings(max_new_tokens)?;
     let load = |path: Option<PathBuf>,
                 name: &str,
                 cross_kv: Option<CrossKv>|
@@ -327,10 +346,6 @@ pub fn build(
     if !pipeline.available_readers().contains(&reader) {
         return Err(capstan_engine::Error::NotLoaded(reader).into());
     }
-    let max_new_tokens = args
-        .max_new_tokens
-        .or(file.reader.max_new_tokens)
-        .unwrap_or(32);
     let defaults = QaRequest::new("", reader);
     let request = QaRequest {
         k,

@@ -71,7 +71,8 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let generations = args
         .max_generations
         .or(s.max_generations)
-        .unwrap_or(args.pipeline.scheduling.settings().max_batch)
+        .or(args.pipeline.scheduling.max_batch)
+        .unwrap_or(capstan_engine::SchedulerSettings::default().max_batch)
         .max(1);
     let workers = args.workers.or(s.workers).unwrap_or(cpus).max(1);
     let queue = args.queue.or(s.queue).unwrap_or(256);

@@ -215,6 +215,23 @@ pub async fn completions(
              POST /v1/qa answers with a span of the passages"
         )));
     }
+    // Every turn's role is checked, the turns after the last user turn too.
+    let known = [
+        "user",
+        "assistant",
+        "system",
+        "developer",
+        "tool",
+        "function",
+    ];
+    if let Some((i, m)) = body
+        .messages
+        .iter()
+        .enumerate()
+        .find(|(_, m)| !known.contains(&m.role.as_str()))
+    {
+        return Err(super::qa::unknown_role(i, &m.role));
+    }
     let last = body
         .messages
         .iter()

@@ -383,6 +383,14 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         };
         ApiError::new(status, kind, rejection.body_text())
     })?;
+    // A body that is JSON but not an object (an array, a string) would be answered by serde
+    // with what it expected of a field ("invalid type: map, expected a string").
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{') {
+        return Err(ApiError::invalid(
+            "malformed request body: it must be a JSON object (`{...}`)",
+        ));
+    }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::invalid(format!("malformed request body: {e}")))
 }

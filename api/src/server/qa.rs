@@ -73,6 +73,14 @@ pub enum Stop {
 /// Most turns a conversation may carry (the reader sees the last few).
 pub const MAX_HISTORY_TURNS: usize = 64;
 
+/// The roles a turn may have.
+pub const ROLES: &str = "user, assistant, system, developer, tool or function";
+
+/// The error for a turn whose role is none of [`ROLES`].
+pub fn unknown_role(turn: usize, role: &str) -> ApiError {
+    ApiError::invalid(format!("turn {turn}: `role` must be {ROLES}, got `{role}`"))
+}
+
 /// Checks a conversation's earlier turns and makes them the engine's.
 pub fn history_turns(
     turns: impl IntoIterator<Item = (String, String)>,
@@ -85,12 +93,13 @@ pub fn history_turns(
             "assistant" => Role::Assistant,
             // System and tool turns say nothing retrieval or the reader can use.
             "system" | "developer" | "tool" | "function" => continue,
-            other => {
-                return Err(ApiError::invalid(format!(
-                    "turn {i}: `role` must be user, assistant or system, got `{other}`"
-                )))
-            }
+            other => return Err(unknown_role(i, other)),
         };
+        // An empty turn (an assistant's tool call has no content) says nothing either: read
+        // as a turn, it teaches the reader to answer with nothing.
+        if content.trim().is_empty() {
+            continue;
+        }
         if content.chars().count() > state.limits.max_question_chars * 8 {
             return Err(ApiError::invalid(format!(
                 "turn {i}: `content` is longer than {} characters",
