@@ -15,7 +15,7 @@ up, then they run alternately `--repeats` times and the best of each counts
     python3 bench/encode_vs_sentence_transformers.py --data /tmp/encbench/data --n 1000
 
 The Capstan embeddings for the comparison come from the ignored test
-`encoder::tests::dump_embeddings` (`cargo test --release -p capstan-indexer`).
+`encoder::tests::dump_embeddings` (`cargo test --release -p capstan-encoder`).
 """
 
 import argparse
@@ -82,7 +82,7 @@ def capstan_vectors(data, encoder, n):
             RAYON_NUM_THREADS=str(THREADS),
         )
         subprocess.run(
-            ["cargo", "test", "--release", "-q", "-p", "capstan-indexer", "--lib",
+            ["cargo", "test", "--release", "-q", "-p", "capstan-encoder", "--lib",
              "encoder::tests::dump_embeddings", "--", "--ignored", "--exact"],
             check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
         )

@@ -197,7 +197,7 @@ impl Encoder {
     /// [`Encoder::load_on`] with a dtype and backend: the CPU's packed BERT
     /// for f32 on the CPU, candle-transformers' padded BERT otherwise.
     pub fn load_with(dir: &Path, device: &Device, options: EncoderOptions) -> Result<Self> {
-        let err = |message: String| Error::Encoder {
+        let err = |message: String| Error::Load {
             path: dir.to_path_buf(),
             message,
         };
@@ -314,7 +314,7 @@ impl Encoder {
         let encodings = self
             .tokenizer
             .encode_batch(inputs, true)
-            .map_err(|e| Error::Encoder {
+            .map_err(|e| Error::Load {
                 path: PathBuf::from(&self.info.path),
                 message: format!("tokenizing: {e}"),
             })?;

@@ -2,6 +2,16 @@
 //! sentences are embedded at index time so answering costs one question
 //! embedding and a few dot products.
 
+/// The text a sentence is embedded as: prefixed with its document's title, so
+/// that "He was born in 1843." still says whose birth it is.
+pub fn sentence_embedding_text(title: &str, sentence: &str) -> String {
+    if title.is_empty() {
+        sentence.to_string()
+    } else {
+        format!("{title}. {sentence}")
+    }
+}
+
 /// Byte spans `(start, end)` of the sentences of `text`, trimmed. A sentence
 /// ends at `.`, `!` or `?` followed by whitespace and then an upper-case
 /// letter, a digit or an opening quote/bracket, or at a blank line. Common

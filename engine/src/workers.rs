@@ -197,7 +197,7 @@ fn worker(
                     encoder
                         .embed(&texts)
                         .map(|v| (v, tokens))
-                        .map_err(Into::into)
+                        .map_err(|e| capstan_indexer::Error::from(e).into())
                 });
                 let _ = reply.send(result);
             }

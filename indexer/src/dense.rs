@@ -70,13 +70,7 @@ impl Distance<f32> for UnitCosine {
 
 pub use capstan_kernels::cpu::math::{dot, dot_fn};
 
-/// L2-normalises in place (zero vectors stay zero).
-pub fn normalize(v: &mut [f32]) {
-    let norm = dot(v, v).sqrt();
-    if norm > 0.0 {
-        v.iter_mut().for_each(|x| *x /= norm);
-    }
-}
+pub use capstan_encoder::normalize;
 
 /// The HNSW graph type Capstan stores.
 pub type Graph = Hnsw<'static, f32, UnitCosine>;

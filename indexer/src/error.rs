@@ -2,6 +2,15 @@
 
 use std::path::PathBuf;
 
+impl From<capstan_encoder::Error> for Error {
+    fn from(err: capstan_encoder::Error) -> Self {
+        match err {
+            capstan_encoder::Error::Load { path, message } => Error::Encoder { path, message },
+            capstan_encoder::Error::Candle(e) => Error::Candle(e),
+        }
+    }
+}
+
 /// Everything that can go wrong while reading a corpus, encoding it, or
 /// building, opening or changing an index. Messages name the file, line or
 /// field at fault so a user can fix their input.

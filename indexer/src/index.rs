@@ -13,14 +13,14 @@ use crate::bm25::{Bm25Index, Bm25Params, Bm25Writer};
 use crate::chunk::{ChunkParams, Chunker, Passage};
 use crate::dense::{self, DenseIndex, HnswParams};
 use crate::document::{Corpus, Document};
-use crate::encoder::{Encoder, EncoderInfo, EncoderPrecision};
 use crate::error::{Error, Result};
 use crate::frozen_store;
 use crate::fsutil;
 use crate::integrity::{self, Damage, Depth};
 use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
-use crate::sentence::sentence_spans;
 use crate::store::{Metadata, PassageOrd, PassageStore, SentenceRef};
+use capstan_encoder::sentence_spans;
+use capstan_encoder::{sentence_embedding_text, Encoder, EncoderInfo, EncoderPrecision};
 
 /// Settings of a new index.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -489,16 +489,6 @@ fn add_documents(
         passages: passages.len() as u64,
         sentences,
     })
-}
-
-/// The text a sentence is embedded as: prefixed with its document's title, so
-/// that "He was born in 1843." still says whose birth it is.
-pub fn sentence_embedding_text(title: &str, sentence: &str) -> String {
-    if title.is_empty() {
-        sentence.to_string()
-    } else {
-        format!("{title}. {sentence}")
-    }
 }
 
 /// Embeds `texts` into unit vectors appended to `gen/file`; returns them flat.

@@ -15,12 +15,10 @@
 //! ```
 #![warn(missing_docs)]
 
-mod bert;
 mod bm25;
 mod chunk;
 mod dense;
 mod document;
-mod encoder;
 mod error;
 pub mod extract;
 mod frozen;
@@ -29,9 +27,7 @@ mod fsutil;
 mod index;
 mod integrity;
 mod manifest;
-mod padded_bert;
 mod readonly_dir;
-mod sentence;
 mod store;
 mod topk;
 
@@ -44,17 +40,20 @@ pub use dense::{
 pub use document::{
     read_corpus, read_corpus_reporting, read_corpus_with, Corpus, Document, ReadOptions,
 };
-pub use encoder::{Encoder, EncoderInfo, EncoderOptions, EncoderPrecision, Pooling};
+// The encoder the index is built with (its own crate, which the reader shares).
+pub use capstan_encoder::{
+    sentence_embedding_text, sentence_spans, Encoder, EncoderInfo, EncoderOptions,
+    EncoderPrecision, Pooling,
+};
 pub use error::{Error, LineProblem, Result};
 pub use extract::{ChildExtractor, Layout, Section};
 pub use frozen::FrozenGraph;
 pub use index::{
-    append, build, compact, delete, sentence_embedding_text, ChangeSummary, Index, IndexSettings,
-    NoProgress, Progress, Verification,
+    append, build, compact, delete, ChangeSummary, Index, IndexSettings, NoProgress, Progress,
+    Verification,
 };
 pub use integrity::{Damage, FileSum, FileTable};
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
-pub use sentence::sentence_spans;
 pub use store::{Metadata, PassageOrd, SentenceRef};
 
 /// The message of a caught panic (a `&str` or `String` payload).

@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 use crate::bm25::Bm25Params;
 use crate::chunk::ChunkParams;
 use crate::dense::HnswParams;
-use crate::encoder::EncoderInfo;
 use crate::error::{Error, Result};
 use crate::integrity::FileTable;
+use capstan_encoder::EncoderInfo;
 
 /// The on-disk format this build of Capstan writes and reads (2: the
 /// manifest lists every file's size and checksum).

@@ -395,7 +395,9 @@ fn build_points(
         .flat_map(|c| c.passages.iter().map(move |p| (*c, p)))
         .collect();
     let texts: Vec<String> = passages.iter().map(|(_, p)| p.embedding_text()).collect();
-    let vectors = encoder.embed(&texts)?;
+    let vectors = encoder
+        .embed(&texts)
+        .map_err(capstan_indexer::Error::from)?;
     Ok(passages
         .into_iter()
         .zip(vectors)

@@ -115,11 +115,11 @@ pub enum Error {
     },
     /// The dense encoder (extractive reader) failed.
     #[error("sentence encoder: {0}")]
-    Encoder(Box<capstan_indexer::Error>),
+    Encoder(Box<capstan_encoder::Error>),
 }
 
-impl From<capstan_indexer::Error> for Error {
-    fn from(err: capstan_indexer::Error) -> Self {
+impl From<capstan_encoder::Error> for Error {
+    fn from(err: capstan_encoder::Error) -> Self {
         Error::Encoder(Box::new(err))
     }
 }

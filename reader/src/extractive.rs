@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use capstan_indexer::{dot, normalize, sentence_embedding_text, sentence_spans, Encoder};
+use capstan_encoder::{dot, normalize, sentence_embedding_text, sentence_spans, Encoder};
 
 use crate::error::Result;
 

@@ -42,6 +42,13 @@ pub enum Error {
     },
 }
 
+// The question encoder's errors read as the index's (a missing encoder folder names it).
+impl From<capstan_encoder::Error> for Error {
+    fn from(err: capstan_encoder::Error) -> Self {
+        capstan_indexer::Error::from(err).into()
+    }
+}
+
 impl From<capstan_indexer::Error> for Error {
     fn from(err: capstan_indexer::Error) -> Self {
         Error::Index(Box::new(err))
