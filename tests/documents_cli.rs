@@ -223,6 +223,20 @@ fn damaged_and_hostile_pdfs_are_named_with_what_is_wrong() {
         "{stderr}"
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 documents"));
+    // --strict fails on damage read past, and publishes nothing.
+    let strict_index = tmp.path().join("strict");
+    let out = run(&index_args(
+        &folder,
+        &strict_index,
+        &["--skip-bad", "--strict"],
+    ));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cut.pdf") && stderr.contains("damaged (--strict)"),
+        "{stderr}"
+    );
+    assert!(!strict_index.join("CURRENT").exists());
 
     let err = fails(&["corpus", "extract", s(&folder.join("nested.pdf"))]);
     assert!(

@@ -852,7 +852,11 @@ impl Pipeline {
         model.check_length(usage_in.0, params.max_new_tokens)?;
         timings.assemble_ms = ms(t);
         let t = Instant::now();
+        // Free text streams as the answer reads once trimmed: whitespace at its start is
+        // dropped, and whitespace is held back until text follows it.
+        let mut trimmed = TrimmedStream::default();
         let generation = scheduler.generate_stream(request, params, |_, piece| match piece {
+            Some(p) if source.is_none() => trimmed.push(p, &mut *on_text),
             Some(p) if !p.is_empty() => on_text(p),
             _ => Flow::Continue,
         })?;
@@ -909,6 +913,36 @@ impl Pipeline {
             },
             timings: Timings::default(),
         })
+    }
+}
+
+/// Pieces of free text passed on as the trimmed answer reads: leading whitespace dropped,
+/// whitespace held until text follows it (so that a stream ends as the answer does).
+#[derive(Debug, Default)]
+struct TrimmedStream {
+    started: bool,
+    held: String,
+}
+
+impl TrimmedStream {
+    fn push(&mut self, piece: &str, on_text: &mut impl FnMut(&str) -> Flow) -> Flow {
+        let piece = if self.started {
+            piece
+        } else {
+            piece.trim_start()
+        };
+        let body = piece.trim_end();
+        if body.is_empty() {
+            if self.started {
+                self.held.push_str(piece);
+            }
+            return Flow::Continue;
+        }
+        self.started = true;
+        let mut text = std::mem::take(&mut self.held);
+        text.push_str(body);
+        self.held.push_str(&piece[body.len()..]);
+        on_text(&text)
     }
 }
 
@@ -1079,6 +1113,26 @@ fn ms(since: Instant) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_trimmed_stream_reads_as_the_trimmed_answer() {
+        for pieces in [
+            vec![" ", "\n The", " answer", " ", "is", " 42", ". ", "\n"],
+            vec!["x"],
+            vec![" ", " "],
+            vec!["a ", " b", "  "],
+        ] {
+            let mut out = String::new();
+            let mut stream = TrimmedStream::default();
+            for p in &pieces {
+                stream.push(p, &mut |t: &str| {
+                    out.push_str(t);
+                    Flow::Continue
+                });
+            }
+            assert_eq!(out, pieces.concat().trim(), "{pieces:?}");
+        }
+    }
 
     fn hit(id: &str, text: &str) -> Hit {
         Hit {

@@ -80,6 +80,10 @@ struct BuildArgs {
     /// Skip malformed lines or files (and list them) instead of failing.
     #[arg(long)]
     skip_bad: bool,
+    /// Fail on damage read past (a page that could not be read, a PDF cut short), as on
+    /// a bad file, instead of indexing what could be read with a warning.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     bounds: super::parse_bounds::ParseBounds,
     /// No progress bars.
@@ -291,6 +295,12 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     }
     for warning in &corpus.warnings {
         eprintln!("warning: {warning}");
+    }
+    if args.strict && !corpus.warnings.is_empty() {
+        anyhow::bail!(
+            "{} file(s) were damaged (--strict); nothing was indexed",
+            corpus.warnings.len()
+        );
     }
     if !corpus.skipped.is_empty() {
         eprintln!("skipped {} bad line(s) or file(s)", corpus.skipped.len());
