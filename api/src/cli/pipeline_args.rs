@@ -186,15 +186,8 @@ pub struct QaDefaults {
 /// The default generative model, when `scripts/setup.sh` installed it:
 /// `$CAPSTAN_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf`.
 pub fn default_llama_model() -> Option<PathBuf> {
-    let home = std::env::var_os("CAPSTAN_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/capstan")))?;
-    let path = home.join("models").join(DEFAULT_LLAMA_FILE);
-    path.is_file().then_some(path)
+    capstan_reader::default_model_path().filter(|p| p.is_file())
 }
-
-/// File name of the default generative model.
-pub const DEFAULT_LLAMA_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
 /// `--dtype` of the generative readers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
