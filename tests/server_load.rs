@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{questions, s, smollm2};
 use http::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[test]
 fn a_search_does_not_wait_behind_a_burst_of_embeddings() {
@@ -112,6 +112,26 @@ fn overload_gets_503_with_retry_after() {
     );
 }
 
+/// Counts a burst's answers (each checked by `check`) and its refusals (503 with
+/// Retry-After); any other status fails the test.
+fn answered_or_refused(srv: &Server, results: &[Resp], check: impl Fn(&Value)) -> (usize, usize) {
+    let (mut answered, mut refused) = (0, 0);
+    for r in results {
+        match r.status {
+            200 => {
+                check(&r.json());
+                answered += 1;
+            }
+            503 => {
+                assert!(r.header("retry-after").is_some());
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {}\n{}", r.text(), srv.log_text()),
+        }
+    }
+    (answered, refused)
+}
+
 /// A burst of generative questions against SmolLM2 with room for 2 requests in flight and a
 /// queue of 8: every request gets exactly one answer (200) or a 503 with Retry-After, none is
 /// lost, the scheduler never runs more sequences than were let in, and its metrics account for
@@ -150,22 +170,10 @@ fn a_generative_burst_is_batched_queued_or_refused_and_never_lost() {
         .into_iter()
         .map(|(_, r)| r)
         .collect();
-    let (mut ok, mut refused) = (0, 0);
-    for r in &results {
-        match r.status {
-            200 => {
-                let a = r.json();
-                assert_eq!(a["reader"], "llama", "{a}");
-                assert!(a["usage"]["generated_tokens"].as_u64().unwrap() >= 1, "{a}");
-                ok += 1;
-            }
-            503 => {
-                assert!(r.header("retry-after").is_some());
-                refused += 1;
-            }
-            other => panic!("unexpected {other}: {}\n{}", r.text(), srv.log_text()),
-        }
-    }
+    let (ok, refused) = answered_or_refused(&srv, &results, |a| {
+        assert_eq!(a["reader"], "llama", "{a}");
+        assert!(a["usage"]["generated_tokens"].as_u64().unwrap() >= 1, "{a}");
+    });
     eprintln!("generative burst: {ok} answered, {refused} refused");
     // Up to 2 in flight + 8 queued (4 x --max-generations) are accepted (one fewer when a
     // worker has not yet taken its job when the queue fills); the rest are refused.
@@ -218,22 +226,14 @@ fn a_generative_burst_is_batched_queued_or_refused_and_never_lost() {
             )
         })
         .collect();
-    let (mut spans, mut refused) = (0, 0);
-    for (_, r) in burst(srv.port, requests) {
-        match r.status {
-            200 => {
-                let a = r.json();
-                assert_eq!(a["kind"], "span", "{a}");
-                assert!(a["usage"]["decoder_tokens"].as_u64().unwrap() >= 1, "{a}");
-                spans += 1;
-            }
-            503 => {
-                assert!(r.header("retry-after").is_some());
-                refused += 1;
-            }
-            other => panic!("unexpected {other}: {}\n{}", r.text(), srv.log_text()),
-        }
-    }
+    let results: Vec<Resp> = burst(srv.port, requests)
+        .into_iter()
+        .map(|(_, r)| r)
+        .collect();
+    let (spans, refused) = answered_or_refused(&srv, &results, |a| {
+        assert_eq!(a["kind"], "span", "{a}");
+        assert!(a["usage"]["decoder_tokens"].as_u64().unwrap() >= 1, "{a}");
+    });
     eprintln!("span burst: {spans} answered, {refused} refused");
     assert_eq!(spans + refused, n);
     assert!((8..=10).contains(&spans), "{spans} answered");
