@@ -12,6 +12,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::conversation::Role;
 use crate::error::Result;
+use crate::words::NON_ANSWER_STARTS;
+
+/// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md).
+pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Budget(400);
 
 /// How much of each retrieved passage the generative reader reads; spelled `passages`,
 /// `sentences:N` or `budget:N`.
@@ -324,153 +328,6 @@ pub fn resolve_span(
     text.map(|t| (t, spans))
 }
 
-/// Words a short answer does not start with: English function words (articles, pronouns,
-/// prepositions, auxiliaries, conjunctions, sentence adverbs). A small model copying a passage
-/// likes to start where its sentences start ("During a long journey to", "the following
-/// decades"); an answer starts at what it names ("Fenskorun", "1856", "Nyfenren Institute").
-pub const NON_ANSWER_STARTS: &[&str] = &[
-    "a",
-    "about",
-    "above",
-    "after",
-    "again",
-    "against",
-    "all",
-    "also",
-    "although",
-    "am",
-    "an",
-    "and",
-    "any",
-    "are",
-    "around",
-    "as",
-    "at",
-    "be",
-    "because",
-    "been",
-    "before",
-    "being",
-    "below",
-    "between",
-    "both",
-    "but",
-    "by",
-    "can",
-    "could",
-    "did",
-    "do",
-    "does",
-    "doing",
-    "down",
-    "during",
-    "each",
-    "eventually",
-    "few",
-    "for",
-    "from",
-    "further",
-    "had",
-    "has",
-    "have",
-    "having",
-    "he",
-    "her",
-    "here",
-    "hers",
-    "herself",
-    "him",
-    "himself",
-    "his",
-    "how",
-    "however",
-    "i",
-    "if",
-    "in",
-    "into",
-    "is",
-    "it",
-    "its",
-    "itself",
-    "later",
-    "least",
-    "may",
-    "me",
-    "might",
-    "more",
-    "most",
-    "must",
-    "my",
-    "no",
-    "nor",
-    "not",
-    "now",
-    "of",
-    "off",
-    "on",
-    "once",
-    "only",
-    "or",
-    "other",
-    "our",
-    "ours",
-    "out",
-    "over",
-    "own",
-    "same",
-    "several",
-    "she",
-    "should",
-    "since",
-    "so",
-    "some",
-    "such",
-    "than",
-    "that",
-    "the",
-    "their",
-    "theirs",
-    "them",
-    "themselves",
-    "then",
-    "there",
-    "these",
-    "they",
-    "this",
-    "those",
-    "though",
-    "through",
-    "thus",
-    "to",
-    "too",
-    "under",
-    "until",
-    "up",
-    "upon",
-    "very",
-    "was",
-    "we",
-    "were",
-    "what",
-    "when",
-    "where",
-    "whether",
-    "which",
-    "while",
-    "who",
-    "whom",
-    "whose",
-    "why",
-    "will",
-    "with",
-    "within",
-    "without",
-    "would",
-    "yet",
-    "you",
-    "your",
-];
-
 /// Re-scores ranked sentences (best first) with their lexical overlap with the question:
 /// `score + weight × (share of the question's content words found in the sentence)`, words
 /// compared by their first five letters (so "founded" meets "founder", "die" meets "died").
@@ -509,18 +366,6 @@ pub fn add_lexical_overlap(
             .then(a.passage.cmp(&b.passage))
             .then(a.start.cmp(&b.start))
     });
-}
-
-/// Whether the question asks for a number (`Some(true)`: a quantity, a version or a year,
-/// [`crate::answer::features::Asks`]), for something that is not one (`Some(false)`: who,
-/// where), or cannot be told (`None`). A copied answer then starts with a digit or not.
-pub fn wants_number(question: &str) -> Option<bool> {
-    use crate::answer::features::Asks;
-    match Asks::of(question) {
-        Asks::Number | Asks::Year => Some(true),
-        Asks::Who | Asks::Where => Some(false),
-        Asks::When | Asks::Other => None,
-    }
 }
 
 /// The worked example a prompt may carry: a question, its document and its short answer,
@@ -625,7 +470,7 @@ impl Default for PromptStyle {
             lost_in_the_middle: false,
             query_aware: false,
             example: true,
-            order: PassageOrder::default_for(crate::pipeline::DEFAULT_CONTEXT),
+            order: PassageOrder::default_for(DEFAULT_CONTEXT),
         }
     }
 }
@@ -715,6 +560,7 @@ impl PromptStyle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::answer::features::wants_number;
 
     /// A stable order gives the same prompt whatever the passages' ranks; by rank, the best
     /// passage ends the documents (best last) or opens them.

@@ -1,7 +1,7 @@
 //! The engine's error type. Each variant says whose fault it is ([`Error::is_client_error`]),
 //! which the HTTP server maps to a status in one place.
 
-use crate::pipeline::ReaderKind;
+use crate::reader_kind::ReaderKind;
 
 /// What can go wrong while answering or generating.
 #[derive(Debug, thiserror::Error)]

@@ -18,8 +18,10 @@ pub mod error;
 pub mod eval;
 pub mod metrics;
 pub mod pipeline;
+mod reader_kind;
 pub mod scheduler;
 pub mod text;
+mod words;
 pub mod workers;
 
 pub use error::{guarded, Error, Result};

@@ -18,44 +18,8 @@ use crate::context::{
 };
 pub use crate::conversation::{Rewrite, Role, Turn};
 use crate::error::{Error, Result};
+pub use crate::reader_kind::ReaderKind;
 use crate::scheduler::Scheduler;
-
-/// Which reader answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "lowercase")]
-pub enum ReaderKind {
-    /// The best sentence of the retrieved passages (dense encoder only).
-    Extractive,
-    /// A Llama-family decoder reading the passages in its prompt.
-    Llama,
-    /// CAPE (CEPE checkpoints): decoder passages plus encoder chunks.
-    Cape,
-}
-
-impl ReaderKind {
-    /// The reader's name as users spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            ReaderKind::Extractive => "extractive",
-            ReaderKind::Llama => "llama",
-            ReaderKind::Cape => "cape",
-        }
-    }
-}
-
-impl std::str::FromStr for ReaderKind {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "extractive" => Ok(ReaderKind::Extractive),
-            "llama" => Ok(ReaderKind::Llama),
-            "cape" => Ok(ReaderKind::Cape),
-            other => Err(format!(
-                "unknown reader `{other}` (expected extractive, llama or cape)"
-            )),
-        }
-    }
-}
 
 /// One question and how to answer it.
 #[derive(Debug, Clone)]
@@ -167,8 +131,7 @@ pub const DEFAULT_SPAN_END_BIAS: f32 = 2.0;
 /// The weight of lexical overlap in choosing sentences (chosen on the dev splits).
 pub const DEFAULT_SENTENCE_LEXICAL_WEIGHT: f32 = 0.0;
 
-/// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md).
-pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Budget(400);
+pub use crate::context::DEFAULT_CONTEXT;
 
 /// What kind of text an answer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -829,13 +792,13 @@ impl Pipeline {
                 .question
                 .split(|c: char| !c.is_alphanumeric())
                 .filter(|w| !w.is_empty())
-                .chain(crate::context::NON_ANSWER_STARTS.iter().copied())
+                .chain(crate::words::NON_ANSWER_STARTS.iter().copied())
                 .collect();
             let mut source = model
                 .span_source(&texts)?
                 .with_end_bias(req.span_end_bias)
                 .avoiding_start_words(&question_words);
-            if let Some(digit) = crate::context::wants_number(&req.question) {
+            if let Some(digit) = crate::answer::features::wants_number(&req.question) {
                 source = source.starting_with_digit(digit);
             }
             let source = std::sync::Arc::new(source);

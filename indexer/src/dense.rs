@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
-use hnsw_rs::prelude::{AnnT, Distance, Hnsw, HnswIo};
+use hnsw_rs::prelude::{AnnT, Hnsw, HnswIo};
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 
@@ -56,18 +56,7 @@ impl HnswParams {
     }
 }
 
-/// Cosine distance of unit vectors, `1 - a·b`, in a form the compiler
-/// vectorises (hnsw_rs's `DistCosine` recomputes both norms in f64, and its
-/// `DistDot` panics when rounding puts a self-dot above 1).
-#[derive(Debug, Default, Clone, Copy)]
-pub struct UnitCosine;
-
-impl Distance<f32> for UnitCosine {
-    fn eval(&self, a: &[f32], b: &[f32]) -> f32 {
-        (1.0 - dot(a, b)).max(0.0)
-    }
-}
-
+pub use crate::distance::UnitCosine;
 pub use capstan_kernels::cpu::math::{dot, dot_fn};
 
 pub use capstan_encoder::normalize;

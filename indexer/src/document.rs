@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{Error, LineProblem, Result};
 use crate::extract::{ChildExtractor, ExtractError, Format, Layout};
-use crate::index::Progress;
+use crate::progress::{NoProgress, Progress};
 
 /// One document of a corpus, before chunking.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -91,7 +91,7 @@ pub fn read_corpus(path: &Path, skip_bad: bool) -> Result<Corpus> {
 
 /// Reads the corpus at `path` as `options` say.
 pub fn read_corpus_with(path: &Path, options: ReadOptions) -> Result<Corpus> {
-    read_corpus_reporting(path, options, &crate::index::NoProgress)
+    read_corpus_reporting(path, options, &NoProgress)
 }
 
 /// Reads the corpus at `path` as `options` say, reporting each file of a

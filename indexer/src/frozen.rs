@@ -17,10 +17,11 @@ use std::path::Path;
 use hnsw_rs::prelude::Hnsw;
 use memmap2::Mmap;
 
-use crate::dense::{dot_fn, UnitCosine};
+use crate::distance::UnitCosine;
 use crate::error::{Error, Result};
 use crate::integrity::{check_in_place, FileSum};
 use crate::store::PassageOrd;
+use capstan_kernels::cpu::math::dot_fn;
 
 /// The first bytes of a graph file ([`FrozenGraph::write`]), with its version.
 const FILE_MAGIC: &[u8; 8] = b"CPSTFRG1";

@@ -21,8 +21,8 @@ use memmap2::Mmap;
 use crate::error::{Error, Result};
 use crate::integrity::CheckedBlocks;
 
-/// The file's name in a generation.
-pub const FILE: &str = "store.frozen";
+/// The file's name in a generation (a file [`crate::integrity`] checks by block).
+pub const FILE: &str = crate::integrity::FROZEN_STORE_FILE;
 
 /// The first bytes of the file, with its version.
 const MAGIC: &[u8; 8] = b"CPSTSTR1";

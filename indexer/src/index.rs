@@ -18,9 +18,11 @@ use crate::frozen_store;
 use crate::fsutil;
 use crate::integrity::{self, Damage, Depth};
 use crate::manifest::{Counts, Manifest, FORMAT_VERSION};
+use crate::progress::Progress;
 use crate::store::{Metadata, PassageOrd, PassageStore, SentenceRef};
-use capstan_encoder::sentence_spans;
-use capstan_encoder::{sentence_embedding_text, Encoder, EncoderInfo, EncoderPrecision};
+use capstan_encoder::{
+    sentence_embedding_text, sentence_spans, Encoder, EncoderInfo, EncoderPrecision,
+};
 
 /// Settings of a new index.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -45,25 +47,6 @@ impl Default for IndexSettings {
             sentence_vectors: true,
         }
     }
-}
-
-/// Reports the progress of long stages (the CLI draws bars with it).
-pub trait Progress: Sync {
-    /// A stage of `total` units begins.
-    fn stage(&self, name: &str, total: u64);
-    /// `n` more units are done.
-    fn advance(&self, n: u64);
-    /// The current stage is over.
-    fn finish(&self);
-}
-
-/// Progress reporting that reports nothing.
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn stage(&self, _: &str, _: u64) {}
-    fn advance(&self, _: u64) {}
-    fn finish(&self) {}
 }
 
 /// What a change did.

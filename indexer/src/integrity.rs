@@ -37,9 +37,12 @@ pub struct FileSum {
 /// Bytes per block checksum.
 pub const CHECK_BLOCK: usize = 1 << 20;
 
+/// The frozen passage store's name in a generation (`crate::frozen_store::FILE`).
+pub const FROZEN_STORE_FILE: &str = "store.frozen";
+
 /// Files that get a checksum per block: those read in place, a few records at a time.
 pub fn block_checked(relative: &str) -> bool {
-    relative == crate::frozen_store::FILE
+    relative == FROZEN_STORE_FILE
 }
 
 /// Files of a generation by path relative to it (`/`-separated).

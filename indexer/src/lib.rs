@@ -18,6 +18,7 @@
 mod bm25;
 mod chunk;
 mod dense;
+mod distance;
 mod document;
 mod error;
 pub mod extract;
@@ -27,6 +28,7 @@ mod fsutil;
 mod index;
 mod integrity;
 mod manifest;
+mod progress;
 mod readonly_dir;
 mod store;
 mod topk;
@@ -49,11 +51,11 @@ pub use error::{Error, LineProblem, Result};
 pub use extract::{ChildExtractor, Layout, Section};
 pub use frozen::FrozenGraph;
 pub use index::{
-    append, build, compact, delete, ChangeSummary, Index, IndexSettings, NoProgress, Progress,
-    Verification,
+    append, build, compact, delete, ChangeSummary, Index, IndexSettings, Verification,
 };
 pub use integrity::{Damage, FileSum, FileTable};
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
+pub use progress::{NoProgress, Progress};
 pub use store::{Metadata, PassageOrd, SentenceRef};
 
 /// The message of a caught panic (a `&str` or `String` payload).

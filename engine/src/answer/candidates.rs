@@ -9,7 +9,7 @@
 
 use capstan_retriever::Hit;
 
-use crate::context::NON_ANSWER_STARTS;
+use crate::words::NON_ANSWER_STARTS;
 
 /// The most words of a candidate inside a clause.
 pub const MAX_WORDS: usize = 6;

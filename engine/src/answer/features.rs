@@ -10,7 +10,7 @@ use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
 use super::candidates::{words, Candidate};
-use crate::context::NON_ANSWER_STARTS;
+use crate::words::NON_ANSWER_STARTS;
 
 /// Words of the question a candidate should be near: within this many words either side.
 const WINDOW: usize = 10;
@@ -408,6 +408,17 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
         f[LM_FEATURES.start + 2] = floor(end);
         f[LM_FEATURES.start + 3] = floor(mean) - floor(best);
         f[LM_FEATURES.start + 4] = 1.0 / (1.0 + rank as f32);
+    }
+}
+
+/// Whether the question asks for a number (`Some(true)`: a quantity, a version or a year,
+/// [`crate::answer::features::Asks`]), for something that is not one (`Some(false)`: who,
+/// where), or cannot be told (`None`). A copied answer then starts with a digit or not.
+pub fn wants_number(question: &str) -> Option<bool> {
+    match Asks::of(question) {
+        Asks::Number | Asks::Year => Some(true),
+        Asks::Who | Asks::Where => Some(false),
+        Asks::When | Asks::Other => None,
     }
 }
 
