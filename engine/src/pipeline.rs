@@ -19,7 +19,7 @@ use crate::context::{
 pub use crate::conversation::{Rewrite, Role, Turn};
 use crate::error::{Error, Result};
 pub use crate::reader_kind::ReaderKind;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Deadline, Scheduler};
 
 /// One question and how to answer it.
 #[derive(Debug, Clone)]
@@ -66,6 +66,10 @@ pub struct QaRequest {
     /// A free answer is one line, with a repetition penalty (a QA answer); false for a chat
     /// reply, which may run over several lines.
     pub short_free_answer: bool,
+    /// When the request's wait for its turn ends (`--queue-timeout` after it was queued): a
+    /// generation or scoring still waiting in its scheduler's queue then is refused
+    /// ([`Error::Expired`]) instead of running late. `None`: no deadline.
+    pub deadline: Option<Deadline>,
 }
 
 impl QaRequest {
@@ -94,6 +98,7 @@ impl QaRequest {
             span_end_bias: DEFAULT_SPAN_END_BIAS,
             sentence_lexical_weight: DEFAULT_SENTENCE_LEXICAL_WEIGHT,
             short_free_answer: true,
+            deadline: None,
         }
     }
 
@@ -680,7 +685,7 @@ impl Pipeline {
         let decoder_tokens = prompt.len();
         // Through the scheduler: admitted, queued or refused as generations are.
         let scored: Vec<(f32, f32, f32)> = scheduler
-            .score(prompt, texts)?
+            .score_until(prompt, texts, req.deadline)?
             .iter()
             .map(|l| (l.mean(), l.first, l.end))
             .collect();
@@ -818,11 +823,16 @@ impl Pipeline {
         // Free text streams as the answer reads once trimmed: whitespace at its start is
         // dropped, and whitespace is held back until text follows it.
         let mut trimmed = TrimmedStream::default();
-        let generation = scheduler.generate_stream(request, params, |_, piece| match piece {
-            Some(p) if source.is_none() => trimmed.push(p, &mut *on_text),
-            Some(p) if !p.is_empty() => on_text(p),
-            _ => Flow::Continue,
-        })?;
+        let generation = scheduler.generate_stream_until(
+            request,
+            params,
+            req.deadline,
+            |_, piece| match piece {
+                Some(p) if source.is_none() => trimmed.push(p, &mut *on_text),
+                Some(p) if !p.is_empty() => on_text(p),
+                _ => Flow::Continue,
+            },
+        )?;
         timings.read_ms = ms(t);
         timings.first_token_ms = Some(generation.time_to_first_token.as_secs_f64() * 1000.0);
         let finish_reason = Some(finish_reason(&generation.stop_reason).to_string());

@@ -154,10 +154,15 @@ fn worker(
         // with every worker dead the queue would refuse all work for good.
         match job {
             Job::Qa {
-                request,
+                mut request,
                 text,
                 reply,
             } => {
+                // The rest of the wait allowed is the scheduler's to hold.
+                request.deadline = Some(crate::scheduler::Deadline {
+                    queued: since,
+                    wait: deadline,
+                });
                 let result = guarded(|| {
                     pipeline.answer(&request, |piece| match &text {
                         Some(tx) if tx.send(piece.to_string()).is_err() => Flow::Stop,

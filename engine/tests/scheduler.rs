@@ -649,3 +649,56 @@ fn scoring_is_admitted_like_a_sequence_and_scores_as_the_model_does() {
     assert_eq!(stats.finished, 2, "the sequence and the scoring");
     assert_eq!(stats.kv_used, 0, "every reservation given back");
 }
+
+/// A generation or a scoring still waiting for admission past its deadline (the server's
+/// `--queue-timeout`, counted from when the request was queued) is refused, not run late;
+/// one within its deadline runs.
+#[test]
+fn work_waiting_past_its_deadline_is_refused_not_run_late() {
+    use capstan_engine::scheduler::Deadline;
+    use capstan_reader::Flow;
+    use std::time::{Duration, Instant};
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let settings = SchedulerSettings {
+        max_batch: 1,
+        ..SchedulerSettings::default()
+    };
+    let scheduler = Scheduler::start("test", Arc::new(lm), settings);
+    // One long sequence holds the only slot.
+    let running = scheduler
+        .submit(
+            decoder_request(&prompt(1, 10, 384)),
+            GenerationParams::greedy(3000),
+        )
+        .unwrap();
+    let late = Deadline {
+        queued: Instant::now() - Duration::from_secs(1),
+        wait: Duration::from_millis(10),
+    };
+    let refused = scheduler.generate_stream_until(
+        decoder_request(&prompt(2, 10, 384)),
+        GenerationParams::greedy(5),
+        Some(late),
+        |_, _| Flow::Continue,
+    );
+    assert!(
+        matches!(refused, Err(Error::Expired { waited_ms, deadline_ms: 10, .. }) if waited_ms >= 1000),
+        "{refused:?}"
+    );
+    let refused = scheduler.score_until(prompt(3, 10, 384), vec!["t9".into()], Some(late));
+    assert!(matches!(refused, Err(Error::Expired { .. })), "{refused:?}");
+    drop(running);
+    let on_time = Deadline {
+        queued: Instant::now(),
+        wait: Duration::from_secs(600),
+    };
+    let done = scheduler
+        .generate_stream_until(
+            decoder_request(&prompt(4, 10, 384)),
+            GenerationParams::greedy(5),
+            Some(on_time),
+            |_, _| Flow::Continue,
+        )
+        .unwrap();
+    assert_eq!(done.tokens.len(), 5);
+}

@@ -134,12 +134,30 @@ impl Work {
     }
 }
 
+/// A request's deadline: when its wait ends, and the bound it came from (for the message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadline {
+    /// When the request was queued.
+    pub queued: Instant,
+    /// How long it may wait.
+    pub wait: std::time::Duration,
+}
+
 /// A request's place in the scheduler: what it holds of the KV budget, where its events go.
 struct Ticket {
     reserve: usize,
     events: mpsc::Sender<Event>,
     cancel: Arc<AtomicBool>,
     submitted: Instant,
+    deadline: Option<Deadline>,
+}
+
+impl Ticket {
+    /// Whether its wait is over (it is then refused, not run late).
+    fn expired(&self, now: Instant) -> bool {
+        self.deadline
+            .is_some_and(|d| now.duration_since(d.queued) > d.wait)
+    }
 }
 
 /// A request waiting for admission.
@@ -176,10 +194,26 @@ impl Queue {
         self.admitted.push(w);
     }
 
-    /// Moves waiting sequences that now fit to `admitted`, in order (no overtaking).
+    /// Moves waiting sequences that now fit to `admitted`, in order (no overtaking); those
+    /// cancelled are dropped, and those past their deadline refused.
     fn promote(&mut self, settings: &SchedulerSettings) {
-        self.waiting
-            .retain(|w| !w.ticket.cancel.load(Ordering::SeqCst));
+        let now = Instant::now();
+        self.waiting.retain(|w| {
+            if w.ticket.cancel.load(Ordering::SeqCst) {
+                return false;
+            }
+            match w.ticket.deadline.filter(|_| w.ticket.expired(now)) {
+                Some(d) => {
+                    let _ = w.ticket.events.send(Event::Failed(Error::Expired {
+                        queue: "generate",
+                        waited_ms: now.duration_since(d.queued).as_millis() as u64,
+                        deadline_ms: d.wait.as_millis() as u64,
+                    }));
+                    false
+                }
+                None => true,
+            }
+        });
         while let Some(w) = self.waiting.front() {
             if !self.fits(settings, w.ticket.reserve) {
                 break;
@@ -292,17 +326,27 @@ impl Scheduler {
     pub fn submit(&self, request: Request, params: GenerationParams) -> Result<Sequence> {
         let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
         let reserve = request.prompt.len() + encoder + params.max_new_tokens;
-        self.enqueue(Work::Generate(request, params), reserve)
+        self.enqueue(Work::Generate(request, params), reserve, None)
     }
 
     /// The model's likelihood of each of `answers` as its reply to `prompt`
     /// ([`LanguageModel::answer_likelihoods`]), admitted, queued or refused as a sequence is.
     pub fn score(&self, prompt: Vec<u32>, answers: Vec<String>) -> Result<Vec<AnswerLikelihood>> {
+        self.score_until(prompt, answers, None)
+    }
+
+    /// [`Scheduler::score`], refused ([`Error::Expired`]) if still waiting past `deadline`.
+    pub fn score_until(
+        &self,
+        prompt: Vec<u32>,
+        answers: Vec<String>,
+        deadline: Option<Deadline>,
+    ) -> Result<Vec<AnswerLikelihood>> {
         if answers.is_empty() {
             return Ok(Vec::new());
         }
         let reserve = scoring_kv_tokens(prompt.len(), answers.len());
-        let seq = self.enqueue(Work::Score { prompt, answers }, reserve)?;
+        let seq = self.enqueue(Work::Score { prompt, answers }, reserve, deadline)?;
         match seq.next_event() {
             Some(Event::Scored(scores)) => Ok(scores),
             Some(Event::Failed(e)) => Err(e),
@@ -314,7 +358,7 @@ impl Scheduler {
     }
 
     /// Admits `work` (holding `reserve` KV tokens), queues it, or refuses it.
-    fn enqueue(&self, work: Work, reserve: usize) -> Result<Sequence> {
+    fn enqueue(&self, work: Work, reserve: usize, deadline: Option<Deadline>) -> Result<Sequence> {
         if work.prompt_len() == 0 {
             return Err(capstan_reader::Error::InvalidInput {
                 reason: "empty prompt".into(),
@@ -344,6 +388,7 @@ impl Scheduler {
                     events,
                     cancel: cancel.clone(),
                     submitted: Instant::now(),
+                    deadline,
                 },
             };
             if q.waiting.is_empty() && q.fits(settings, reserve) {
@@ -370,9 +415,23 @@ impl Scheduler {
         &self,
         request: Request,
         params: GenerationParams,
+        on_token: impl FnMut(u32, Option<&str>) -> Flow,
+    ) -> Result<Generation> {
+        self.generate_stream_until(request, params, None, on_token)
+    }
+
+    /// [`Scheduler::generate_stream`], refused ([`Error::Expired`]) if still waiting for
+    /// admission past `deadline`.
+    pub fn generate_stream_until(
+        &self,
+        request: Request,
+        params: GenerationParams,
+        deadline: Option<Deadline>,
         mut on_token: impl FnMut(u32, Option<&str>) -> Flow,
     ) -> Result<Generation> {
-        let seq = self.submit(request, params)?;
+        let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
+        let reserve = request.prompt.len() + encoder + params.max_new_tokens;
+        let seq = self.enqueue(Work::Generate(request, params), reserve, deadline)?;
         loop {
             match seq.next_event() {
                 Some(Event::Token(t)) => {
