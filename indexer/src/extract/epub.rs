@@ -42,7 +42,7 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
             continue;
         }
         let content = zip.text(&path)?;
-        append_html(&content, &mut out);
+        append_html(without_internal_subset(&content), &mut out);
     }
     let first_heading = out.first_heading();
     Ok(out.finish(package.title.or(first_heading)))
@@ -182,9 +182,49 @@ fn percent_decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The XHTML without the internal subset of its document type declaration
+/// (`<!DOCTYPE html [ <!ENTITY …> ]>`): an HTML tokenizer ends the declaration at its first
+/// `>` and would read the rest of the subset ("]>", entity texts) as content. What follows the
+/// declaration is returned; without a subset, the whole text.
+fn without_internal_subset(content: &str) -> &str {
+    let head = &content[..content.len().min(4096)];
+    let Some(start) = head.find("<!DOCTYPE").or_else(|| head.find("<!doctype")) else {
+        return content;
+    };
+    let rest = &content[start..];
+    let (Some(open), Some(first_close)) = (rest.find('['), rest.find('>')) else {
+        return content;
+    };
+    if open > first_close {
+        return content;
+    }
+    // The subset ends at the first "]" followed (after blanks) by ">".
+    let mut at = open;
+    while let Some(close) = rest[at..].find(']').map(|i| at + i) {
+        let after = rest[close + 1..].trim_start();
+        if let Some(body) = after.strip_prefix('>') {
+            return body;
+        }
+        at = close + 1;
+    }
+    content
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_internal_subset_is_not_read_as_content() {
+        let bomb = "<?xml version=\"1.0\"?>\n<!DOCTYPE html [\n <!ENTITY lol \"lol\">\n <!ENTITY lol9 \"&lol;&lol;\">\n]>\n<html><body><p>Real text.</p></body></html>";
+        let mut out = TextBuilder::default();
+        append_html(without_internal_subset(bomb), &mut out);
+        let text = out.finish(None).text;
+        assert_eq!(text.trim(), "Real text.");
+        // Without a subset, nothing is cut.
+        let plain = "<!DOCTYPE html><html><body><p>x</p></body></html>";
+        assert_eq!(without_internal_subset(plain), plain);
+    }
 
     #[test]
     fn hrefs_resolve_against_the_package_folder() {
