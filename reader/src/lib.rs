@@ -61,8 +61,8 @@ pub use grounded::{mask_logits, span_text, SpanMatch, SpanSource, SpanState, Tok
 pub use language_model::{LanguageModel, LoadOptions};
 pub use likelihood::{scoring_kv_tokens, AnswerLikelihood, MAX_ANSWER_TOKENS};
 pub use llama::{
-    prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama, PackedInput,
-    PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,
+    hash_tokens, prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama,
+    PackedInput, PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,
 };
 pub use prompt::{
     cepe_prompt, llama_prompt, lost_in_the_middle_order, CepeInputs, CepePrompt, Passage,

@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use capstan_reader::{Cache, KvBlock, Llama, STABLE_CHUNK_ROWS};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Tokens per cached block.
 pub const BLOCK_TOKENS: usize = 64;
@@ -47,8 +46,7 @@ fn chain(tokens: &[u32]) -> Vec<(u64, u64)> {
     tokens
         .chunks_exact(BLOCK_TOKENS)
         .map(|block| {
-            let bytes: Vec<u8> = block.iter().flat_map(|t| t.to_le_bytes()).collect();
-            let hash = xxh3_64_with_seed(&bytes, parent);
+            let hash = capstan_reader::hash_tokens(block, parent);
             let link = (parent, hash);
             parent = hash;
             link

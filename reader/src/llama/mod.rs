@@ -65,7 +65,7 @@ pub fn prompt_piece(pending: usize, room: usize) -> usize {
 }
 use layers::{LayerAttention, Stack};
 pub use packed::PackedInput;
-pub use passage_states::{PassageCache, PassageCacheStats};
+pub use passage_states::{hash_tokens, PassageCache, PassageCacheStats};
 use weights::Proj;
 pub(crate) use weights::Weights;
 

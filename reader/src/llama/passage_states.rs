@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 
 use candle_core::Tensor;
-use xxhash_rust::xxh3::xxh3_64;
 
 /// What the cache did, summed since it was made.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,8 +68,7 @@ impl PassageCache {
     }
 
     fn key(tokens: &[u32]) -> u64 {
-        let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
-        xxh3_64(&bytes)
+        hash_tokens(tokens, 0)
     }
 
     /// The states of `tokens` if held (and marks them used).
@@ -115,4 +113,12 @@ impl PassageCache {
         self.stats.bytes += bytes;
         self.stats.chunks = self.entries.len();
     }
+}
+
+/// A hash of token ids (their little-endian bytes, xxh3 with `seed`): the key of cached
+/// states, here and in the engine's prefix cache (whose blocks chain it, each seeded with the
+/// hash of the blocks before it).
+pub fn hash_tokens(tokens: &[u32], seed: u64) -> u64 {
+    let bytes: Vec<u8> = tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    xxhash_rust::xxh3::xxh3_64_with_seed(&bytes, seed)
 }
