@@ -260,3 +260,86 @@ fn damaged_and_hostile_pdfs_are_named_with_what_is_wrong() {
     ]);
     assert!(err.contains("too large") && err.contains("1000"), "{err}");
 }
+
+/// A bounded fuzz run in CI: real PDF, DOCX and EPUB files cut short, with bytes flipped, or
+/// nested deep, each read by `capstan corpus extract --json`. Whatever the parser meets, the
+/// process that asked answers (`{"Ok": …}` or a named `{"Err": …}`) and exits 0: no panic,
+/// no abort, no hang past the bound.
+#[test]
+fn mutated_documents_never_take_down_the_process_that_reads_them() {
+    let docs = documents();
+    let tmp = tempfile::tempdir().unwrap();
+    // xorshift64: the same mutations on every run.
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut cases = Vec::new();
+    for source in [
+        "pdf/neatoguide.pdf",
+        "books/live-manual.docx",
+        "books/live-manual.epub",
+    ] {
+        let whole = std::fs::read(docs.join(source)).unwrap();
+        let ext = source.rsplit('.').next().unwrap();
+        let mut variants: Vec<Vec<u8>> = [1, 5, 9]
+            .iter()
+            .map(|tenths| whole[..whole.len() * tenths / 10].to_vec())
+            .collect();
+        for _ in 0..6 {
+            let mut flipped = whole.clone();
+            for _ in 0..32 {
+                let at = (next() % flipped.len() as u64) as usize;
+                flipped[at] ^= (next() % 255 + 1) as u8;
+            }
+            variants.push(flipped);
+        }
+        let mut nested = whole[..whole.len() / 2].to_vec();
+        nested.extend(std::iter::repeat_n(b'[', 50_000));
+        nested.extend_from_slice(&whole[whole.len() / 2..]);
+        variants.push(nested);
+        for (i, bytes) in variants.into_iter().enumerate() {
+            let path = tmp.path().join(format!("{}-{i}.{ext}", ext));
+            std::fs::write(&path, bytes).unwrap();
+            cases.push(path);
+        }
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for path in &cases {
+        let out = run(&[
+            "corpus",
+            "extract",
+            "--json",
+            "--parse-timeout",
+            "30",
+            "--parse-memory-mb",
+            "1024",
+            s(path),
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{}: {:?}\n{stderr}",
+            path.display(),
+            out.status
+        );
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{}: not JSON ({e}): {stderr}", path.display()));
+        match (answer.get("Ok"), answer.get("Err")) {
+            (Some(_), None) => ok += 1,
+            (None, Some(err)) => {
+                assert!(err.is_object(), "{}: {answer}", path.display());
+                refused += 1;
+            }
+            _ => panic!("{}: {answer}", path.display()),
+        }
+    }
+    eprintln!(
+        "{} mutated files: {ok} read, {refused} refused with a named error",
+        cases.len()
+    );
+    assert_eq!(ok + refused, cases.len());
+}
