@@ -16,6 +16,7 @@
 #![warn(missing_docs)]
 
 mod bm25;
+mod changes;
 mod chunk;
 mod dense;
 mod distance;
@@ -25,6 +26,7 @@ pub mod extract;
 mod frozen;
 mod frozen_store;
 mod fsutil;
+mod generations;
 mod index;
 mod integrity;
 mod manifest;
@@ -47,12 +49,11 @@ pub use capstan_encoder::{
     sentence_embedding_text, sentence_spans, Encoder, EncoderInfo, EncoderOptions,
     EncoderPrecision, Pooling,
 };
+pub use changes::{append, build, compact, delete, ChangeSummary, IndexSettings};
 pub use error::{Error, LineProblem, Result};
 pub use extract::{ChildExtractor, Layout, Section};
 pub use frozen::FrozenGraph;
-pub use index::{
-    append, build, compact, delete, ChangeSummary, Index, IndexSettings, Verification,
-};
+pub use index::{Index, Verification};
 pub use integrity::{Damage, FileSum, FileTable};
 pub use manifest::{Counts, Manifest, FORMAT_VERSION};
 pub use progress::{NoProgress, Progress};
