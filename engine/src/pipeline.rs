@@ -557,7 +557,8 @@ impl Pipeline {
             let shortlist = Shortlist::new(&question, &hits, &ranked, |_| true, &key_similarity);
             dump_candidates(&question, &hits, &shortlist, &[]);
             let best = shortlist.best_lexical();
-            span_answer(&shortlist, best, hits, &ranked, ReaderKind::Extractive)
+            let best = best.map(|b| &shortlist.candidates[b]);
+            span_answer(best, hits, &ranked, ReaderKind::Extractive)
         } else {
             let (answer, citations, highlight) = match ranked.first() {
                 None => (String::new(), Vec::new(), None),
@@ -637,8 +638,7 @@ impl Pipeline {
         if hits.is_empty() {
             // Nothing to choose from (a filter no passage matches, say): no answer, and no
             // model run to say so.
-            let none = Shortlist::new(&req.question, &hits, &[], |_| false, &|_| 0.0);
-            let answer = span_answer(&none, None, hits, &[], req.reader);
+            let answer = span_answer(None, hits, &[], req.reader);
             on_text(&answer.answer);
             return Ok(answer);
         }
@@ -692,7 +692,8 @@ impl Pipeline {
         let best = shortlist.best_with_likelihoods(&rows, &scored);
         dump_candidates(&question, &hits, &shortlist, &rows);
         timings.read_ms = ms(t);
-        let mut answer = span_answer(&shortlist, best, hits, &sentence_order, req.reader);
+        let best = best.map(|b| &shortlist.candidates[b]);
+        let mut answer = span_answer(best, hits, &sentence_order, req.reader);
         answer.usage.decoder_tokens = decoder_tokens;
         on_text(&answer.answer);
         Ok(answer)
@@ -962,11 +963,10 @@ fn highlight_of(hit: &Hit, s: &ScoredSentence) -> Highlight {
     }
 }
 
-/// The answer of a ranked span (`best`, a candidate of `shortlist`): its text, where it
+/// The answer of a ranked span (`best`, a candidate of `hits`): its text, where it
 /// stands, its passage cited and its sentence beside it; no answer when there is none.
 fn span_answer(
-    shortlist: &Shortlist,
-    best: Option<usize>,
+    best: Option<&Candidate>,
     hits: Vec<Hit>,
     ranked: &[ScoredSentence],
     reader: ReaderKind,
@@ -987,7 +987,7 @@ fn span_answer(
         usage: Usage::default(),
         timings: Timings::default(),
     };
-    if let Some(c) = best.map(|b| &shortlist.candidates[b]) {
+    if let Some(c) = best {
         let hit = &hits[c.hit];
         let source = if c.in_title { &hit.title } else { &hit.text };
         out.answer = source[c.start..c.end].to_string();

@@ -152,14 +152,6 @@ struct Ticket {
     deadline: Option<Deadline>,
 }
 
-impl Ticket {
-    /// Whether its wait is over (it is then refused, not run late).
-    fn expired(&self, now: Instant) -> bool {
-        self.deadline
-            .is_some_and(|d| now.duration_since(d.queued) > d.wait)
-    }
-}
-
 /// A request waiting for admission.
 struct Waiting {
     work: Work,
@@ -202,8 +194,8 @@ impl Queue {
             if w.ticket.cancel.load(Ordering::SeqCst) {
                 return false;
             }
-            match w.ticket.deadline.filter(|_| w.ticket.expired(now)) {
-                Some(d) => {
+            match w.ticket.deadline {
+                Some(d) if now.duration_since(d.queued) > d.wait => {
                     let _ = w.ticket.events.send(Event::Failed(Error::Expired {
                         queue: "generate",
                         waited_ms: now.duration_since(d.queued).as_millis() as u64,
@@ -211,7 +203,7 @@ impl Queue {
                     }));
                     false
                 }
-                None => true,
+                _ => true,
             }
         });
         while let Some(w) = self.waiting.front() {
@@ -324,9 +316,20 @@ impl Scheduler {
     /// Queues a sequence. Fails fast when the queue is full, when the sequence could never fit
     /// the KV budget, and on an empty prompt.
     pub fn submit(&self, request: Request, params: GenerationParams) -> Result<Sequence> {
+        self.submit_until(request, params, None)
+    }
+
+    /// [`Scheduler::submit`], refused ([`Error::Expired`]) if still waiting for admission past
+    /// `deadline`. A sequence reserves its prompt, encoder tokens and new tokens.
+    fn submit_until(
+        &self,
+        request: Request,
+        params: GenerationParams,
+        deadline: Option<Deadline>,
+    ) -> Result<Sequence> {
         let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
         let reserve = request.prompt.len() + encoder + params.max_new_tokens;
-        self.enqueue(Work::Generate(request, params), reserve, None)
+        self.enqueue(Work::Generate(request, params), reserve, deadline)
     }
 
     /// The model's likelihood of each of `answers` as its reply to `prompt`
@@ -429,9 +432,7 @@ impl Scheduler {
         deadline: Option<Deadline>,
         mut on_token: impl FnMut(u32, Option<&str>) -> Flow,
     ) -> Result<Generation> {
-        let encoder: usize = request.encoder_chunks.iter().map(Vec::len).sum();
-        let reserve = request.prompt.len() + encoder + params.max_new_tokens;
-        let seq = self.enqueue(Work::Generate(request, params), reserve, deadline)?;
+        let seq = self.submit_until(request, params, deadline)?;
         loop {
             match seq.next_event() {
                 Some(Event::Token(t)) => {

@@ -54,6 +54,13 @@ impl ChildExtractor {
             format: format.name().into(),
             message,
         };
+        let text_too_large = || ExtractError::TooLarge {
+            format: format.name().into(),
+            what: format!(
+                "its text is past {} MiB (the bound on a document's text)",
+                self.max_output_bytes >> 20
+            ),
+        };
         // A file the parser could not hold is refused unread.
         let size = std::fs::metadata(path).map_or(0, |m| m.len());
         if size > self.max_input_bytes() {
@@ -141,13 +148,7 @@ impl ChildExtractor {
                 Ok(None) if over.load(Ordering::SeqCst) => {
                     kill_group(&mut child);
                     let _ = child.wait();
-                    return Err(ExtractError::TooLarge {
-                        format: format.name().into(),
-                        what: format!(
-                            "its text is past {} MiB (the bound on a document's text)",
-                            self.max_output_bytes >> 20
-                        ),
-                    });
+                    return Err(text_too_large());
                 }
                 Ok(None) if started.elapsed() >= self.timeout => {
                     kill_group(&mut child);
@@ -165,13 +166,7 @@ impl ChildExtractor {
         let stdout = stdout.join().unwrap_or_default();
         let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
         if over.load(Ordering::SeqCst) {
-            return Err(ExtractError::TooLarge {
-                format: format.name().into(),
-                what: format!(
-                    "its text is past {} MiB (the bound on a document's text)",
-                    self.max_output_bytes >> 20
-                ),
-            });
+            return Err(text_too_large());
         }
         if status.success() {
             return serde_json::from_slice::<Result<Extracted, ExtractError>>(&stdout)
