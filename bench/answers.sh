@@ -9,6 +9,8 @@
 #                 packages' metadata, Debian's AppStream components (real_answer_sets.py)
 #   prose         prose documentation: the Rust books, the Python standard library's pydoc
 #                 text, READMEs under /usr/share/doc (real_answer_sets.py)
+#   glossary      FOLDOC, the Free On-line Dictionary of Computing: who made a language, machine
+#                 or company, where, and in what year (glossary_set.py)
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
 #                 only (its first 500 questions); nothing is fitted on it
 #
@@ -22,14 +24,14 @@
 #         top-5 documents -> the same GGUF in transformers, its chat template, greedy) and
 #         Capstan's default on the same first PEER_N test questions.
 # Each eval writes OUT/<name>/results.{json,md}; OUT/summary.txt has one line per run.
-# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records prose encyclopedia", PEER_N=40,
+# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records prose glossary encyclopedia", PEER_N=40,
 #        SKIP_PEER=1, DATA=~/.cache/capstan/bench/answer-sets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 out="${1:?usage: bench/answers.sh OUT_DIR}"
 PEER_N="${PEER_N:-40}"
-SETS="${SETS:-manpages records prose encyclopedia}"
+SETS="${SETS:-manpages records prose glossary encyclopedia}"
 STEPS="${STEPS:-dev test}"
 DATA="${DATA:-$CAPSTAN_HOME/bench/answer-sets}"
 mkdir -p "$out" "$DATA"
@@ -42,6 +44,7 @@ prepare() {
     manpages) [ -f "$dir/test.jsonl" ] || python3 bench/real_qa.py --out "$dir" ;;
     records | prose)
       [ -f "$dir/test.jsonl" ] || python3 bench/real_answer_sets.py --out "$DATA" --sets "$set" ;;
+    glossary) [ -f "$dir/test.jsonl" ] || python3 bench/glossary_set.py --out "$DATA" ;;
     encyclopedia)
       if [ ! -f "$dir/test.jsonl" ]; then
         "$CAPSTAN_BIN" corpus generate --out "$dir/gen" --seed 42 --documents 1000 --questions 600
