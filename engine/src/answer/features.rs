@@ -63,7 +63,17 @@ impl Asks {
         {
             return Asks::Number;
         }
-        if has(&["who"]) || has(&["whom"]) || has(&["whose"]) {
+        // "Which town ...", "at what place ...": the noun after the question word says the
+        // answer's type, as in the coarse classes of question classification (Li and Roth,
+        // 2002: HUMAN, LOCATION).
+        if follows(&["what", "which"], PLACE_NOUNS) {
+            return Asks::Where;
+        }
+        if has(&["who"])
+            || has(&["whom"])
+            || has(&["whose"])
+            || follows(&["what", "which"], AGENT_NOUNS)
+        {
             return Asks::Who;
         }
         if has(&["when"]) {
@@ -79,6 +89,41 @@ impl Asks {
         self as usize
     }
 }
+
+/// Nouns that make "which/what N" ask for a place.
+const PLACE_NOUNS: &[&str] = &[
+    "place",
+    "town",
+    "city",
+    "country",
+    "village",
+    "location",
+    "region",
+    "county",
+    "province",
+    "continent",
+    "island",
+    "capital",
+];
+
+/// Nouns that make "which/what N" ask for a person or an organisation.
+const AGENT_NOUNS: &[&str] = &[
+    "person",
+    "people",
+    "man",
+    "woman",
+    "author",
+    "organisation",
+    "organization",
+    "company",
+    "firm",
+    "team",
+    "institution",
+    "inventor",
+    "founder",
+    "designer",
+    "developer",
+];
 
 /// English numbers spelled out ("Rust has four primary scalar types").
 const NUMBER_WORDS: &[&str] = &[
@@ -438,6 +483,12 @@ mod tests {
         );
         assert_eq!(Asks::of("Where can I find it on the web?"), Asks::Where);
         assert_eq!(Asks::of("Which option copies recursively?"), Asks::Other);
+        assert_eq!(Asks::of("In which town was she born?"), Asks::Where);
+        assert_eq!(Asks::of("At what place was it built?"), Asks::Where);
+        assert_eq!(Asks::of("For which company did he work?"), Asks::Who);
+        assert_eq!(Asks::of("Which person or organisation made it?"), Asks::Who);
+        // Words with a technical sense ("which state", "which group") stay open.
+        assert_eq!(Asks::of("Which group owns the socket?"), Asks::Other);
     }
 
     #[test]
