@@ -168,7 +168,7 @@ fn every_damaged_file_is_an_error_naming_it_never_a_panic_or_other_hits() {
             }
             if file.ends_with("sentences.f32") && out.status.success() {
                 // The reader that reads them names them.
-                let out = run(&["ask", s(&copy), QUERY]);
+                let out = run(&["ask", s(&copy), QUERY, "--reader", "extractive"]);
                 let stderr = String::from_utf8_lossy(&out.stderr);
                 assert!(
                     !out.status.success()

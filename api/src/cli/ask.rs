@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use capstan_reader::Flow;
 use clap::Args;
 
-use super::pipeline_args::{build, PipelineArgs};
+use super::pipeline_args::{build, Command, PipelineArgs};
 use super::search::snippet;
 use capstan_engine::pipeline::AnswerKind;
 use capstan_engine::pipeline::ReaderKind;
@@ -30,7 +30,7 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     if args.question.trim().is_empty() {
         anyhow::bail!("the question is empty");
     }
-    let (pipeline, defaults, _) = build(&args.index, &args.pipeline, false)?;
+    let (pipeline, defaults, _) = build(&args.index, &args.pipeline, Command::Ask)?;
     let mut request = defaults.request;
     request.question = args.question.clone();
     // Free text streams as it comes; a span answer is printed as the passage spells it.

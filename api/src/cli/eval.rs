@@ -13,7 +13,9 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use super::device_arg::DeviceArg;
-use super::pipeline_args::{build, default_llama_model, DtypeArg, PipelineArgs, SchedulingArgs};
+use super::pipeline_args::{
+    build, default_llama_model, Command, DtypeArg, PipelineArgs, SchedulingArgs,
+};
 use super::progress::Bars;
 use super::search::RetrievalArgs;
 use capstan_engine::eval::{
@@ -281,7 +283,7 @@ fn qa_setup(
     args: &PipelineArgs,
     task: &str,
 ) -> anyhow::Result<(Arc<Pipeline>, QaRequest, serde_json::Value)> {
-    let (pipeline, defaults, file) = build(index, args, false)?;
+    let (pipeline, defaults, file) = build(index, args, Command::Eval)?;
     let request = defaults.request;
     let model = match request.reader {
         ReaderKind::Extractive => None,

@@ -28,7 +28,9 @@ pub struct PipelineArgs {
     /// Passages retrieved per question [default: 5].
     #[arg(short, long, env = "CAPSTAN_K")]
     pub k: Option<usize>,
-    /// Reader: extractive, llama or cape [default: extractive].
+    /// Reader: extractive, llama or cape [default for ask and serve: llama where a generative
+    /// model is at hand (--llama-model, capstan.toml, or the SmolLM2 scripts/setup.sh
+    /// installs), else extractive; for eval: extractive].
     #[arg(long, env = "CAPSTAN_READER")]
     pub reader: Option<ReaderKind>,
     /// Generative checkpoint: a Hugging Face folder (Llama, Llama 3.x, Qwen2) or a .gguf file
@@ -219,13 +221,25 @@ impl DtypeArg {
     }
 }
 
-/// Builds the pipeline over `index` and the request defaults. `want_llama`: load the default
-/// generative model even when the default reader is another (a server answers with any).
+/// The command a pipeline is built for: what it loads and which reader answers by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Command {
+    /// `capstan ask`: one answer, the best reader at hand.
+    Ask,
+    /// `capstan eval`: the reader a benchmark names, the extractive one unless it names another.
+    Eval,
+    /// `capstan serve`: every reader at hand loaded (a request may ask for any), the best one
+    /// answering requests that name none.
+    Serve,
+}
+
+/// Builds the pipeline over `index` for `command`, and the request defaults.
 pub fn build(
     index: &std::path::Path,
     args: &PipelineArgs,
-    want_llama: bool,
+    command: Command,
 ) -> anyhow::Result<(Arc<Pipeline>, QaDefaults, FileConfig)> {
+    let want_llama = command == Command::Serve;
     let file = FileConfig::load(args.config.as_deref())?;
     // Settings checked before anything is opened or loaded.
     let cross_kv = match (&args.cape_cross_kv, &file.reader.cape_cross_kv) {
@@ -273,7 +287,20 @@ pub fn build(
             .parse()
             .map_err(anyhow::Error::msg)
             .context("capstan.toml [reader] default")?,
-        (None, None) => ReaderKind::Extractive,
+        // The best answer this machine can give: the Llama reader's ranked span beats the
+        // extractive reader's on every test set of docs/BENCHMARKS.md "Answers", so `ask` and
+        // `serve` answer with it wherever a generative model is at hand. `eval` stays with the
+        // extractive reader unless told, so that a benchmark's command says what it measured.
+        (None, None) => {
+            let llama_at_hand = args.llama_model.is_some()
+                || file.reader.llama_model.is_some()
+                || (!args.no_default_model && default_llama_model().is_some());
+            if llama_at_hand && command != Command::Eval {
+                ReaderKind::Llama
+            } else {
+                ReaderKind::Extractive
+            }
+        }
     };
     let encoder = args
         .retrieval

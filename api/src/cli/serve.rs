@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use clap::Args;
 
-use super::pipeline_args::{build, PipelineArgs};
+use super::pipeline_args::{build, Command, PipelineArgs};
 use crate::server::{parse_addr, AppState, Limits, Metrics, Timeouts};
 use capstan_engine::workers::{Engine, EngineSettings};
 
@@ -64,7 +64,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_target(false)
         .try_init();
-    let (pipeline, defaults, file) = build(&args.index, &args.pipeline, true)?;
+    let (pipeline, defaults, file) = build(&args.index, &args.pipeline, Command::Serve)?;
     pipeline.retriever().store().warm()?;
     let s = &file.server;
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
