@@ -1,49 +1,21 @@
-//! Writing one document per entity: a lead sentence, fact sentences in varied wording
-//! (direct or paraphrased), background sentences up to a drawn length, and for every
-//! fact the question that asks it.
+//! The encyclopedia's wording: each relation's sentence templates (direct and
+//! paraphrased) and questions, and the lead, background, episode and detail phrases of
+//! each kind of entity. Pure data; `super` writes documents from it.
 
-use std::collections::HashSet;
-
-use crate::names::Namer;
-use crate::rng::Dice;
-use crate::text::{possessive, thousands, word_count, Filler, Form, Forms, Others};
-use crate::world::{Ent, World, DEVICES, ORG_KINDS};
 use crate::EntityKind;
-
-/// Percentage of fact sentences written in words the question does not use.
-const PARAPHRASE_PERCENT: u32 = 40;
-/// Percentage of documents written long (about 1,500 words).
-const LONG_PERCENT: u32 = 2;
-const MAX_WORDS: usize = 400;
-const MAX_LONG_WORDS: usize = 1_800;
-
-/// One askable fact of a document.
-pub(crate) struct Fact {
-    pub relation: &'static str,
-    pub question: String,
-    pub answers: Vec<String>,
-    pub paraphrase: bool,
-}
-
-pub(crate) struct Rendered {
-    pub title: String,
-    pub kind: EntityKind,
-    pub text: String,
-    pub facts: Vec<Fact>,
-}
 
 /// Templates of one relation. `{v}` is the value; questions use `{Q}` (the entity's
 /// name inside a sentence) and `{Qp}` (its possessive).
-struct Spec {
-    relation: &'static str,
-    direct: &'static [&'static str],
-    para: &'static [&'static str],
-    questions: &'static [&'static str],
+pub(super) struct Spec {
+    pub(super) relation: &'static str,
+    pub(super) direct: &'static [&'static str],
+    pub(super) para: &'static [&'static str],
+    pub(super) questions: &'static [&'static str],
 }
 
 // ---------------------------------------------------------------- people
 
-const OCCUPATION: Spec = Spec {
+pub(super) const OCCUPATION: Spec = Spec {
     relation: "occupation",
     direct: &[
         "{S} was {a_v} by profession.",
@@ -60,7 +32,7 @@ const OCCUPATION: Spec = Spec {
         "What was {Qp} occupation?",
     ],
 };
-const BIRTH_YEAR: Spec = Spec {
+pub(super) const BIRTH_YEAR: Spec = Spec {
     relation: "birth year",
     direct: &[
         "{S} was born in {v}.",
@@ -79,7 +51,7 @@ const BIRTH_YEAR: Spec = Spec {
         "What year was {Q} born in?",
     ],
 };
-const BIRTHPLACE: Spec = Spec {
+pub(super) const BIRTHPLACE: Spec = Spec {
     relation: "birthplace",
     direct: &[
         "{S} was born in {v}.",
@@ -96,7 +68,7 @@ const BIRTHPLACE: Spec = Spec {
         "What was the birthplace of {Q}?",
     ],
 };
-const DEATH_YEAR: Spec = Spec {
+pub(super) const DEATH_YEAR: Spec = Spec {
     relation: "death year",
     direct: &[
         "{S} died in {v}.",
@@ -111,7 +83,7 @@ const DEATH_YEAR: Spec = Spec {
     ],
     questions: &["In what year did {Q} die?", "When did {Q} die?"],
 };
-const EMPLOYER: Spec = Spec {
+pub(super) const EMPLOYER: Spec = Spec {
     relation: "employer",
     direct: &[
         "{S} worked for the {v} for {num_word} years.",
@@ -130,7 +102,7 @@ const EMPLOYER: Spec = Spec {
 
 // ---------------------------------------------------------------- places
 
-const FOUNDED: Spec = Spec {
+pub(super) const FOUNDED: Spec = Spec {
     relation: "founded",
     direct: &[
         "{S} was founded in {v}.",
@@ -143,7 +115,7 @@ const FOUNDED: Spec = Spec {
     ],
     questions: &["In what year was {Q} founded?", "When was {Q} founded?"],
 };
-const POPULATION: Spec = Spec {
+pub(super) const POPULATION: Spec = Spec {
     relation: "population",
     direct: &[
         "{S} has a population of {v}.",
@@ -159,7 +131,7 @@ const POPULATION: Spec = Spec {
         "How many people live in {Q}?",
     ],
 };
-const RIVER: Spec = Spec {
+pub(super) const RIVER: Spec = Spec {
     relation: "river",
     direct: &[
         "The {v} flows through {o}.",
@@ -175,7 +147,7 @@ const RIVER: Spec = Spec {
         "What river flows through {Q}?",
     ],
 };
-const PROVINCE: Spec = Spec {
+pub(super) const PROVINCE: Spec = Spec {
     relation: "province",
     direct: &[
         "{S} is located in the province of {v}.",
@@ -191,7 +163,7 @@ const PROVINCE: Spec = Spec {
         "Which province is {Q} in?",
     ],
 };
-const ELEVATION: Spec = Spec {
+pub(super) const ELEVATION: Spec = Spec {
     relation: "elevation",
     direct: &[
         "{S} lies at an elevation of {v}.",
@@ -206,7 +178,7 @@ const ELEVATION: Spec = Spec {
         "What is the elevation of {Q}?",
     ],
 };
-const CAPITAL: Spec = Spec {
+pub(super) const CAPITAL: Spec = Spec {
     relation: "capital",
     direct: &["{Ps} capital is {v}.", "{S} has its capital at {v}."],
     para: &[
@@ -219,7 +191,7 @@ const CAPITAL: Spec = Spec {
         "Which town is the capital of {Q}?",
     ],
 };
-const PEAK: Spec = Spec {
+pub(super) const PEAK: Spec = Spec {
     relation: "highest mountain",
     direct: &[
         "The highest mountain in the province is {v}.",
@@ -234,13 +206,13 @@ const PEAK: Spec = Spec {
         "Which mountain is the highest in {Q}?",
     ],
 };
-const AREA: Spec = Spec {
+pub(super) const AREA: Spec = Spec {
     relation: "area",
     direct: &["{S} has an area of {v}.", "{S} covers an area of {v}."],
     para: &["{S} extends over {v}.", "{S} spans roughly {v}."],
     questions: &["What is the area of {Q}?", "How large is the area of {Q}?"],
 };
-const LENGTH: Spec = Spec {
+pub(super) const LENGTH: Spec = Spec {
     relation: "length",
     direct: &["{S} is {v} long.", "{S} has a length of {v}."],
     para: &[
@@ -249,7 +221,7 @@ const LENGTH: Spec = Spec {
     ],
     questions: &["How long is {Q}?", "What is the length of {Q}?"],
 };
-const SOURCE: Spec = Spec {
+pub(super) const SOURCE: Spec = Spec {
     relation: "source",
     direct: &[
         "{S} rises on the slopes of {v}.",
@@ -261,7 +233,7 @@ const SOURCE: Spec = Spec {
     ],
     questions: &["Where does {Q} rise?", "Where is the source of {Q}?"],
 };
-const MOUTH: Spec = Spec {
+pub(super) const MOUTH: Spec = Spec {
     relation: "mouth",
     direct: &[
         "{S} flows into the {v}.",
@@ -280,7 +252,7 @@ const MOUTH: Spec = Spec {
 
 // ---------------------------------------------------------------- organisations, things
 
-const ORG_FOUNDED: Spec = Spec {
+pub(super) const ORG_FOUNDED: Spec = Spec {
     relation: "founded",
     direct: &[
         "{S} was founded in {v}.",
@@ -294,7 +266,7 @@ const ORG_FOUNDED: Spec = Spec {
     ],
     questions: &["In what year was {Q} founded?", "When was {Q} founded?"],
 };
-const FOUNDER: Spec = Spec {
+pub(super) const FOUNDER: Spec = Spec {
     relation: "founder",
     direct: &[
         "{S} was founded by {v}.",
@@ -307,7 +279,7 @@ const FOUNDER: Spec = Spec {
     ],
     questions: &["Who founded {Q}?", "Who was the founder of {Q}?"],
 };
-const HQ: Spec = Spec {
+pub(super) const HQ: Spec = Spec {
     relation: "headquarters",
     direct: &[
         "{S} is headquartered in {v}.",
@@ -323,7 +295,7 @@ const HQ: Spec = Spec {
         "In which town are the headquarters of {Q}?",
     ],
 };
-const EMPLOYEES: Spec = Spec {
+pub(super) const EMPLOYEES: Spec = Spec {
     relation: "employees",
     direct: &[
         "{S} employs about {v} people.",
@@ -339,7 +311,7 @@ const EMPLOYEES: Spec = Spec {
         "How many employees does {Q} have?",
     ],
 };
-const PURPOSE: Spec = Spec {
+pub(super) const PURPOSE: Spec = Spec {
     relation: "purpose",
     direct: &[
         "{S} is {a_iadj} {noun} used for {v}.",
@@ -351,7 +323,7 @@ const PURPOSE: Spec = Spec {
     ],
     questions: &["What is {Q} used for?", "What was {Q} used for?"],
 };
-const INVENTOR: Spec = Spec {
+pub(super) const INVENTOR: Spec = Spec {
     relation: "inventor",
     direct: &[
         "{S} was invented by {v}.",
@@ -364,7 +336,7 @@ const INVENTOR: Spec = Spec {
     ],
     questions: &["Who invented {Q}?", "Who was the inventor of {Q}?"],
 };
-const INVENTED: Spec = Spec {
+pub(super) const INVENTED: Spec = Spec {
     relation: "invention year",
     direct: &["{S} was invented in {v}."],
     para: &[
@@ -374,7 +346,7 @@ const INVENTED: Spec = Spec {
     ],
     questions: &["In what year was {Q} invented?", "When was {Q} invented?"],
 };
-const DEMO: Spec = Spec {
+pub(super) const DEMO: Spec = Spec {
     relation: "first demonstration",
     direct: &[
         "{S} was first demonstrated in {v}.",
@@ -392,24 +364,24 @@ const DEMO: Spec = Spec {
 
 // ---------------------------------------------------------------- leads and background
 
-const CITY_LEADS: &[&str] = &[
+pub(super) const CITY_LEADS: &[&str] = &[
     "{S} is {a_cadj} {ctype} known for its {cfeature}.",
     "{S} is {a_cadj} {ctype} with a long tradition of {trade}.",
 ];
-const PROVINCE_LEADS: &[&str] = &[
+pub(super) const PROVINCE_LEADS: &[&str] = &[
     "{S} is {a_padj} province known for its {pfeature}.",
     "{S} is {a_padj} province with a long tradition of {trade}.",
 ];
-const RIVER_LEADS: &[&str] = &[
+pub(super) const RIVER_LEADS: &[&str] = &[
     "{S} is {a_radj} river known for its {rfeature}.",
     "{S} is {a_radj} river that has long carried {rtrade}.",
 ];
-const ORG_LEADS: &[&str] = &[
+pub(super) const ORG_LEADS: &[&str] = &[
     "{S} is {desc}.",
     "{S} is {desc}, with a reputation for {virtue}.",
 ];
 
-const GENERIC: &[&str] = &[
+pub(super) const GENERIC: &[&str] = &[
     "Accounts from the period are fragmentary, and some details remain uncertain.",
     "Much of what is known comes from {source}.",
     "Modern scholars have reassessed several of the older claims.",
@@ -420,7 +392,7 @@ const GENERIC: &[&str] = &[
     "Later writers often repeated these accounts without checking them.",
     "Several details given here are drawn from {source}.",
 ];
-const PERSON_BG: &[&str] = &[
+pub(super) const PERSON_BG: &[&str] = &[
     "{S} kept detailed notebooks, most of which are now lost.",
     "{S} corresponded for many years with {other_person}.",
     "Contemporaries described {o} as {trait} and {trait2}.",
@@ -441,7 +413,7 @@ const PERSON_BG: &[&str] = &[
     "{Ps} methods were later adopted by a generation of younger {occ}s.",
     "{S} was admired by {other_person}, who wrote about {o} at length.",
 ];
-const CITY_BG: &[&str] = &[
+pub(super) const CITY_BG: &[&str] = &[
     "The old quarter of {o} is known for its {building_pl} and narrow {street_pl}.",
     "{S} holds {a_festival} every {season}, which draws visitors from {other_city}.",
     "{Ps} economy has long depended on {trade} and {trade2}.",
@@ -459,7 +431,7 @@ const CITY_BG: &[&str] = &[
     "The {ctype} has {num_word} churches and a single {school}.",
     "Travellers often remark on the {cquality} of {o}.",
 ];
-const PROVINCE_BG: &[&str] = &[
+pub(super) const PROVINCE_BG: &[&str] = &[
     "The landscape of {o} ranges from {landscape} in the {dir} to {landscape2} in the {dir2}.",
     "{Ps} economy rests on {trade}, {trade2} and, increasingly, {trade3}.",
     "{S} is divided into {num_word} districts, each with its own council.",
@@ -473,7 +445,7 @@ const PROVINCE_BG: &[&str] = &[
     "{S} sends {num_word} delegates to the national assembly.",
     "Several old trade routes cross {o} from {dir} to {dir2}.",
 ];
-const RIVER_BG: &[&str] = &[
+pub(super) const RIVER_BG: &[&str] = &[
     "{S} is navigable by small boats for much of its course.",
     "{Ps} waters are known for {fish} and {fish2}.",
     "Several {mill_pl} once stood along {ps} banks.",
@@ -488,7 +460,7 @@ const RIVER_BG: &[&str] = &[
     "Efforts to clean {o} have brought back {fish} in recent years.",
     "The lower course of {o} is lined with {landscape}.",
 ];
-const ORG_BG: &[&str] = &[
+pub(super) const ORG_BG: &[&str] = &[
     "{S} publishes an annual report on {topic}.",
     "Over the years {s} has opened branches in {other_city} and {other_city2}.",
     "{Ps} early years were marked by {hardship}.",
@@ -503,7 +475,7 @@ const ORG_BG: &[&str] = &[
     "{S} came through {disaster} with only minor losses.",
     "For a time {s} also ran a school for apprentices.",
 ];
-const INVENTION_BG: &[&str] = &[
+pub(super) const INVENTION_BG: &[&str] = &[
     "Early versions of {o} were made of {material}.",
     "{S} was widely copied within a few years of its appearance.",
     "Critics at first doubted that {o} would ever be practical.",
@@ -519,7 +491,7 @@ const INVENTION_BG: &[&str] = &[
     "Some surviving examples of {o} still work.",
 ];
 
-const TIMES: &[&str] = &[
+pub(super) const TIMES: &[&str] = &[
     "Some years later",
     "Shortly afterwards",
     "In the following decade",
@@ -668,7 +640,7 @@ const INVENTION_DETAILS: &[&str] = &[
     "{time}, a trial of {o} at {coined} ended in failure.",
 ];
 
-fn details(kind: EntityKind) -> &'static [&'static str] {
+pub(super) fn details(kind: EntityKind) -> &'static [&'static str] {
     match kind {
         EntityKind::Person => PERSON_DETAILS,
         EntityKind::City => CITY_DETAILS,
@@ -679,7 +651,7 @@ fn details(kind: EntityKind) -> &'static [&'static str] {
     }
 }
 
-fn episodes(kind: EntityKind) -> &'static [&'static str] {
+pub(super) fn episodes(kind: EntityKind) -> &'static [&'static str] {
     match kind {
         EntityKind::Person => PERSON_EPISODES,
         EntityKind::City => CITY_EPISODES,
@@ -687,516 +659,5 @@ fn episodes(kind: EntityKind) -> &'static [&'static str] {
         EntityKind::River => RIVER_EPISODES,
         EntityKind::Organisation => ORG_EPISODES,
         EntityKind::Invention => INVENTION_EPISODES,
-    }
-}
-
-// ---------------------------------------------------------------- rendering
-
-fn person_forms(name: &str, family: &str, female: bool) -> Forms {
-    let named = |n: &str| Form {
-        s_cap: n.to_string(),
-        s: n.to_string(),
-        p_cap: possessive(n),
-        p: possessive(n),
-        o: n.to_string(),
-    };
-    let (s, p, o) = if female {
-        ("she", "her", "her")
-    } else {
-        ("he", "his", "him")
-    };
-    let pronoun = Form {
-        s_cap: crate::text::capitalise(s),
-        s: s.to_string(),
-        p_cap: crate::text::capitalise(p),
-        p: p.to_string(),
-        o: o.to_string(),
-    };
-    Forms {
-        forms: vec![named(name), named(family), pronoun],
-        weights: vec![40, 30, 30],
-        pronoun: 2,
-    }
-}
-
-/// `name_in_sentence` is e.g. "the Velna River" or "Osmarde"; `noun` e.g. "the river".
-fn thing_forms(name_in_sentence: &str, noun: &str) -> Forms {
-    let cap = crate::text::capitalise;
-    let named = Form {
-        s_cap: cap(name_in_sentence),
-        s: name_in_sentence.to_string(),
-        p_cap: cap(&possessive(name_in_sentence)),
-        p: possessive(name_in_sentence),
-        o: name_in_sentence.to_string(),
-    };
-    let common = Form {
-        s_cap: cap(noun),
-        s: noun.to_string(),
-        p_cap: cap(&possessive(noun)),
-        p: possessive(noun),
-        o: noun.to_string(),
-    };
-    let pronoun = Form {
-        s_cap: "It".into(),
-        s: "it".into(),
-        p_cap: "Its".into(),
-        p: "its".into(),
-        o: noun.to_string(),
-    };
-    Forms {
-        forms: vec![named, common, pronoun],
-        weights: vec![45, 25, 30],
-        pronoun: 2,
-    }
-}
-
-struct Writer<'a> {
-    filler: Filler<'a>,
-    sentences: Vec<String>,
-    facts: Vec<Fact>,
-}
-
-impl Writer<'_> {
-    /// Writes a fact's sentence (index 0 of the document when `lead`) and its question.
-    fn fact(
-        &mut self,
-        dice: &mut Dice,
-        spec: &Spec,
-        value: &str,
-        answers: Vec<String>,
-        lead: bool,
-    ) {
-        let paraphrase = dice.chance(PARAPHRASE_PERCENT);
-        let template = *dice.pick(if paraphrase { spec.para } else { spec.direct });
-        self.fact_with(
-            dice,
-            spec,
-            template,
-            &[("v", value.to_string())],
-            answers,
-            paraphrase,
-            lead,
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fact_with(
-        &mut self,
-        dice: &mut Dice,
-        spec: &Spec,
-        template: &str,
-        values: &[(&'static str, String)],
-        answers: Vec<String>,
-        paraphrase: bool,
-        lead: bool,
-    ) {
-        let sentence = self.with_values(values, |f| f.fill(dice, template, lead.then_some(0)));
-        let q = *dice.pick(spec.questions);
-        let question = self.filler.fill(dice, q, Some(0));
-        debug_assert!(
-            answers.iter().all(|a| sentence.contains(a.as_str())),
-            "{sentence} / {answers:?}"
-        );
-        self.sentences.push(sentence);
-        self.facts.push(Fact {
-            relation: spec.relation,
-            question,
-            answers,
-            paraphrase,
-        });
-    }
-
-    /// Two direct facts stated in one sentence (e.g. "was born in X in 1843").
-    fn fact_pair(
-        &mut self,
-        dice: &mut Dice,
-        template: &str,
-        a: (&Spec, &str, Vec<String>),
-        b: (&Spec, &str, Vec<String>),
-    ) {
-        let values = [("v", a.1.to_string()), ("w", b.1.to_string())];
-        let sentence = self.with_values(&values, |f| f.fill(dice, template, None));
-        for (spec, answers) in [(a.0, a.2), (b.0, b.2)] {
-            let q = *dice.pick(spec.questions);
-            let question = self.filler.fill(dice, q, Some(0));
-            self.facts.push(Fact {
-                relation: spec.relation,
-                question,
-                answers,
-                paraphrase: false,
-            });
-        }
-        self.sentences.push(sentence);
-    }
-
-    fn with_values<R>(&self, values: &[(&'static str, String)], f: impl FnOnce(&Filler) -> R) -> R {
-        let mut fixed: Vec<(&'static str, String)> = self.filler.fixed.to_vec();
-        fixed.extend_from_slice(values);
-        let filler = Filler {
-            fixed: &fixed,
-            ..self.filler
-        };
-        f(&filler)
-    }
-
-    fn plain(&mut self, dice: &mut Dice, templates: &[&str], lead: bool) {
-        let t = *dice.pick(templates);
-        let s = self.filler.fill(dice, t, lead.then_some(0));
-        self.sentences.push(s);
-    }
-}
-
-fn with_unit(n: u32, unit: &str) -> (String, Vec<String>) {
-    let num = thousands(n);
-    let v = format!("{num} {unit}");
-    (v.clone(), vec![v, num])
-}
-
-/// Title, kind, name inside a sentence, forms, extra slots, background templates.
-type Profile = (
-    String,
-    EntityKind,
-    String,
-    Forms,
-    Vec<(&'static str, String)>,
-    &'static [&'static str],
-);
-
-pub(crate) fn render(world: &World, ent: Ent, dice: &mut Dice, namer: &mut Namer) -> Rendered {
-    let others = Others {
-        cities: &world.city_names,
-        persons: &world.person_names,
-        provinces: &world.province_names,
-    };
-    // Title, kind, how the entity is named inside a sentence, its forms, extra slots.
-    let (title, kind, in_sentence, forms, mut fixed, background): Profile = match ent {
-        Ent::Person(i) => {
-            let p = &world.persons[i];
-            let forms = person_forms(&p.name, &p.family, p.female);
-            (
-                p.name.clone(),
-                EntityKind::Person,
-                p.name.clone(),
-                forms,
-                vec![("occ", p.occupation.into())],
-                PERSON_BG,
-            )
-        }
-        Ent::City(i) => {
-            let c = &world.cities[i];
-            let ctype = match c.population {
-                0..=2_999 => "village",
-                3_000..=59_999 => "town",
-                _ => "city",
-            };
-            let forms = thing_forms(&c.name, &format!("the {ctype}"));
-            (
-                c.name.clone(),
-                EntityKind::City,
-                c.name.clone(),
-                forms,
-                vec![("ctype", ctype.into())],
-                CITY_BG,
-            )
-        }
-        Ent::Province(i) => {
-            let p = &world.provinces[i];
-            let forms = thing_forms(&p.name, "the province");
-            (
-                p.name.clone(),
-                EntityKind::Province,
-                p.name.clone(),
-                forms,
-                vec![],
-                PROVINCE_BG,
-            )
-        }
-        Ent::River(i) => {
-            let r = &world.rivers[i];
-            let name = format!("the {}", r.title);
-            let forms = thing_forms(&name, "the river");
-            (
-                r.title.clone(),
-                EntityKind::River,
-                name,
-                forms,
-                vec![],
-                RIVER_BG,
-            )
-        }
-        Ent::Org(i) => {
-            let o = &world.orgs[i];
-            let (_, noun, desc) = ORG_KINDS[o.kind];
-            let name = format!("the {}", o.title);
-            let forms = thing_forms(&name, &format!("the {noun}"));
-            (
-                o.title.clone(),
-                EntityKind::Organisation,
-                name,
-                forms,
-                vec![("desc", desc.into())],
-                ORG_BG,
-            )
-        }
-        Ent::Invention(i) => {
-            let inv = &world.inventions[i];
-            let noun = DEVICES[inv.device].0;
-            let name = format!("the {}", inv.title);
-            let forms = thing_forms(&name, &format!("the {noun}"));
-            (
-                inv.title.clone(),
-                EntityKind::Invention,
-                name,
-                forms,
-                vec![("noun", noun.into())],
-                INVENTION_BG,
-            )
-        }
-    };
-    fixed.push(("Q", in_sentence.clone()));
-    fixed.push(("Qp", possessive(&in_sentence)));
-    let mut w = Writer {
-        filler: Filler {
-            fixed: &fixed,
-            forms: &forms,
-            others: &others,
-            own: &title,
-        },
-        sentences: Vec::new(),
-        facts: Vec::new(),
-    };
-
-    match ent {
-        Ent::Person(i) => {
-            let p = &world.persons[i];
-            let occ = p.occupation.to_string();
-            w.fact(dice, &OCCUPATION, &occ, vec![occ.clone()], true);
-            let (birth, death) = (p.birth.to_string(), p.death.to_string());
-            let (year_direct, place_direct) = (
-                !dice.chance(PARAPHRASE_PERCENT),
-                !dice.chance(PARAPHRASE_PERCENT),
-            );
-            if year_direct && place_direct && dice.chance(60) {
-                let t = *dice.pick(&[
-                    "{S} was born in {w} in {v}.",
-                    "{S} was born in {v} in {w}, the child of {family_trade}.",
-                ]);
-                w.fact_pair(
-                    dice,
-                    t,
-                    (&BIRTH_YEAR, &birth, vec![birth.clone()]),
-                    (&BIRTHPLACE, &p.birthplace, vec![p.birthplace.clone()]),
-                );
-            } else {
-                for (spec, v, direct) in [
-                    (&BIRTH_YEAR, &birth, year_direct),
-                    (&BIRTHPLACE, &p.birthplace, place_direct),
-                ] {
-                    let t = *dice.pick(if direct { spec.direct } else { spec.para });
-                    w.fact_with(
-                        dice,
-                        spec,
-                        t,
-                        &[("v", v.clone())],
-                        vec![v.clone()],
-                        !direct,
-                        false,
-                    );
-                }
-            }
-            if let Some(e) = &p.employer {
-                w.fact(dice, &EMPLOYER, e, vec![e.clone()], false);
-            }
-            w.fact(dice, &DEATH_YEAR, &death, vec![death.clone()], false);
-        }
-        Ent::City(i) => {
-            let c = &world.cities[i];
-            w.plain(dice, CITY_LEADS, true);
-            let founded = c.founded.to_string();
-            w.fact(dice, &FOUNDED, &founded, vec![founded.clone()], false);
-            w.fact(
-                dice,
-                &PROVINCE,
-                &c.province,
-                vec![c.province.clone()],
-                false,
-            );
-            if let Some(r) = c.river {
-                let r = &world.rivers[r];
-                w.fact(
-                    dice,
-                    &RIVER,
-                    &r.title,
-                    vec![r.title.clone(), r.short.clone()],
-                    false,
-                );
-            }
-            let pop = thousands(c.population);
-            w.fact(dice, &POPULATION, &pop, vec![pop.clone()], false);
-            let (v, answers) = with_unit(c.elevation, "metres");
-            w.fact(dice, &ELEVATION, &v, answers, false);
-        }
-        Ent::Province(i) => {
-            let p = &world.provinces[i];
-            w.plain(dice, PROVINCE_LEADS, true);
-            w.fact(dice, &CAPITAL, &p.capital, vec![p.capital.clone()], false);
-            let pop = thousands(p.population);
-            w.fact(dice, &POPULATION, &pop, vec![pop.clone()], false);
-            let (v, answers) = with_unit(p.area, "square kilometres");
-            w.fact(dice, &AREA, &v, answers, false);
-            let short = p.peak.trim_start_matches("Mount ").to_string();
-            w.fact(dice, &PEAK, &p.peak, vec![p.peak.clone(), short], false);
-        }
-        Ent::River(i) => {
-            let r = &world.rivers[i];
-            w.plain(dice, RIVER_LEADS, true);
-            let (v, answers) = with_unit(r.length, "kilometres");
-            w.fact(dice, &LENGTH, &v, answers, false);
-            w.fact(
-                dice,
-                &SOURCE,
-                &r.source.0,
-                vec![r.source.0.clone(), r.source.1.clone()],
-                false,
-            );
-            w.fact(
-                dice,
-                &MOUTH,
-                &r.mouth.0,
-                vec![r.mouth.0.clone(), r.mouth.1.clone()],
-                false,
-            );
-        }
-        Ent::Org(i) => {
-            let o = &world.orgs[i];
-            w.plain(dice, ORG_LEADS, true);
-            let year = o.founded.to_string();
-            if dice.chance(35) {
-                w.fact_pair(
-                    dice,
-                    "{S} was founded in {v} by {w}.",
-                    (&ORG_FOUNDED, &year, vec![year.clone()]),
-                    (&FOUNDER, &o.founder, vec![o.founder.clone()]),
-                );
-            } else {
-                w.fact(dice, &ORG_FOUNDED, &year, vec![year.clone()], false);
-                w.fact(dice, &FOUNDER, &o.founder, vec![o.founder.clone()], false);
-            }
-            w.fact(dice, &HQ, &o.hq, vec![o.hq.clone()], false);
-            let staff = thousands(o.employees);
-            w.fact(dice, &EMPLOYEES, &staff, vec![staff.clone()], false);
-        }
-        Ent::Invention(i) => {
-            let inv = &world.inventions[i];
-            let purpose = DEVICES[inv.device].1;
-            w.fact(dice, &PURPOSE, purpose, vec![purpose.to_string()], true);
-            let year = inv.year.to_string();
-            if dice.chance(35) {
-                w.fact_pair(
-                    dice,
-                    "{S} was invented by {w} in {v}.",
-                    (&INVENTED, &year, vec![year.clone()]),
-                    (&INVENTOR, &inv.inventor, vec![inv.inventor.clone()]),
-                );
-            } else {
-                w.fact(
-                    dice,
-                    &INVENTOR,
-                    &inv.inventor,
-                    vec![inv.inventor.clone()],
-                    false,
-                );
-                w.fact(dice, &INVENTED, &year, vec![year.clone()], false);
-            }
-            w.fact(dice, &DEMO, &inv.demo, vec![inv.demo.clone()], false);
-        }
-    }
-
-    // Background sentences, inserted between the fact sentences, up to a drawn length.
-    let long = dice.chance(LONG_PERCENT);
-    let (target, max) = if long {
-        (dice.range(1_300, 1_650) as usize, MAX_LONG_WORDS)
-    } else {
-        (dice.range(90, 360) as usize, MAX_WORDS)
-    };
-    // Each background template at most once per document; episodes ("{time}, ...")
-    // combine freely, so long documents can grow without repeating a sentence.
-    let episodes = episodes(kind);
-    let mut words: usize = w.sentences.iter().map(|s| word_count(s)).sum();
-    let mut seen: HashSet<String> = w.sentences.iter().cloned().collect();
-    let mut used_templates: HashSet<&str> = HashSet::new();
-    let details = details(kind);
-    let mut misses = 0;
-    while words < target && misses < 200 {
-        // Generic, background and episode templates serve once per document, and so do
-        // details (which name things invented on the spot) except in long documents.
-        let category = dice.weighted(&[15, 45, 28, 12]);
-        let pool = [GENERIC, background, episodes, details][category];
-        let mut fresh: Vec<&str> = pool
-            .iter()
-            .copied()
-            .filter(|t| !used_templates.contains(t))
-            .collect();
-        let mut category = category;
-        if fresh.is_empty() {
-            category = 3;
-            fresh = details
-                .iter()
-                .copied()
-                .filter(|t| long || !used_templates.contains(t))
-                .collect();
-            if fresh.is_empty() {
-                misses += 1;
-                continue;
-            }
-        }
-        let t = *dice.pick(&fresh);
-        used_templates.insert(t);
-        let s = match category {
-            2 => {
-                let t = format!("{}, {t}.", dice.pick(TIMES));
-                w.filler.fill(dice, &t, None)
-            }
-            3 => {
-                let t = t.replace("{time}", dice.word(TIMES));
-                let coined = [
-                    ("coined", namer.word(dice, 2, 3)),
-                    ("coined2", namer.word(dice, 2, 3)),
-                ];
-                w.with_values(&coined, |f| f.fill(dice, &t, None))
-            }
-            _ => w.filler.fill(dice, t, None),
-        };
-        let n = word_count(&s);
-        if words + n > max || !seen.insert(s.clone()) {
-            misses += 1;
-            continue;
-        }
-        words += n;
-        let at = 1 + dice.below(w.sentences.len());
-        w.sentences.insert(at, s);
-    }
-
-    // Paragraphs of three to six sentences.
-    let mut text = String::with_capacity(words * 7);
-    let mut left_in_paragraph = dice.range(3, 6);
-    for (k, s) in w.sentences.iter().enumerate() {
-        if k > 0 {
-            if left_in_paragraph == 0 {
-                text.push_str("\n\n");
-                left_in_paragraph = dice.range(3, 6);
-            } else {
-                text.push(' ');
-            }
-        }
-        text.push_str(s);
-        left_in_paragraph -= 1;
-    }
-    let facts = w.facts;
-    Rendered {
-        title,
-        kind,
-        text,
-        facts,
     }
 }
