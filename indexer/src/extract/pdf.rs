@@ -65,10 +65,7 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
             None => ExtractError::NoTextLayer { pages: count },
         });
     }
-    let mut warnings: Vec<String> = failed
-        .iter()
-        .map(|(page, message)| format!("page {} could not be read: {message}", page + 1))
-        .collect();
+    let mut warnings = failed_page_warnings(&failed);
     if !ends_with_eof_marker(bytes) {
         warnings.push(format!(
             "the file does not end with %%EOF: it may be cut short ({count} page(s) read)"
@@ -86,6 +83,35 @@ pub(crate) fn extract(bytes: &[u8]) -> Result<Extracted, ExtractError> {
     extracted.title = title;
     extracted.warnings = warnings;
     Ok(extracted)
+}
+
+/// One warning per run of consecutive pages that could not be read, naming the run and the
+/// first page's error: a page tree that lists one page 10,000 times fails on every listing
+/// after the first, and 9,999 lines would bury the one thing worth saying.
+fn failed_page_warnings(failed: &[(usize, String)]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let mut i = 0;
+    while i < failed.len() {
+        let (first, message) = &failed[i];
+        let mut last = *first;
+        while i + 1 < failed.len() && failed[i + 1].0 == last + 1 {
+            i += 1;
+            last = failed[i].0;
+        }
+        warnings.push(if last == *first {
+            format!("page {} could not be read: {message}", first + 1)
+        } else {
+            format!(
+                "pages {}-{} ({} pages) could not be read (page {}: {message})",
+                first + 1,
+                last + 1,
+                last - first + 1,
+                first + 1
+            )
+        });
+        i += 1;
+    }
+    warnings
 }
 
 /// Whether the end-of-file marker closes the file (within its last KiB, as readers look for it).
@@ -394,6 +420,83 @@ mod tests {
         // ... and the scan goes on after them.
         quiet.extend(deep(20_000));
         assert!(check_nesting(&quiet).is_err());
+    }
+
+    /// A one-page PDF whose page tree lists its page `listed` times.
+    fn page_listed(listed: usize) -> Vec<u8> {
+        let content = b"BT /F1 12 Tf 72 720 Td (Hello listed page) Tj ET";
+        let kids = vec!["3 0 R"; listed].join(" ");
+        let objects: Vec<Vec<u8>> = vec![
+            b"<< /Type /Catalog /Pages 2 0 R >>".to_vec(),
+            format!("<< /Type /Pages /Kids [{kids}] /Count {listed} >>").into_bytes(),
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+               /Resources << /Font << /F1 5 0 R >> >> >>"
+                .to_vec(),
+            [
+                format!("<< /Length {} >>\nstream\n", content.len()).as_bytes(),
+                content,
+                b"\nendstream",
+            ]
+            .concat(),
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_vec(),
+        ];
+        let mut out = b"%PDF-1.4\n".to_vec();
+        let mut offsets = Vec::new();
+        for (i, object) in objects.iter().enumerate() {
+            offsets.push(out.len());
+            out.extend(format!("{} 0 obj\n", i + 1).bytes());
+            out.extend(object);
+            out.extend(b"\nendobj\n");
+        }
+        let xref = out.len();
+        out.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).bytes());
+        for o in offsets {
+            out.extend(format!("{o:010} 00000 n \n").bytes());
+        }
+        out.extend(
+            format!(
+                "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+                objects.len() + 1
+            )
+            .bytes(),
+        );
+        out
+    }
+
+    #[test]
+    fn a_page_listed_many_times_is_read_once_and_the_rest_named_in_one_warning() {
+        let once = extract(&page_listed(1)).unwrap();
+        assert!(once.text.contains("Hello listed page"), "{}", once.text);
+        assert!(once.warnings.is_empty(), "{:?}", once.warnings);
+        let many = extract(&page_listed(300)).unwrap();
+        assert_eq!(
+            many.text.matches("Hello listed page").count(),
+            1,
+            "{}",
+            many.text
+        );
+        assert_eq!(many.warnings.len(), 1, "{:?}", many.warnings);
+        assert!(
+            many.warnings[0].starts_with("pages 2-300 (299 pages) could not be read (page 2: "),
+            "{:?}",
+            many.warnings
+        );
+    }
+
+    #[test]
+    fn failed_pages_are_warned_about_by_runs() {
+        let failed = |pages: &[usize]| -> Vec<(usize, String)> {
+            pages.iter().map(|&p| (p, format!("error {p}"))).collect()
+        };
+        assert_eq!(
+            failed_page_warnings(&failed(&[0, 2, 3, 4, 9])),
+            [
+                "page 1 could not be read: error 0",
+                "pages 3-5 (3 pages) could not be read (page 3: error 2)",
+                "page 10 could not be read: error 9",
+            ]
+        );
+        assert!(failed_page_warnings(&[]).is_empty());
     }
 
     #[test]
