@@ -281,6 +281,13 @@ pub fn build(
             .context("capstan.toml [reader] context")?,
         (None, None) => capstan_engine::pipeline::DEFAULT_CONTEXT,
     };
+    // The generative checkpoint at hand: the one named, else the default SmolLM2 where
+    // scripts/setup.sh installed it (unless --no-default-model).
+    let llama_at_hand = args
+        .llama_model
+        .clone()
+        .or(file.reader.llama_model.clone())
+        .or_else(|| (!args.no_default_model).then(default_llama_model).flatten());
     let reader = match (&args.reader, &file.reader.default) {
         (Some(r), _) => *r,
         (None, Some(r)) => r
@@ -292,10 +299,7 @@ pub fn build(
         // `serve` answer with it wherever a generative model is at hand. `eval` stays with the
         // extractive reader unless told, so that a benchmark's command says what it measured.
         (None, None) => {
-            let llama_at_hand = args.llama_model.is_some()
-                || file.reader.llama_model.is_some()
-                || (!args.no_default_model && default_llama_model().is_some());
-            if llama_at_hand && command != Command::Eval {
+            if llama_at_hand.is_some() && command != Command::Eval {
                 ReaderKind::Llama
             } else {
                 ReaderKind::Extractive
@@ -346,15 +350,9 @@ pub fn build(
     };
     // The default generative model is loaded only where it can be used: by a server, or
     // when the llama reader was asked for.
-    let llama_path = args
-        .llama_model
-        .clone()
-        .or(file.reader.llama_model.clone())
-        .or_else(|| {
-            let wanted = !args.no_default_model && (want_llama || reader == ReaderKind::Llama);
-            wanted.then(default_llama_model).flatten()
-        });
-    let llama = load(llama_path, "llama", None)?;
+    let named = args.llama_model.is_some() || file.reader.llama_model.is_some();
+    let wanted = named || want_llama || reader == ReaderKind::Llama;
+    let llama = load(llama_at_hand.filter(|_| wanted), "llama", None)?;
     let cape = load(
         args.cape_model.clone().or(file.reader.cape_model.clone()),
         "cape",
