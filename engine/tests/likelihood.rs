@@ -1,6 +1,6 @@
 //! The reader's likelihood of candidate answers (`LanguageModel::answer_likelihoods`), which
-//! reads the prompt once and every candidate from a copy of its keys and values in packed
-//! passes, equals teacher forcing each whole sequence from scratch, for every Llama-family
+//! reads the prompt once and every candidate as a branch after it in one pass, equals teacher
+//! forcing each whole sequence from scratch, for every Llama-family
 //! shape of the tiny checkpoints (tied embeddings, grouped-query heads, Llama 3 RoPE, Qwen2
 //! biases).
 
@@ -83,6 +83,29 @@ fn candidates_scored_from_a_shared_prompt_equal_teacher_forcing_each_alone() {
                 "{name}"
             );
         }
+    }
+}
+
+#[test]
+fn a_windowed_pattern_scores_each_candidate_from_its_own_copy_of_the_prompt() {
+    let (_dir, mut lm) = tiny("llama3-rope-tiny");
+    lm.model_mut()
+        .set_attention(capstan_reader::AttentionPattern::Zebra {
+            every: 2,
+            window: 4,
+        })
+        .unwrap();
+    let prompt = lm.encode("t5 t17 t42 t99 t7 t8 t120 t33 t64 t2").unwrap();
+    let answers = ["t9 t10", "t17 t42 t99 t100 t3"];
+    let scored = lm.answer_likelihoods(&prompt, &answers).unwrap();
+    let ends = lm.stop_ids().to_vec();
+    for (a, s) in answers.iter().zip(&scored) {
+        let ids = lm.encode(a).unwrap();
+        let (want, want_end) = teacher_forced(&lm, &prompt, &ids, &ends);
+        assert!(
+            (s.logprob - want).abs() < 1e-3 && (s.end - want_end).abs() < 1e-3,
+            "{a:?}: {s:?} vs {want} / {want_end}"
+        );
     }
 }
 

@@ -6,15 +6,15 @@
 //! the end of the answer after it) asks the model which of the spans it would give, not which
 //! first token it likes best.
 //!
-//! The prompt is read once; each candidate then starts from a copy of its keys and values
-//! ([`Cache::copy_block`] / [`Cache::load_prefix`]) and the candidates are read together in
-//! packed passes ([`Llama::forward_packed_all`]).
+//! The prompt is read once; the candidates are then read together as branches after it, its
+//! keys and values shared in place ([`crate::Llama::forward_branches`]).
 
 use candle_core::Tensor;
 
+use crate::attention::AttentionPattern;
 use crate::error::{Error, Result};
 use crate::language_model::LanguageModel;
-use crate::llama::{Cache, PackedInput};
+use crate::llama::Cache;
 
 /// Candidates read in one packed pass (bounds the logits held at once).
 const CANDIDATES_PER_PASS: usize = 32;
@@ -45,10 +45,13 @@ impl AnswerLikelihood {
 }
 
 /// KV cache tokens that scoring `answers` candidates after a prompt of `prompt_tokens` holds at
-/// most: the prompt once, and a copy of it with a candidate's tokens for each candidate of a
-/// pass.
+/// most: the prompt once and the tokens of a pass's candidates (with full attention), or a copy
+/// of the prompt with a candidate's tokens (a windowed pattern reads candidates one at a time).
 pub fn scoring_kv_tokens(prompt_tokens: usize, answers: usize) -> usize {
-    prompt_tokens + answers.min(CANDIDATES_PER_PASS) * (prompt_tokens + MAX_ANSWER_TOKENS + 2)
+    prompt_tokens
+        + answers.min(CANDIDATES_PER_PASS) * MAX_ANSWER_TOKENS
+        + prompt_tokens
+        + MAX_ANSWER_TOKENS
 }
 
 impl LanguageModel {
@@ -60,9 +63,9 @@ impl LanguageModel {
         prompt: &[u32],
         answers: &[&str],
     ) -> Result<Vec<AnswerLikelihood>> {
-        let Some((&last, prefix)) = prompt.split_last() else {
+        if prompt.is_empty() {
             return Err(Error::invalid("scoring answers needs a prompt"));
-        };
+        }
         let model = self.model();
         let chat = self.uses_chat_template();
         // A base model's answer ends at the end of its line; an instruct model's (or one whose
@@ -76,9 +79,9 @@ impl LanguageModel {
             Some(t) => vec![t],
             None => self.stop_ids().to_vec(),
         };
-        let Some(&end_token) = ends.first() else {
+        if ends.is_empty() {
             return Err(Error::invalid("the model has no end-of-answer token"));
-        };
+        }
         let tokenized: Vec<Vec<u32>> = answers
             .iter()
             .map(|a| {
@@ -94,87 +97,68 @@ impl LanguageModel {
             .collect::<Result<_>>()?;
         let longest = tokenized.iter().map(Vec::len).max().unwrap_or(0);
         self.check_length(prompt.len(), longest + 1)?;
-        // The prompt but its last token, once; each candidate reads that token, itself and the
-        // end token after a copy of it, so every logit it needs is its own.
+        // The prompt once: its last row is every candidate's first prediction. Each candidate
+        // then reads its own tokens as a branch after it: row `j` predicts token `j + 1`, the
+        // last row the end of the answer.
         let mut base = Cache::new(model);
-        if !prefix.is_empty() {
-            let ids = Tensor::new(prefix, model.device())?.unsqueeze(0)?;
-            model.forward_last(&ids, None, &mut base)?;
-        }
-        let block = match prefix.len() {
-            0 => None,
-            n => base.copy_block(model, 0, n)?,
-        };
-        let mut out = Vec::with_capacity(answers.len());
+        base.reserve(prompt.len() + CANDIDATES_PER_PASS * MAX_ANSWER_TOKENS);
+        let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+        let first_row: Vec<f32> = model
+            .forward_last(&ids, None, &mut base)?
+            .squeeze(0)?
+            .to_vec1()?;
+        let branched = model.attention() == AttentionPattern::Full;
         let order: Vec<usize> = (0..answers.len())
             .filter(|&i| !tokenized[i].is_empty())
             .collect();
         let mut scored: Vec<Option<AnswerLikelihood>> = vec![None; answers.len()];
         for group in order.chunks(CANDIDATES_PER_PASS) {
-            let inputs: Vec<Vec<u32>> = group
-                .iter()
-                .map(|&i| {
-                    let mut t = Vec::with_capacity(tokenized[i].len() + 2);
-                    t.push(last);
-                    t.extend_from_slice(&tokenized[i]);
-                    t.push(end_token);
-                    t
-                })
-                .collect();
-            let mut caches: Vec<Cache> = Vec::with_capacity(group.len());
-            for input in &inputs {
-                let mut cache = match &block {
-                    Some(block) => {
-                        let mut c = Cache::new(model);
-                        c.reserve(prefix.len() + input.len());
-                        c.load_prefix(model, &[block])?;
-                        c
-                    }
-                    // No reusable prefix (windowed attention): each candidate reads the prompt.
-                    None => base.clone(),
-                };
-                cache.reserve(prefix.len() + input.len());
-                caches.push(cache);
-            }
-            let mut seqs: Vec<PackedInput<'_>> = inputs
-                .iter()
-                .zip(caches.iter_mut())
-                .map(|(tokens, cache)| PackedInput { tokens, cache })
-                .collect();
-            let logits = model.forward_packed_all(&mut seqs)?;
+            let branches: Vec<&[u32]> = group.iter().map(|&i| tokenized[i].as_slice()).collect();
+            let logits = if branched {
+                model.forward_branches(&branches, &mut base)?
+            } else {
+                // A windowed layer forgets keys a branch would need: each candidate reads on
+                // from a copy of the prompt's cache.
+                let rows = branches
+                    .iter()
+                    .map(|branch| {
+                        let ids = Tensor::new(*branch, model.device())?.unsqueeze(0)?;
+                        Ok(model.forward(&ids, None, &mut base.clone())?.squeeze(0)?)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                Tensor::cat(&rows, 0)?
+            };
             let logits: Vec<Vec<f32>> = logits.to_vec2()?;
             let mut row = 0;
-            for (&i, input) in group.iter().zip(&inputs) {
-                let rows = &logits[row..row + input.len()];
-                row += input.len();
-                let n = tokenized[i].len();
-                let mut logprob = 0.0;
-                let mut first = 0.0;
-                for (j, &next) in input[1..=n].iter().enumerate() {
-                    let lp = log_softmax_at(&rows[j], &[next]);
-                    logprob += lp;
-                    if j == 0 {
-                        first = lp;
-                    }
-                }
-                let end = log_softmax_at(&rows[n], &ends);
+            for (&i, answer) in group.iter().zip(&branches) {
+                let n = answer.len();
+                let rows = &logits[row..row + n];
+                row += n;
+                let first = log_softmax_at(&first_row, &answer[..1]);
+                let rest: f32 = rows
+                    .iter()
+                    .zip(&answer[1..])
+                    .map(|(r, &next)| log_softmax_at(r, &[next]))
+                    .sum();
                 scored[i] = Some(AnswerLikelihood {
-                    logprob,
+                    logprob: first + rest,
                     tokens: n,
                     first,
-                    end,
+                    end: log_softmax_at(&rows[n - 1], &ends),
                 });
             }
         }
-        for s in scored {
-            out.push(s.unwrap_or(AnswerLikelihood {
-                logprob: f32::NEG_INFINITY,
-                tokens: 0,
-                first: f32::NEG_INFINITY,
-                end: f32::NEG_INFINITY,
-            }));
-        }
-        Ok(out)
+        Ok(scored
+            .into_iter()
+            .map(|s| {
+                s.unwrap_or(AnswerLikelihood {
+                    logprob: f32::NEG_INFINITY,
+                    tokens: 0,
+                    first: f32::NEG_INFINITY,
+                    end: f32::NEG_INFINITY,
+                })
+            })
+            .collect())
     }
 }
 

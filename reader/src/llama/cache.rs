@@ -132,6 +132,12 @@ impl LayerKv {
         c.relocate(new_cap, Some((k, v, k_grouped)))
     }
 
+    /// Forgets every cached key at position `end` or later (keys read only for a pass, such as
+    /// [`Llama::forward_branches`]). The buffers stay as they are.
+    pub(super) fn truncate(&mut self, end: usize) {
+        self.len = end.saturating_sub(self.start).min(self.len);
+    }
+
     /// Forgets the oldest `n` cached keys (a windowed layer's keys no later query sees). The
     /// buffer shrinks when the rest would fill less than a quarter of it.
     pub(super) fn drop_front(&mut self, n: usize) -> CResult<()> {

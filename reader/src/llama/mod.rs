@@ -18,6 +18,7 @@
 //! its projected cross-attention keys and values) live in a caller-owned [`Cache`].
 
 mod attend;
+mod branches;
 mod cache;
 mod cepe;
 mod layers;

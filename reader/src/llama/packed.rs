@@ -41,17 +41,10 @@ impl Llama {
     /// run one by one (still correct, not batched) on CUDA, with a decoder attention pattern
     /// other than full, or with more than a prefill chunk of new tokens.
     pub fn forward_packed(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
-        self.on_pool(|| self.forward_packed_here(seqs, false))
+        self.on_pool(|| self.forward_packed_here(seqs))
     }
 
-    /// As [`Llama::forward_packed`], but the logits of every new position of every sequence,
-    /// in order: `(Σ len, vocab)`. Scoring continuations (the likelihood of each candidate
-    /// answer after a shared prompt) reads every row.
-    pub fn forward_packed_all(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
-        self.on_pool(|| self.forward_packed_here(seqs, true))
-    }
-
-    fn forward_packed_here(&self, seqs: &mut [PackedInput<'_>], all: bool) -> Result<Tensor> {
+    fn forward_packed_here(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
         if seqs.is_empty() {
             return Err(Error::invalid("forward_packed: no sequence"));
         }
@@ -77,11 +70,7 @@ impl Llama {
                 .iter_mut()
                 .map(|s| {
                     let ids = Tensor::new(s.tokens, &self.device)?.unsqueeze(0)?;
-                    if all {
-                        Ok(self.forward(&ids, None, s.cache)?.squeeze(0)?)
-                    } else {
-                        self.forward_last(&ids, None, s.cache)
-                    }
+                    self.forward_last(&ids, None, s.cache)
                 })
                 .collect::<Result<Vec<_>>>()?;
             return Ok(Tensor::cat(&rows, 0)?);
@@ -142,14 +131,10 @@ impl Llama {
                 .collect();
             x = layer.forward_packed(&x, &rope, &spans, &mut kvs, &cross)?;
         }
-        let x = if all {
-            x.squeeze(0)?
-        } else {
-            let last: Vec<u32> = spans.iter().map(|s| (s.start + s.len - 1) as u32).collect();
-            let n = last.len();
-            let last = Tensor::from_vec(last, n, &self.device)?;
-            x.squeeze(0)?.index_select(&last, 0)?
-        };
+        let last: Vec<u32> = spans.iter().map(|s| (s.start + s.len - 1) as u32).collect();
+        let n = last.len();
+        let last = Tensor::from_vec(last, n, &self.device)?;
+        let x = x.squeeze(0)?.index_select(&last, 0)?;
         let x = self.decoder.norm.forward(&x)?;
         // One row per sequence: the quantized kernels, as for a sequence alone.
         Ok(self.lm_head.forward_on(&x, false)?.to_dtype(DType::F32)?)

@@ -1,0 +1,128 @@
+//! Branches read after one cached prompt in one pass (`Llama::forward_branches`) compute what
+//! each branch computes alone after the prompt, leave the cache as it was, and are refused
+//! where they cannot be right.
+
+use candle_core::{DType, Device, Tensor};
+use capstan_reader::{AttentionPattern, Cache, Checkpoint, Llama};
+
+mod common;
+use common::fixture;
+
+const TOL: f32 = 1e-4;
+
+fn load(name: &str) -> Llama {
+    Checkpoint::open(fixture(name))
+        .unwrap()
+        .load_model(&Device::Cpu, Some(DType::F32))
+        .unwrap()
+}
+
+/// Every row's logits of `tokens` read after what `cache` holds.
+fn rows(model: &Llama, cache: &mut Cache, tokens: &[u32]) -> Vec<Vec<f32>> {
+    let ids = Tensor::new(tokens, &Device::Cpu)
+        .unwrap()
+        .unsqueeze(0)
+        .unwrap();
+    model
+        .forward(&ids, None, cache)
+        .unwrap()
+        .squeeze(0)
+        .unwrap()
+        .to_vec2()
+        .unwrap()
+}
+
+fn close(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn branches_equal_each_branch_read_alone_after_the_prompt() {
+    for name in [
+        "llama3-rope-tiny",
+        "qwen2-tiny",
+        "llama-abf-tiny",
+        "llama-tied",
+    ] {
+        let model = load(name);
+        let v = model.config().vocab_size as u32;
+        let prompt: Vec<u32> = (0..37).map(|i| (i * 7 + 3) % v).collect();
+        let branches: Vec<Vec<u32>> = vec![
+            vec![5 % v],
+            (0..6).map(|i| (i * 11 + 1) % v).collect(),
+            vec![9 % v, 9 % v, 4 % v],
+        ];
+        let mut cache = Cache::new(&model);
+        rows(&model, &mut cache, &prompt);
+        let slices: Vec<&[u32]> = branches.iter().map(Vec::as_slice).collect();
+        let got: Vec<Vec<f32>> = model
+            .forward_branches(&slices, &mut cache)
+            .unwrap()
+            .to_vec2()
+            .unwrap();
+        assert_eq!(got.len(), branches.iter().map(Vec::len).sum::<usize>());
+        assert_eq!(cache.seq_len(), prompt.len(), "{name}: the cache grew");
+        let mut row = 0;
+        for branch in &branches {
+            let mut alone = Cache::new(&model);
+            rows(&model, &mut alone, &prompt);
+            for (j, want) in rows(&model, &mut alone, branch).iter().enumerate() {
+                let d = close(&got[row + j], want);
+                assert!(d < TOL, "{name}: branch row {j} differs by {d}");
+            }
+            row += branch.len();
+        }
+        // The cache reads on as if the branches had never been read.
+        let next = [(2 * v / 3).max(3)];
+        let mut fresh = Cache::new(&model);
+        rows(&model, &mut fresh, &prompt);
+        let want = rows(&model, &mut fresh, &next);
+        let after = rows(&model, &mut cache, &next);
+        assert!(
+            close(&after[0], &want[0]) < TOL,
+            "{name}: the cache changed"
+        );
+    }
+}
+
+#[test]
+fn branches_after_an_empty_cache_start_the_sequence() {
+    let model = load("llama3-rope-tiny");
+    let branches: Vec<&[u32]> = vec![&[4, 8, 15], &[16, 23]];
+    let mut cache = Cache::new(&model);
+    let got: Vec<Vec<f32>> = model
+        .forward_branches(&branches, &mut cache)
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    assert_eq!(cache.seq_len(), 0);
+    let alone = rows(&model, &mut Cache::new(&model), branches[1]);
+    assert!(close(&got[3], &alone[0]) < TOL && close(&got[4], &alone[1]) < TOL);
+}
+
+#[test]
+fn branches_are_refused_where_they_cannot_be_right() {
+    let mut model = load("llama3-rope-tiny");
+    let mut cache = Cache::new(&model);
+    assert!(model.forward_branches(&[], &mut cache).is_err());
+    assert!(model.forward_branches(&[&[]], &mut cache).is_err());
+    let v = model.config().vocab_size as u32;
+    assert!(model.forward_branches(&[&[v]], &mut cache).is_err());
+    // Two rows in the cache: which one would the branches follow?
+    let two = Tensor::new(&[[3u32, 4], [5, 6]], &Device::Cpu).unwrap();
+    model.forward(&two, None, &mut cache).unwrap();
+    assert!(model.forward_branches(&[&[7]], &mut cache).is_err());
+    // A windowed layer forgets keys a branch needs.
+    model
+        .set_attention(AttentionPattern::Zebra {
+            every: 2,
+            window: 4,
+        })
+        .unwrap();
+    assert!(model
+        .forward_branches(&[&[7]], &mut Cache::new(&model))
+        .is_err());
+}
