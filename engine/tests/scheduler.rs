@@ -482,7 +482,7 @@ fn smollm2_answers_a_repeated_prompt_from_its_cached_prefix_as_afresh() {
     ]
     .iter()
     .map(|q| {
-        lm.user_prompt(&format!("{}\n\nQuestion: {q}", document.repeat(3)))
+        lm.user_prompt(&format!("{}\n\nQuestion: {q}", document.repeat(6)))
             .unwrap()
     })
     .collect();
@@ -500,7 +500,7 @@ fn smollm2_answers_a_repeated_prompt_from_its_cached_prefix_as_afresh() {
     // The second question shares the document with the first; then both come again.
     let s = scheduler.stats();
     assert!(
-        prompts[0].len() > 200 && s.prefix_hit_tokens >= 3 * 128,
+        prompts[0].len() > 350 && s.prefix_hit_tokens >= 3 * 128,
         "{s:?}"
     );
 }

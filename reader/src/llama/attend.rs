@@ -93,6 +93,27 @@ pub(super) fn attend(
         let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
         return probs.matmul(&v)?.reshape((b, s, h * d));
     }
+    if n_rep > 1 && q.device().is_cpu() {
+        if let Some(mask) =
+            mask.filter(|m| m.rank() == 4 && m.dim(0).ok() == Some(1) && m.dim(1).ok() == Some(1))
+        {
+            // A masked block of queries with grouped-query heads (branches after a shared
+            // prompt): the queries sharing a KV head attend as one block of rows, so the
+            // cache is read in place instead of copied `n_rep` times.
+            let t = k.dim(2)?;
+            let kv = h / n_rep;
+            let qg = q.reshape((b, kv, n_rep * s, d))?;
+            let scores = (qg.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
+            let scores = scores
+                .reshape((b, kv, n_rep, s, t))?
+                .broadcast_add(&mask.unsqueeze(0)?)?;
+            let probs = candle_nn::ops::softmax_last_dim(&scores)?
+                .reshape((b, kv, n_rep * s, t))?
+                .to_dtype(v.dtype())?;
+            let out = probs.matmul(&v)?.reshape((b, h, s, d))?;
+            return out.transpose(1, 2)?.reshape((b, s, h * d));
+        }
+    }
     // Cached keys are views of a larger buffer: the matmuls take them strided, without copies.
     let (k, v) = if n_rep == 1 {
         (k, v)
