@@ -92,6 +92,23 @@ AT = re.compile(VERB + r"(?:\s+by\s+[^.;,()]{1,60}?)?\s+at\s+(?:the\s+)?" + NAME
 YEAR = re.compile(VERB + r"(?:\s+(?:by|at)\s+[^.;,()]{1,60}?)?\s+(?:in|around|ca\.|circa|c\.)"
                   r"\s+((?:1[6-9]|20)\d\d)\b(?![-–/])")
 BASED = re.compile(r"\b(based|headquartered|located)\s+in\s+" + NAME)
+# A person's entry opening "A Danish mathematician ..." (after any dates): the noun phrase up
+# to its first break, whose last word names what the person did.
+PERSON = re.compile(r"^(?:\([^)]*\)\s*|\d{4}\s*-\s*\d{4}\s*)?(?:An?|The)\s+"
+                    r"((?:[\w'-]+\s+){0,3}?([a-z][a-z-]+(?:ist|er|or|ian|eer|ant|ent|ect|eur)))"
+                    r"(?=[,.;(]|\s+(?:who|at|of|and|in|for|from|with|best|known|whose)\b)")
+# "... used for compressing files ...": the purpose, a gerund phrase after "for", up to the
+# clause's end or its first preposition.
+PURPOSE = re.compile(r"\b(?:used|designed|intended|meant)\s+for\s+([a-z]+ing\b[a-z -]*)")
+# Nouns of a person's relations or roles, not of a trade.
+NOT_TRADES = {"daughter", "son", "father", "mother", "leader", "founder", "cofounder",
+              "co-founder", "member", "wife", "husband", "brother", "sister", "winner",
+              "holder", "owner", "user", "master", "partner", "student", "president",
+              "chairman", "director", "officer", "manager", "head"}
+PREPOSITIONS = {"in", "on", "at", "by", "with", "from", "between", "over", "under", "into",
+                "onto", "via", "within", "without", "across", "through", "and", "or", "as",
+                "to", "for", "of", "that", "which", "when", "where", "such", "so", "using"}
+ADJECTIVE_ENDS = ("ian", "ish", "ese", "ern", "th", "ic", "al", "ary", "ive", "ous")
 RELATIVE = re.compile(r"\b(which|that|who|whose|whom)\b", re.I)
 # What a subject tag says an entry is, as a noun for the question.
 TAG_NOUNS = {
@@ -234,6 +251,38 @@ def candidates(doc, first, tag, head, grams):
             form = rq.stable_pick(["Where is {x} based?", "In which place is {x} found?"],
                                   key + "basedform")
             add("where", form.format(x=x), place)
+    if tag == "person":
+        m = PERSON.match(first)
+        if m and own_clause(first, m.start()) and m.group(2) not in NOT_TRADES:
+            phrase = m.group(1).split()
+            noun = m.group(2)
+            answers = [noun]
+            if len(phrase) >= 2 and phrase[-2].islower() and not phrase[-2].endswith(
+                    ADJECTIVE_ENDS) and phrase[-2] not in PREPOSITIONS:
+                answers.insert(0, f"{phrase[-2]} {noun}")
+            form = rq.stable_pick(["What was {x}'s profession?", "What did {x} do for a living?",
+                                   "What line of work was {x} in?", "What was {x} by trade?"],
+                                  key + "kindform")
+            c = {"question": form.format(x=head), "answers": answers, "doc_id": key,
+                 "template": "kind"}
+            if ras.check(c, doc, grams):
+                out.append(c)
+    for m in PURPOSE.finditer(first):
+        if not own_clause(first, m.start()):
+            continue
+        words = m.group(1).split()
+        kept = []
+        for w in words:
+            if w in PREPOSITIONS and len(kept) >= 2:
+                break
+            kept.append(w)
+        while kept and kept[-1] in PREPOSITIONS:
+            kept.pop()
+        if not 2 <= len(kept) <= 5:
+            continue
+        form = rq.stable_pick(["What is {x} used for?", "What purpose does {x} serve?",
+                               "What is the purpose of {x}?"], key + "purposeform")
+        add("purpose", form.format(x=x), " ".join(kept))
     for m in YEAR.finditer(first):
         if own_clause(first, m.start()):
             verb = rq.stable_pick(MAKING[m.group(1)][1], key + "year")

@@ -684,11 +684,13 @@ impl Pipeline {
             .collect();
         let decoder_tokens = prompt.len();
         // Through the scheduler: admitted, queued or refused as generations are.
+        let (texts, of) = crate::answer::scoring_texts(&texts);
         let scored: Vec<(f32, f32, f32)> = scheduler
             .score_until(prompt, texts, req.deadline)?
             .iter()
             .map(|l| (l.mean(), l.first, l.end))
             .collect();
+        let scored = crate::answer::best_of_texts(&scored, &of);
         let best = shortlist.best_with_likelihoods(&rows, &scored);
         dump_candidates(&question, &hits, &shortlist, &rows);
         timings.read_ms = ms(t);

@@ -35,7 +35,7 @@ pub struct Candidate {
     pub key: Option<(usize, usize)>,
     /// The span is the whole value of its line.
     pub whole_value: bool,
-    /// The word before the span, lower-cased ("" at a clause's start).
+    /// The word before the span, lower-cased, an article passed over ("" at a clause's start).
     pub previous: String,
 }
 
@@ -137,6 +137,21 @@ fn is_function_word(word: &str) -> bool {
     NON_ANSWER_STARTS.contains(&lower.as_str())
 }
 
+/// The word before a span, lower-cased, given the words of its clause before it; an article
+/// is passed over ("worked as a glassblower": "as"), since the cue is the word that governs
+/// the phrase. Empty at a clause's start.
+fn previous_word(text: &str, before: &[Word]) -> String {
+    let mut it = before
+        .iter()
+        .rev()
+        .map(|w| text[w.start..w.end].to_lowercase());
+    match it.next() {
+        Some(w) if matches!(w.as_str(), "a" | "an" | "the") => it.next().unwrap_or_default(),
+        Some(w) => w,
+        None => String::new(),
+    }
+}
+
 /// Every candidate of every hit (duplicates of the same text at other places included).
 pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
     let mut out = Vec::new();
@@ -161,12 +176,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     continue;
                 }
                 let field = field_at(first.start);
-                let previous = if i + 1 - n > clause_start {
-                    let p = &words[i - n];
-                    text[p.start..p.end].to_lowercase()
-                } else {
-                    String::new()
-                };
+                let previous = previous_word(text, &words[clause_start..i + 1 - n]);
                 out.push(Candidate {
                     hit: h,
                     start: first.start,
@@ -317,6 +327,21 @@ mod tests {
         assert!(!c.iter().any(|t| t.contains("Othtu, and")), "{c:?}");
         assert!(!c.iter().any(|t| t.starts_with("in ") || t.ends_with(" a")));
         assert!(c.contains(&"T".to_string()), "the title");
+    }
+
+    #[test]
+    fn the_word_before_a_span_passes_over_an_article() {
+        let text = "He was born in Othtu, and worked as a glassblower.";
+        let hits = [hit("T", text)];
+        let before = |span: &str| {
+            candidates(&hits)
+                .into_iter()
+                .find(|c| !c.in_title && c.text(&hits) == span)
+                .map(|c| c.previous)
+        };
+        assert_eq!(before("glassblower").as_deref(), Some("as"));
+        assert_eq!(before("Othtu").as_deref(), Some("in"));
+        assert_eq!(before("born").as_deref(), Some("was"));
     }
 
     #[test]

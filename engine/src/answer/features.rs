@@ -28,6 +28,9 @@ pub enum Asks {
     When,
     /// A quantity or a version ("how many", "how long", "what version", ...).
     Number,
+    /// What someone or something is or does, in common words: an occupation ("what was her
+    /// profession", "what did he do for a living") or a purpose ("what is it used for").
+    Description,
     /// Anything else ("what", "which", "name the ...").
     Other,
 }
@@ -41,10 +44,18 @@ impl Asks {
             .filter(|w| !w.is_empty())
             .collect();
         let has = |pair: &[&str]| words.windows(pair.len()).any(|w| w == pair);
+        // The head noun after a question word, past a copula and an article ("what was the
+        // birthplace of ...": "birthplace"), as question classifiers read it.
         let follows = |lead: &[&str], nouns: &[&str]| {
-            words
-                .windows(2)
-                .any(|w| lead.contains(&w[0]) && nouns.contains(&w[1]))
+            words.iter().enumerate().any(|(i, w)| {
+                lead.contains(w)
+                    && words[i + 1..]
+                        .iter()
+                        .find(|n| {
+                            !matches!(**n, "is" | "was" | "are" | "were" | "the" | "a" | "an")
+                        })
+                        .is_some_and(|n| nouns.contains(n))
+            })
         };
         if follows(&["what", "which"], &["year"]) {
             return Asks::Year;
@@ -55,13 +66,16 @@ impl Asks {
         let quantities = [
             "many", "much", "long", "old", "big", "large", "high", "far", "often", "wide",
         ];
-        if follows(&["how"], &quantities)
-            || follows(
-                &["what", "which"],
-                &["version", "number", "size", "percentage", "amount", "port"],
-            )
-        {
+        if follows(&["how"], &quantities) || follows(&["what", "which"], QUANTITY_NOUNS) {
             return Asks::Number;
+        }
+        // An occupation or a purpose: the words that ask for one in any English question.
+        if words.iter().any(|w| DESCRIPTION_NOUNS.contains(w))
+            || has(&["for", "a", "living"])
+            || has(&["line", "of", "work"])
+            || words.ends_with(&["used", "for"])
+        {
+            return Asks::Description;
         }
         // "Which town ...", "at what place ...": the noun after the question word says the
         // answer's type, as in the coarse classes of question classification (Li and Roth,
@@ -88,11 +102,54 @@ impl Asks {
     fn index(self) -> usize {
         self as usize
     }
+
+    /// Words that introduce this kind of answer in running text ("designed by N", "born in P",
+    /// "worked as a T", "used for V-ing"): the word before a candidate (past an article) is
+    /// one of them.
+    fn cues(self) -> &'static [&'static str] {
+        match self {
+            Asks::Who => &["by"],
+            Asks::Where => &["in", "at", "from", "near"],
+            Asks::Year | Asks::When => &["in", "on", "since", "until"],
+            Asks::Number => &[],
+            Asks::Description => &["as", "for", "is", "was", "are", "were"],
+            Asks::Other => &[],
+        }
+    }
 }
+
+/// Nouns that make "which/what N" ask for a quantity (the NUMERIC class of question
+/// classification).
+const QUANTITY_NOUNS: &[&str] = &[
+    "version",
+    "number",
+    "size",
+    "percentage",
+    "amount",
+    "port",
+    "length",
+    "height",
+    "depth",
+    "width",
+    "distance",
+    "population",
+    "elevation",
+    "area",
+    "weight",
+    "price",
+    "cost",
+    "age",
+];
+
+/// Nouns that ask what someone does or what something is for.
+const DESCRIPTION_NOUNS: &[&str] = &["profession", "occupation", "trade", "purpose"];
 
 /// Nouns that make "which/what N" ask for a place.
 const PLACE_NOUNS: &[&str] = &[
     "place",
+    "birthplace",
+    "hometown",
+    "headquarters",
     "town",
     "city",
     "country",
@@ -153,7 +210,7 @@ enum Shape {
 }
 
 const SHAPES: usize = 8;
-const ASKS: usize = 6;
+const ASKS: usize = 7;
 
 impl Shape {
     fn of(text: &str) -> Self {
@@ -236,7 +293,15 @@ pub fn names() -> Vec<String> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let asks = ["who", "where", "year", "when", "number", "other"];
+    let asks = [
+        "who",
+        "where",
+        "year",
+        "when",
+        "number",
+        "description",
+        "other",
+    ];
     let shapes = [
         "number", "url", "email", "path", "option", "code", "name", "words",
     ];
@@ -245,8 +310,12 @@ pub fn names() -> Vec<String> {
             n.push(format!("asks_{a}_x_{s}"));
         }
     }
+    n.push("cue_fits_question".into());
     n
 }
+
+/// Index of `cue_fits_question`.
+const CUE: usize = SHAPE_BASE + ASKS * SHAPES;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -432,7 +501,8 @@ pub fn features(
             f[IN_CONTEXT] = in_context(c) as u8 as f32;
             let shape = Shape::of(c.text(hits)) as usize;
             f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
-            debug_assert_eq!(SHAPE_BASE + ASKS * SHAPES, n);
+            f[CUE] = question.asks.cues().contains(&c.previous.as_str()) as u8 as f32;
+            debug_assert_eq!(CUE + 1, n);
             f
         })
         .collect()
@@ -462,7 +532,7 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
 pub fn wants_number(question: &str) -> Option<bool> {
     match Asks::of(question) {
         Asks::Number | Asks::Year => Some(true),
-        Asks::Who | Asks::Where => Some(false),
+        Asks::Who | Asks::Where | Asks::Description => Some(false),
         Asks::When | Asks::Other => None,
     }
 }
@@ -489,6 +559,21 @@ mod tests {
         assert_eq!(Asks::of("Which person or organisation made it?"), Asks::Who);
         // Words with a technical sense ("which state", "which group") stay open.
         assert_eq!(Asks::of("Which group owns the socket?"), Asks::Other);
+        // The head noun past a copula and an article.
+        assert_eq!(Asks::of("What was the birthplace of Ada?"), Asks::Where);
+        assert_eq!(Asks::of("What is the length of the Rhine?"), Asks::Number);
+        assert_eq!(
+            Asks::of("What did Knuth do for a living?"),
+            Asks::Description
+        );
+        assert_eq!(Asks::of("What was Zuse's profession?"), Asks::Description);
+        assert_eq!(Asks::of("What is a buffer used for?"), Asks::Description);
+        // A term asked for by what it is used for is not a purpose.
+        assert_eq!(Asks::of("What term is used for the fn type?"), Asks::Other);
+        assert_eq!(
+            Asks::Description.cues(),
+            ["as", "for", "is", "was", "are", "were"]
+        );
     }
 
     #[test]
@@ -501,7 +586,8 @@ mod tests {
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 1);
+        assert_eq!(names()[CUE], "cue_fits_question");
         assert_eq!(names()[IN_CONTEXT], "in_context");
         assert_eq!(names()[LM_FEATURES.start], "lm_mean");
     }

@@ -62,6 +62,38 @@ impl Ranker {
     }
 }
 
+/// The texts to score for candidate answers, and for each candidate the indices of its own
+/// texts among them: the span as the passage spells it and, where it starts with a small
+/// letter, with a capital. A model starts its reply with a capital ("Glassblower"), so the
+/// span as spelled mid-sentence would understate how likely it finds that answer.
+pub fn scoring_texts(spans: &[String]) -> (Vec<String>, Vec<Vec<usize>>) {
+    let mut texts = Vec::with_capacity(spans.len() * 2);
+    let mut of = Vec::with_capacity(spans.len());
+    for span in spans {
+        let mut own = vec![texts.len()];
+        texts.push(span.clone());
+        let mut chars = span.chars();
+        if let Some(first) = chars.next().filter(|c| c.is_lowercase()) {
+            own.push(texts.len());
+            texts.push(first.to_uppercase().chain(chars).collect());
+        }
+        of.push(own);
+    }
+    (texts, of)
+}
+
+/// Per candidate, the `(mean, first, end)` likelihood of its best-scored text (by mean).
+pub fn best_of_texts(scores: &[(f32, f32, f32)], of: &[Vec<usize>]) -> Vec<(f32, f32, f32)> {
+    of.iter()
+        .map(|own| {
+            own.iter()
+                .map(|&i| scores[i])
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+                .unwrap_or((f32::NEG_INFINITY, f32::NEG_INFINITY, f32::NEG_INFINITY))
+        })
+        .collect()
+}
+
 fn dot(w: &[f32], f: &[f32]) -> f32 {
     w.iter().zip(f).map(|(a, b)| a * b).sum()
 }
@@ -180,6 +212,24 @@ fn spelled_in(question: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_small_letter_span_is_scored_capitalised_too_and_the_better_kept() {
+        let spans = ["glassblower".to_string(), "Othtu".into(), "1941".into()];
+        let (texts, of) = scoring_texts(&spans);
+        assert_eq!(texts, ["glassblower", "Glassblower", "Othtu", "1941"]);
+        assert_eq!(of, [vec![0, 1], vec![2], vec![3]]);
+        let scores = [
+            (-5.0, -9.0, -1.0),
+            (-2.0, -3.0, -1.5),
+            (-1.0, -1.0, -1.0),
+            (-4.0, -4.0, -4.0),
+        ];
+        assert_eq!(
+            best_of_texts(&scores, &of),
+            [(-2.0, -3.0, -1.5), (-1.0, -1.0, -1.0), (-4.0, -4.0, -4.0)]
+        );
+    }
 
     #[test]
     fn a_span_the_question_spells_is_left_out_and_only_that() {
