@@ -650,6 +650,44 @@ fn scoring_is_admitted_like_a_sequence_and_scores_as_the_model_does() {
     assert_eq!(stats.kv_used, 0, "every reservation given back");
 }
 
+/// Scoring starts from the prompt's cached blocks: two questions sharing a long head (the
+/// instruction and worked example of every span prompt) score as the model scores each alone,
+/// the second and a repeat reading only what the cache does not hold.
+#[test]
+fn scoring_reads_a_shared_prompt_head_from_the_prefix_cache() {
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let head = prompt(21, 300, 384);
+    let prompts: Vec<Vec<u32>> = [22, 23]
+        .iter()
+        .map(|&seed| [head.clone(), prompt(seed, 150, 384)].concat())
+        .collect();
+    let answers: Vec<String> = ["t9", "t200 t201 t202", "t17 t42"]
+        .map(String::from)
+        .to_vec();
+    let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
+    let want: Vec<_> = prompts
+        .iter()
+        .map(|p| lm.answer_likelihoods(p, &texts).unwrap())
+        .collect();
+    let scheduler = Scheduler::start("test", Arc::new(lm), SchedulerSettings::default());
+    for round in 0..2 {
+        for (p, w) in prompts.iter().zip(&want) {
+            let got = scheduler.score(p.clone(), answers.clone()).unwrap();
+            for (g, w) in got.iter().zip(w) {
+                assert!(
+                    (g.logprob - w.logprob).abs() < 1e-4 && (g.end - w.end).abs() < 1e-4,
+                    "round {round}: {g:?} vs {w:?}"
+                );
+            }
+        }
+    }
+    // The second prompt reuses the head's whole blocks; the repeats reuse all but the last
+    // STABLE_CHUNK_ROWS tokens.
+    let s = scheduler.stats();
+    assert!(s.prefix_hit_tokens >= 256 + 2 * 320, "{s:?}");
+    assert_eq!(s.kv_used, 0, "every reservation given back");
+}
+
 /// A generation or a scoring still waiting for admission past its deadline (the server's
 /// `--queue-timeout`, counted from when the request was queued) is refused, not run late;
 /// one within its deadline runs.

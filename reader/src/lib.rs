@@ -59,7 +59,9 @@ pub use generate::{
 pub use gguf::{GgufArch, GgufFile, GgufVocab};
 pub use grounded::{mask_logits, span_text, SpanMatch, SpanSource, SpanState, TokenBytes};
 pub use language_model::{LanguageModel, LoadOptions};
-pub use likelihood::{scoring_kv_tokens, AnswerLikelihood, MAX_ANSWER_TOKENS};
+pub use likelihood::{
+    scoring_cache_tokens, scoring_kv_tokens, AnswerLikelihood, MAX_ANSWER_TOKENS,
+};
 pub use llama::{
     hash_tokens, prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama,
     PackedInput, PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,

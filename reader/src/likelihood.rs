@@ -44,6 +44,12 @@ impl AnswerLikelihood {
     }
 }
 
+/// KV cache positions to reserve for the prompt's cache when scoring after a prompt of
+/// `prompt_tokens`: the prompt and a pass's candidates.
+pub fn scoring_cache_tokens(prompt_tokens: usize) -> usize {
+    prompt_tokens + CANDIDATES_PER_PASS * MAX_ANSWER_TOKENS
+}
+
 /// KV cache tokens that scoring `answers` candidates after a prompt of `prompt_tokens` holds at
 /// most: the prompt once and the tokens of a pass's candidates (with full attention), or a copy
 /// of the prompt with a candidate's tokens (a windowed pattern reads candidates one at a time).
@@ -63,8 +69,26 @@ impl LanguageModel {
         prompt: &[u32],
         answers: &[&str],
     ) -> Result<Vec<AnswerLikelihood>> {
-        if prompt.is_empty() {
-            return Err(Error::invalid("scoring answers needs a prompt"));
+        let mut cache = Cache::new(self.model());
+        cache.reserve(scoring_cache_tokens(prompt.len()));
+        self.answer_likelihoods_after(prompt, answers, &mut cache)
+    }
+
+    /// As [`LanguageModel::answer_likelihoods`], `cache` holding the keys and values of a
+    /// prefix of `prompt` already (a prefix cache's blocks, [`Cache::load_prefix`]; reserve
+    /// [`scoring_cache_tokens`] before loading them) or nothing. The rest of the prompt is read
+    /// into it, and it holds the whole prompt after, the candidates' keys gone: a prefix cache
+    /// may keep its blocks.
+    pub fn answer_likelihoods_after(
+        &self,
+        prompt: &[u32],
+        answers: &[&str],
+        base: &mut Cache,
+    ) -> Result<Vec<AnswerLikelihood>> {
+        if base.seq_len() >= prompt.len() {
+            return Err(Error::invalid(
+                "scoring answers needs a prompt with tokens past what the cache holds",
+            ));
         }
         let model = self.model();
         let chat = self.uses_chat_template();
@@ -100,11 +124,9 @@ impl LanguageModel {
         // The prompt once: its last row is every candidate's first prediction. Each candidate
         // then reads its own tokens as a branch after it: row `j` predicts token `j + 1`, the
         // last row the end of the answer.
-        let mut base = Cache::new(model);
-        base.reserve(prompt.len() + CANDIDATES_PER_PASS * MAX_ANSWER_TOKENS);
-        let ids = Tensor::new(prompt, model.device())?.unsqueeze(0)?;
+        let ids = Tensor::new(&prompt[base.seq_len()..], model.device())?.unsqueeze(0)?;
         let first_row: Vec<f32> = model
-            .forward_last(&ids, None, &mut base)?
+            .forward_last(&ids, None, base)?
             .squeeze(0)?
             .to_vec1()?;
         let branched = model.attention() == AttentionPattern::Full;
@@ -115,7 +137,7 @@ impl LanguageModel {
         for group in order.chunks(CANDIDATES_PER_PASS) {
             let branches: Vec<&[u32]> = group.iter().map(|&i| tokenized[i].as_slice()).collect();
             let logits = if branched {
-                model.forward_branches(&branches, &mut base)?
+                model.forward_branches(&branches, base)?
             } else {
                 // A windowed layer forgets keys a branch would need: each candidate reads on
                 // from a copy of the prompt's cache.

@@ -92,7 +92,7 @@ pub(super) fn run(shared: &Shared) {
             let (request, params) = match work {
                 Work::Generate(request, params) => (request, params),
                 Work::Score { prompt, answers } => {
-                    ended.push(score(shared, &prompt, &answers, ticket));
+                    ended.push(score(shared, &prompt, &answers, ticket, prefixes.as_mut()));
                     continue;
                 }
             };
@@ -211,20 +211,50 @@ fn admit(
 
 type StartError = (usize, mpsc::Sender<Event>, Error);
 
-/// Scores candidate answers at once, between steps (the running sequences wait for it).
-fn score(shared: &Shared, prompt: &[u32], answers: &[String], ticket: Ticket) -> Ending {
-    shared.stats.lock().expect("scheduler stats lock").admitted(
-        ticket.submitted.elapsed(),
-        prompt.len(),
-        0,
-    );
+/// Scores candidate answers at once, between steps (the running sequences wait for it). The
+/// prompt starts from the longest run of its cached blocks, and its blocks join the prefix
+/// cache after (the instruction and worked example every question shares, a passage asked
+/// about again).
+fn score(
+    shared: &Shared,
+    prompt: &[u32],
+    answers: &[String],
+    ticket: Ticket,
+    prefixes: Option<&mut PrefixCache>,
+) -> Ending {
     let Ticket {
         reserve, events, ..
     } = ticket;
+    let model = shared.model.model();
+    let mut cache = Cache::new(model);
+    cache.reserve(capstan_reader::scoring_cache_tokens(prompt.len()));
+    let mut prefixes = prefixes;
+    if let Some(blocks) = prefixes.as_deref_mut().map(|p| p.lookup(prompt)) {
+        let blocks: Vec<&capstan_reader::KvBlock> = blocks.iter().map(|b| b.as_ref()).collect();
+        if !blocks.is_empty() {
+            if let Err(e) = cache.load_prefix(model, &blocks) {
+                return Ending::Failed {
+                    reserve,
+                    events,
+                    error: e.into(),
+                };
+            }
+        }
+    }
+    shared.stats.lock().expect("scheduler stats lock").admitted(
+        ticket.submitted.elapsed(),
+        prompt.len(),
+        cache.seq_len(),
+    );
     let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        shared.model.answer_likelihoods(prompt, &texts)
+        shared
+            .model
+            .answer_likelihoods_after(prompt, &texts, &mut cache)
     }));
+    if let (Ok(Ok(_)), Some(p)) = (&outcome, prefixes) {
+        keep_prompt(shared, p, prompt, &cache);
+    }
     match outcome {
         Ok(Ok(scores)) => Ending::Scored {
             reserve,
@@ -242,6 +272,23 @@ fn score(shared: &Shared, prompt: &[u32], answers: &[String], ticket: Ticket) ->
             error: Error::Panic(panic_message(p.as_ref()).to_string()),
         },
     }
+}
+
+/// Keeps the whole blocks of a prompt `cache` has read in the prefix cache, evicting the least
+/// recently used while the cache and the running sequences' reservations exceed the budget.
+fn keep_prompt(shared: &Shared, prefixes: &mut PrefixCache, prompt: &[u32], cache: &Cache) {
+    if prefixes.insert(shared.model.model(), prompt, cache) == 0 {
+        return;
+    }
+    let mut q = shared.queue.lock().expect("scheduler queue lock");
+    while q.kv_used + prefixes.tokens() > shared.settings.kv_tokens && prefixes.evict_one() {}
+    q.cached = prefixes.tokens();
+    drop(q);
+    shared
+        .stats
+        .lock()
+        .expect("scheduler stats lock")
+        .prefix_evicted_blocks = prefixes.evicted;
 }
 
 /// A new running sequence (its encoder context computed for CAPE).
@@ -362,17 +409,7 @@ fn step(
         }
         // The prompt is read: its blocks join the prefix cache (within the budget).
         if let (Some(prompt), Some(cache)) = (r.prompt.take(), prefixes.as_deref_mut()) {
-            if cache.insert(shared.model.model(), &prompt, &r.cache) > 0 {
-                let mut q = shared.queue.lock().expect("scheduler queue lock");
-                while q.kv_used + cache.tokens() > shared.settings.kv_tokens && cache.evict_one() {}
-                q.cached = cache.tokens();
-                drop(q);
-                shared
-                    .stats
-                    .lock()
-                    .expect("scheduler stats lock")
-                    .prefix_evicted_blocks = cache.evicted;
-            }
+            keep_prompt(shared, cache, &prompt, &r.cache);
         }
         let t = r.decoding.push(&mut row, tokenizer)?;
         new_tokens += 1;
