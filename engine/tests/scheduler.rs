@@ -688,6 +688,60 @@ fn scoring_reads_a_shared_prompt_head_from_the_prefix_cache() {
     assert_eq!(s.kv_used, 0, "every reservation given back");
 }
 
+/// A one-shot run's prefix cache kept on disk: a new scheduler (a new `capstan ask`) starts
+/// from the blocks the last one read, scores as the model does, and a file that is damaged or
+/// was written for another model is not used (a warning, the same scores).
+#[test]
+fn a_stored_prefix_cache_starts_the_next_run_and_a_bad_one_is_ignored() {
+    use capstan_engine::scheduler::PrefixStore;
+    let dir = tempfile::tempdir().unwrap();
+    let store = |key: &str| PrefixStore {
+        path: dir.path().join("prompt.safetensors"),
+        key: key.into(),
+        max_blocks: 16,
+    };
+    let head = prompt(31, 300, 384);
+    let first = [head.clone(), prompt(32, 150, 384)].concat();
+    let second = [head, prompt(33, 150, 384)].concat();
+    let answers: Vec<String> = ["t9", "t200 t201 t202"].map(String::from).to_vec();
+    let texts: Vec<&str> = answers.iter().map(String::as_str).collect();
+    let (_tiny_dir, lm) = tiny("llama3-rope-tiny");
+    let want = lm.answer_likelihoods(&second, &texts).unwrap();
+    let lm = Arc::new(lm);
+    let run = |key: &str, p: &[u32]| {
+        let s = Scheduler::start_with_store(
+            "test",
+            lm.clone(),
+            SchedulerSettings::default(),
+            Some(store(key)),
+        );
+        let got = s.score(p.to_vec(), answers.clone()).unwrap();
+        (got, s.stats().prefix_hit_tokens)
+    };
+    let (_, hit) = run("model a", &first);
+    assert_eq!(hit, 0, "nothing stored yet");
+    assert!(dir.path().join("prompt.safetensors").exists());
+    let (got, hit) = run("model a", &second);
+    assert_eq!(hit, 256, "the shared head's whole blocks, from the file");
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g.logprob - w.logprob).abs() < 1e-4, "{g:?} vs {w:?}");
+    }
+    // Another model's file is not read.
+    let (_, hit) = run("model b", &second);
+    assert_eq!(hit, 0);
+    // A damaged file is not read either, and the run answers as the model does.
+    let path = dir.path().join("prompt.safetensors");
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    std::fs::write(&path, &bytes).unwrap();
+    let (got, hit) = run("model b", &second);
+    assert_eq!(hit, 0);
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(&want) {
+        assert!((g.logprob - w.logprob).abs() < 1e-4, "{g:?} vs {w:?}");
+    }
+}
+
 /// A generation or a scoring still waiting for admission past its deadline (the server's
 /// `--queue-timeout`, counted from when the request was queued) is refused, not run late;
 /// one within its deadline runs.

@@ -14,6 +14,7 @@ use super::search::RetrievalArgs;
 use crate::config::FileConfig;
 use capstan_engine::context::{AnswerMode, ContextMode, PassageOrder};
 use capstan_engine::pipeline::{Pipeline, QaRequest, ReaderKind, Rewrite};
+use capstan_engine::scheduler::PrefixStore;
 use capstan_engine::{Scheduler, SchedulerSettings};
 
 /// Flags of the QA pipeline (each overrides capstan.toml).
@@ -234,6 +235,40 @@ pub enum Command {
 }
 
 /// Builds the pipeline over `index` for `command`, and the request defaults.
+/// Where `ask` keeps the prefix cache of the model at `path`: one file per model file (its
+/// path, size and modification time) and KV type, under `$CAPSTAN_HOME/prompt-cache`.
+fn prompt_store(path: &std::path::Path, model: &LanguageModel) -> Option<PrefixStore> {
+    let meta = std::fs::metadata(path).ok()?;
+    let modified = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    let canonical = std::fs::canonicalize(path).ok()?;
+    let m = model.model();
+    let key = format!(
+        "{}|{}|{modified}|{:?}|{:?}|{:?}",
+        canonical.display(),
+        meta.len(),
+        m.kv_dtype(),
+        m.dtype(),
+        m.attention()
+    );
+    let bytes: Vec<u32> = key.bytes().map(u32::from).collect();
+    let name = format!(
+        "{:016x}.safetensors",
+        capstan_reader::hash_tokens(&bytes, 0)
+    );
+    Some(PrefixStore {
+        path: super::encoder_arg::capstan_home()
+            .join("prompt-cache")
+            .join(name),
+        key,
+        max_blocks: 16,
+    })
+}
+
 pub fn build(
     index: &std::path::Path,
     args: &PipelineArgs,
@@ -344,7 +379,17 @@ pub fn build(
                     .set_kv_dtype(kv.dtype())
                     .with_context(|| format!("--kv-cache for {}", p.display()))?;
             }
-            Ok(Scheduler::start(name, Arc::new(model), scheduling))
+            // A one-shot `ask` keeps its prefix cache on disk: the next question starts from
+            // the instruction and example every span prompt opens with.
+            let store = (command == Command::Ask && scheduling.prefix_cache)
+                .then(|| prompt_store(&p, &model))
+                .flatten();
+            Ok(Scheduler::start_with_store(
+                name,
+                Arc::new(model),
+                scheduling,
+                store,
+            ))
         })
         .transpose()
     };

@@ -27,6 +27,7 @@
 //! least recently used give way when a sequence waits for room.
 
 pub mod prefix;
+mod prefix_store;
 mod stats;
 mod step;
 
@@ -42,6 +43,7 @@ use capstan_reader::{
 };
 
 use crate::error::{Error, Result};
+pub use prefix_store::PrefixStore;
 pub use stats::{render_schedulers, SchedulerStats};
 
 /// Sizes of a scheduler.
@@ -224,15 +226,23 @@ struct Shared {
     model: Arc<LanguageModel>,
     /// Set when the thread ended (a panic outside a step).
     stopped: AtomicBool,
+    /// Where the prefix cache is kept between runs, if anywhere.
+    store: Option<PrefixStore>,
 }
 
-/// Stops the thread when the last [`Scheduler`] clone is dropped.
-struct Shutdown(Arc<Shared>);
+/// Stops the thread when the last [`Scheduler`] clone is dropped; with a [`PrefixStore`],
+/// waits for it to write the prefix cache.
+struct Shutdown(Arc<Shared>, Mutex<Option<std::thread::JoinHandle<()>>>);
 
 impl Drop for Shutdown {
     fn drop(&mut self) {
         self.0.queue.lock().expect("scheduler queue lock").shutdown = true;
         self.0.wake.notify_all();
+        if self.0.store.is_some() {
+            if let Some(thread) = self.1.lock().ok().and_then(|mut t| t.take()) {
+                let _ = thread.join();
+            }
+        }
     }
 }
 
@@ -254,6 +264,18 @@ impl std::fmt::Debug for Scheduler {
 impl Scheduler {
     /// Starts the scheduler's thread, named `capstan-{name}`.
     pub fn start(name: &str, model: Arc<LanguageModel>, settings: SchedulerSettings) -> Self {
+        Self::start_with_store(name, model, settings, None)
+    }
+
+    /// As [`Scheduler::start`], the prefix cache read from `store` at the start and written
+    /// back when the last clone is dropped (which then waits for the write): for one-shot
+    /// runs, which would otherwise start from an empty cache every time.
+    pub fn start_with_store(
+        name: &str,
+        model: Arc<LanguageModel>,
+        settings: SchedulerSettings,
+        store: Option<PrefixStore>,
+    ) -> Self {
         let settings = SchedulerSettings {
             max_batch: settings.max_batch.max(1),
             kv_tokens: settings.kv_tokens.max(1),
@@ -274,14 +296,15 @@ impl Scheduler {
             stats: Mutex::new(SchedulerStats::new(settings)),
             model,
             stopped: AtomicBool::new(false),
+            store,
         });
         let thread_shared = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(format!("capstan-{name}"))
             .spawn(move || step::run(&thread_shared))
             .expect("spawning the scheduler thread");
         Self {
-            _shutdown: Arc::new(Shutdown(shared.clone())),
+            _shutdown: Arc::new(Shutdown(shared.clone(), Mutex::new(Some(thread)))),
             shared,
         }
     }

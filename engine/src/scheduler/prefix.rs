@@ -120,6 +120,32 @@ impl PrefixCache {
         added
     }
 
+    /// Puts back a block read from disk ([`super::prefix_store`]): its tokens, the hash of
+    /// everything before it, and its place in the prompt.
+    pub fn restore(&mut self, tokens: Vec<u32>, parent: u64, depth: usize, kv: Arc<KvBlock>) {
+        let hash = capstan_reader::hash_tokens(&tokens, parent);
+        self.entries.insert(
+            hash,
+            Entry {
+                tokens,
+                parent,
+                kv,
+                last_used: self.clock,
+                depth,
+            },
+        );
+    }
+
+    /// Up to `n` blocks, the most recently used first: `(tokens, parent, depth, kv)`.
+    pub fn recent(&self, n: usize) -> Vec<(&[u32], &u64, &usize, &KvBlock)> {
+        let mut all: Vec<&Entry> = self.entries.values().collect();
+        all.sort_by_key(|e| (std::cmp::Reverse(e.last_used), e.depth));
+        all.into_iter()
+            .take(n)
+            .map(|e| (e.tokens.as_slice(), &e.parent, &e.depth, e.kv.as_ref()))
+            .collect()
+    }
+
     /// Drops the least recently used block, the deepest first among those
     /// used together (a block is reached through every block before it);
     /// `false` when none is left.

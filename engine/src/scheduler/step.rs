@@ -82,9 +82,18 @@ enum Ending {
 pub(super) fn run(shared: &Shared) {
     let mut running: Vec<Running> = Vec::new();
     let mut prefixes = shared.settings.prefix_cache.then(PrefixCache::new);
+    if let (Some(cache), Some(store)) = (prefixes.as_mut(), &shared.store) {
+        store.load_into(shared.model.model(), cache);
+        let mut q = shared.queue.lock().expect("scheduler queue lock");
+        while cache.tokens() > shared.settings.kv_tokens && cache.evict_one() {}
+        q.cached = cache.tokens();
+    }
     let mut passages = PassageCache::new(shared.settings.passage_cache_bytes);
     loop {
         let Some(admitted) = admit(shared, running.len(), prefixes.as_mut()) else {
+            if let (Some(cache), Some(store)) = (&prefixes, &shared.store) {
+                store.save(cache);
+            }
             break;
         };
         let mut ended = Vec::new();

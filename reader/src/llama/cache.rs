@@ -440,6 +440,52 @@ impl KvBlock {
         self.len == 0
     }
 
+    /// Its tensors by name (`{layer}.k`, `{layer}.v`, `{layer}.g` for SelfExtend's grouped
+    /// keys), to be stored ([`KvBlock::from_tensors`] reads them back).
+    pub fn tensors(&self) -> Vec<(String, Tensor)> {
+        let mut out = Vec::with_capacity(self.layers.len() * 2);
+        for (i, (k, v, g)) in self.layers.iter().enumerate() {
+            out.push((format!("{i}.k"), k.clone()));
+            out.push((format!("{i}.v"), v.clone()));
+            if let Some(g) = g {
+                out.push((format!("{i}.g"), g.clone()));
+            }
+        }
+        out
+    }
+
+    /// A block of `model` from tensors [`KvBlock::tensors`] named (`get` looks one up),
+    /// refused unless every layer's keys and values have the model's shape and KV type and
+    /// the block's length.
+    pub fn from_tensors(
+        model: &Llama,
+        len: usize,
+        get: impl Fn(&str) -> Option<Tensor>,
+    ) -> Result<KvBlock> {
+        let cfg = model.config();
+        let shape = [1, cfg.kv_heads(), len, cfg.head_size()];
+        let grouped = matches!(model.attention, crate::AttentionPattern::SelfExtend { .. });
+        let check = |name: String| -> Result<Tensor> {
+            let t = get(&name).ok_or_else(|| Error::invalid(format!("no tensor {name}")))?;
+            if t.dims() != shape || t.dtype() != model.kv_dtype {
+                return Err(Error::invalid(format!(
+                    "{name} is {:?} {:?}, the model's blocks {shape:?} {:?}",
+                    t.dims(),
+                    t.dtype(),
+                    model.kv_dtype
+                )));
+            }
+            Ok(t.to_device(model.device())?)
+        };
+        let layers = (0..model.decoder.layers.len())
+            .map(|i| {
+                let g = grouped.then(|| check(format!("{i}.g"))).transpose()?;
+                Ok((check(format!("{i}.k"))?, check(format!("{i}.v"))?, g))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(KvBlock { layers, len })
+    }
+
     /// Bytes of its keys and values.
     pub fn bytes(&self) -> usize {
         self.layers
