@@ -115,8 +115,10 @@ impl PrefixStore {
     }
 }
 
+/// The file written before the rename: this process's own, so that two runs ending at once
+/// never write into one file (the last rename wins, whole).
 fn part_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".part");
+    name.push(format!(".part{}", std::process::id()));
     path.with_file_name(name)
 }
