@@ -12,6 +12,7 @@ use candle_core::{DType, Module, Tensor};
 
 use super::cache::KvAlloc;
 use super::layers::LayerAttention;
+use super::packed::Span;
 use super::{Cache, Llama, MASKED};
 use crate::attention::AttentionPattern;
 use crate::error::{Error, Result};
@@ -72,6 +73,23 @@ impl Llama {
             }
         }
         let mask = Tensor::from_vec(mask, (1, 1, s, total), &self.device)?;
+        // Each branch's rows project as a sequence of its length does: a few rows each, on the
+        // quantized tiles, where one product over all of them would dequantize every matrix
+        // for a pass of some 100 rows (0.75 s against 0.5 s on the tiles for 91 rows).
+        let kv_alloc = KvAlloc {
+            reserve: cache.reserve,
+            dtype: self.kv_dtype,
+        };
+        let mut spans = Vec::with_capacity(branches.len());
+        let mut at = 0;
+        for branch in branches {
+            spans.push(Span {
+                start: at,
+                len: branch.len(),
+                kv: kv_alloc,
+            });
+            at += branch.len();
+        }
         let fused = self.fused_kernels;
         let rope = self
             .decoder
@@ -95,10 +113,7 @@ impl Llama {
                 q_pos0: past,
                 grouped_rope: None,
                 key_mask: None,
-                kv: KvAlloc {
-                    reserve: cache.reserve,
-                    dtype: self.kv_dtype,
-                },
+                kv: kv_alloc,
             };
             match layer.forward(
                 &x,
@@ -108,6 +123,7 @@ impl Llama {
                 cross,
                 Some(&la),
                 fused,
+                Some(&spans),
             ) {
                 Ok(next) => x = next,
                 Err(e) => {

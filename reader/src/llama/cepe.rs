@@ -59,6 +59,7 @@ impl Llama {
                 None,
                 None,
                 self.fused_kernels,
+                None,
             )?;
         }
         let hidden_states = enc.norm.forward(&x)?;

@@ -74,6 +74,9 @@ impl SelfAttention {
     /// `kv` holds this layer's cached keys/values (post-RoPE) and is extended in place.
     /// `pattern`: the decoder's per-layer attention (`None`: the reference path, as for the
     /// encoder).
+    /// `spans`: the rows are several sequences' (the branches of
+    /// [`super::Llama::forward_branches`]): each projects as a sequence of its own length does
+    /// ([`ProjGroup::forward_spans`]); the reference path only.
     pub(super) fn forward(
         &self,
         x: &Tensor,
@@ -81,18 +84,22 @@ impl SelfAttention {
         mask: Option<&Tensor>,
         kv: &mut Option<LayerKv>,
         pattern: Option<&LayerAttention>,
+        spans: Option<&[Span]>,
     ) -> CResult<Tensor> {
         let (b, s, _) = x.dims3()?;
-        let (q_raw, k_raw, v) = self.project_heads(x, None)?;
+        let (q_raw, k_raw, v) = self.project_heads(x, spans)?;
         let (q, k) = rope.apply(&q_raw, &k_raw)?;
-        let Some(la) = pattern.filter(|la| la.use_kernels) else {
+        let Some(la) = pattern.filter(|la| la.use_kernels && spans.is_none()) else {
             let (k, v) = match pattern {
                 Some(la) => append_kv(kv, &k, &v, la.kv)?,
                 // The encoder: nothing to cache.
                 None => (k, v),
             };
             let out = attend(&q, k, v, mask, self.n_heads / self.n_kv_heads)?;
-            return self.o_proj.forward(&out);
+            return match spans {
+                Some(spans) => self.o_proj.forward_spans(&out, spans),
+                None => self.o_proj.forward(&out),
+            };
         };
         // SelfExtend: the query and key rotated at grouped positions as well.
         let grouped = match &la.grouped_rope {
@@ -333,6 +340,7 @@ impl Layer {
     /// `fused`: RMSNorm with the residual add as one kernel, and cross-attention through the
     /// attention kernel (the CUDA path); else candle's ops as the reference computes them.
     #[allow(clippy::too_many_arguments)]
+    /// `spans`: the rows are several sequences' ([`SelfAttention::forward`]).
     pub(super) fn forward(
         &self,
         x: &Tensor,
@@ -342,9 +350,10 @@ impl Layer {
         cross: Option<(&CrossLayerState, &CrossContext)>,
         pattern: Option<&LayerAttention>,
         fused: bool,
+        spans: Option<&[Span]>,
     ) -> CResult<Tensor> {
         let h = self.input_layernorm.forward(x)?;
-        let mut delta = self.self_attn.forward(&h, rope, mask, kv, pattern)?;
+        let mut delta = self.self_attn.forward(&h, rope, mask, kv, pattern, spans)?;
         let mut x = x.clone();
         if let (Some(ca), Some((state, ctx))) = (&self.cross_attn, cross) {
             let (sum, normed) = add_norm(&x, &delta, &ca.layernorm, fused)?;
@@ -355,7 +364,10 @@ impl Layer {
             (x, delta) = (sum, h);
         }
         let (x, normed) = add_norm(&x, &delta, &self.post_attention_layernorm, fused)?;
-        x + self.mlp.forward(&normed)?
+        match spans {
+            Some(spans) => x + self.mlp.forward_spans(&normed, spans)?,
+            None => x + self.mlp.forward(&normed)?,
+        }
     }
 }
 

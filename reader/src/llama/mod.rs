@@ -501,6 +501,7 @@ impl Llama {
                 cross,
                 Some(&la),
                 fused,
+                None,
             )?;
         }
         if !all {

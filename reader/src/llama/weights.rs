@@ -231,13 +231,16 @@ impl ProjGroup {
 }
 
 /// Rows (tokens) from which a quantized CPU matrix is dequantized for the product and run on
-/// the f32 GEMM; fewer run on Capstan's quantized tiles. Measured on SmolLM2 Q4_1, 2 cores
-/// (`capstan-bench llama`, one forward of N tokens, 2026-11-27): the tiles read 2.2–2.8 ms a
-/// token at every N, the GEMM (which dequantizes every matrix in each pass) 5.2 ms at 32,
-/// 3.3 at 96, 2.4–2.7 at 128, 1.6 at 540. Below 128 the dequantization costs more than the
-/// GEMM saves (a 91-row pass of candidate answers: 0.75 s on the GEMM, 0.5 s on the tiles).
-/// [`super::STABLE_CHUNK_ROWS`] depends on it: a prefix cache's exactness does.
-pub(super) const DEQUANTIZE_ROWS: usize = 128;
+/// the f32 GEMM. Set against candle's quantized kernels (issue 9); against Capstan's tiles,
+/// long chunks are 10-12% faster on the GEMM (512 and 2,048-token prompts, SmolLM2 Q4_1,
+/// docs/BENCHMARKS.md). One pass dequantizes every matrix once, whatever its rows: a pass of
+/// many short sequences (a batched prefill, a candidates' pass) is split by sequence
+/// ([`Proj::forward_spans`]), and the GEMM pays off only where the rows of its sequences are
+/// many (2026-11-27: a single pass of 32 rows 165 ms on the GEMM, 73–90 ms on the tiles; 96
+/// rows 315 against 214–258; 128 rows about even; yet 16 clients' batched prefill of 42-row
+/// sequences on the tiles cut batched decoding from about 240 to 190–200 tokens/s). [`super::STABLE_CHUNK_ROWS`] depends on
+/// it: a prefix cache's exactness does.
+pub(super) const DEQUANTIZE_ROWS: usize = 32;
 
 fn rows(x: &Tensor) -> usize {
     x.dims().iter().rev().skip(1).product()
