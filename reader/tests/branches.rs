@@ -2,20 +2,13 @@
 //! each branch computes alone after the prompt, leave the cache as it was, and are refused
 //! where they cannot be right.
 
-use candle_core::{DType, Device, Tensor};
-use capstan_reader::{AttentionPattern, Cache, Checkpoint, Llama};
+use candle_core::{Device, Tensor};
+use capstan_reader::{AttentionPattern, Cache, Llama};
 
 mod common;
-use common::fixture;
+use common::load_f32;
 
 const TOL: f32 = 1e-4;
-
-fn load(name: &str) -> Llama {
-    Checkpoint::open(fixture(name))
-        .unwrap()
-        .load_model(&Device::Cpu, Some(DType::F32))
-        .unwrap()
-}
 
 /// Every row's logits of `tokens` read after what `cache` holds.
 fn rows(model: &Llama, cache: &mut Cache, tokens: &[u32]) -> Vec<Vec<f32>> {
@@ -47,7 +40,7 @@ fn branches_equal_each_branch_read_alone_after_the_prompt() {
         "llama-abf-tiny",
         "llama-tied",
     ] {
-        let model = load(name);
+        let model = load_f32(name);
         let v = model.config().vocab_size as u32;
         let prompt: Vec<u32> = (0..37).map(|i| (i * 7 + 3) % v).collect();
         let branches: Vec<Vec<u32>> = vec![
@@ -90,7 +83,7 @@ fn branches_equal_each_branch_read_alone_after_the_prompt() {
 
 #[test]
 fn branches_after_an_empty_cache_start_the_sequence() {
-    let model = load("llama3-rope-tiny");
+    let model = load_f32("llama3-rope-tiny");
     let branches: Vec<&[u32]> = vec![&[4, 8, 15], &[16, 23]];
     let mut cache = Cache::new(&model);
     let got: Vec<Vec<f32>> = model
@@ -105,7 +98,7 @@ fn branches_after_an_empty_cache_start_the_sequence() {
 
 #[test]
 fn branches_are_refused_where_they_cannot_be_right() {
-    let mut model = load("llama3-rope-tiny");
+    let mut model = load_f32("llama3-rope-tiny");
     let mut cache = Cache::new(&model);
     assert!(model.forward_branches(&[], &mut cache).is_err());
     assert!(model.forward_branches(&[&[]], &mut cache).is_err());

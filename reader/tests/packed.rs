@@ -2,20 +2,13 @@
 //! logits up to rounding and the same greedy tokens, with sequences of different lengths
 //! joining and leaving between steps, CEPE sequences with different chunk counts included.
 
-use candle_core::{DType, Device, Tensor};
-use capstan_reader::{argmax, Cache, Checkpoint, Llama, PackedInput};
+use candle_core::Tensor;
+use capstan_reader::{argmax, Cache, Llama, PackedInput};
 
 mod common;
-use common::{fixture, last_logits};
+use common::{last_logits, load_f32};
 
 const TOL: f32 = 1e-4;
-
-fn load(name: &str) -> Llama {
-    Checkpoint::open(fixture(name))
-        .unwrap()
-        .load_model(&Device::Cpu, Some(DType::F32))
-        .unwrap()
-}
 
 /// A deterministic prompt of `len` ids below `vocab`.
 fn prompt(seed: u32, len: usize, vocab: usize) -> Vec<u32> {
@@ -97,7 +90,7 @@ fn together(model: &Llama, cases: &[Case]) -> Vec<(Vec<Vec<f32>>, Vec<u32>)> {
 }
 
 fn check(name: &str, cases: Vec<Case>) {
-    let model = load(name);
+    let model = load_f32(name);
     let packed = together(&model, &cases);
     for (i, case) in cases.iter().enumerate() {
         let (want_rows, want_tokens) = alone(&model, case);
@@ -139,19 +132,19 @@ fn packed_llama3_rope_equals_each_sequence_alone() {
 
 #[test]
 fn packed_qwen2_equals_each_sequence_alone() {
-    let vocab = load("qwen2-tiny").config().vocab_size;
+    let vocab = load_f32("qwen2-tiny").config().vocab_size;
     check("qwen2-tiny", decoder_cases(vocab));
 }
 
 #[test]
 fn packed_llama_abf_equals_each_sequence_alone() {
-    let vocab = load("llama-abf-tiny").config().vocab_size;
+    let vocab = load_f32("llama-abf-tiny").config().vocab_size;
     check("llama-abf-tiny", decoder_cases(vocab));
 }
 
 #[test]
 fn packed_cepe_rows_keep_their_own_chunks() {
-    let vocab = load("cepe-tiny").config().vocab_size;
+    let vocab = load_f32("cepe-tiny").config().vocab_size;
     let chunk = |seed, len| prompt(seed, len, vocab);
     let cases = vec![
         Case {
@@ -184,7 +177,7 @@ fn packed_cepe_rows_keep_their_own_chunks() {
 
 #[test]
 fn packed_step_rejects_padded_or_batched_caches() {
-    let model = load("llama3-rope-tiny");
+    let model = load_f32("llama3-rope-tiny");
     let mut cache = Cache::new(&model);
     let ids = Tensor::new(&[[5u32, 6], [7, 8]], model.device()).unwrap();
     model.forward_last(&ids, None, &mut cache).unwrap();

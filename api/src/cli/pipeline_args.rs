@@ -234,7 +234,6 @@ pub enum Command {
     Serve,
 }
 
-/// Builds the pipeline over `index` for `command`, and the request defaults.
 /// Where `ask` keeps the prefix cache of the model at `path`: one file per model file (its
 /// path, size and modification time) and KV type, under `$CAPSTAN_HOME/prompt-cache`.
 fn prompt_store(path: &std::path::Path, model: &LanguageModel) -> Option<PrefixStore> {
@@ -269,6 +268,7 @@ fn prompt_store(path: &std::path::Path, model: &LanguageModel) -> Option<PrefixS
     })
 }
 
+/// Builds the pipeline over `index` for `command`, and the request defaults.
 pub fn build(
     index: &std::path::Path,
     args: &PipelineArgs,

@@ -232,14 +232,14 @@ struct Shared {
 
 /// Stops the thread when the last [`Scheduler`] clone is dropped; with a [`PrefixStore`],
 /// waits for it to write the prefix cache.
-struct Shutdown(Arc<Shared>, Mutex<Option<std::thread::JoinHandle<()>>>);
+struct Shutdown(Arc<Shared>, Option<std::thread::JoinHandle<()>>);
 
 impl Drop for Shutdown {
     fn drop(&mut self) {
         self.0.queue.lock().expect("scheduler queue lock").shutdown = true;
         self.0.wake.notify_all();
         if self.0.store.is_some() {
-            if let Some(thread) = self.1.lock().ok().and_then(|mut t| t.take()) {
+            if let Some(thread) = self.1.take() {
                 let _ = thread.join();
             }
         }
@@ -304,7 +304,7 @@ impl Scheduler {
             .spawn(move || step::run(&thread_shared))
             .expect("spawning the scheduler thread");
         Self {
-            _shutdown: Arc::new(Shutdown(shared.clone(), Mutex::new(Some(thread)))),
+            _shutdown: Arc::new(Shutdown(shared.clone(), Some(thread))),
             shared,
         }
     }

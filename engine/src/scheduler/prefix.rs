@@ -89,6 +89,23 @@ impl PrefixCache {
         found
     }
 
+    /// Loads the longest cached prefix of `prompt` ([`PrefixCache::lookup`]) into the empty
+    /// `cache`; returns the positions it now holds (0 when nothing was cached).
+    pub fn load_into(
+        &mut self,
+        model: &Llama,
+        prompt: &[u32],
+        cache: &mut Cache,
+    ) -> capstan_reader::Result<usize> {
+        let blocks = self.lookup(prompt);
+        if blocks.is_empty() {
+            return Ok(0);
+        }
+        let blocks: Vec<&KvBlock> = blocks.iter().map(|b| b.as_ref()).collect();
+        cache.load_prefix(model, &blocks)?;
+        Ok(cache.seq_len())
+    }
+
     /// Keeps the full blocks of `prompt`, whose keys and values `cache` now
     /// holds (from position 0), that are not cached yet. Returns the tokens added.
     pub fn insert(&mut self, model: &Llama, prompt: &[u32], cache: &Cache) -> usize {
@@ -137,12 +154,12 @@ impl PrefixCache {
     }
 
     /// Up to `n` blocks, the most recently used first: `(tokens, parent, depth, kv)`.
-    pub fn recent(&self, n: usize) -> Vec<(&[u32], &u64, &usize, &KvBlock)> {
+    pub fn recent(&self, n: usize) -> Vec<(&[u32], u64, usize, &KvBlock)> {
         let mut all: Vec<&Entry> = self.entries.values().collect();
         all.sort_by_key(|e| (std::cmp::Reverse(e.last_used), e.depth));
         all.into_iter()
             .take(n)
-            .map(|e| (e.tokens.as_slice(), &e.parent, &e.depth, e.kv.as_ref()))
+            .map(|e| (e.tokens.as_slice(), e.parent, e.depth, e.kv.as_ref()))
             .collect()
     }
 

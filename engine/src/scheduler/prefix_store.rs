@@ -94,7 +94,7 @@ impl PrefixStore {
         for (i, (tokens, parent, depth, kv)) in
             cache.recent(self.max_blocks).into_iter().enumerate()
         {
-            let mut head = vec![*parent as u32, (*parent >> 32) as u32, *depth as u32];
+            let mut head = vec![parent as u32, (parent >> 32) as u32, depth as u32];
             head.extend_from_slice(tokens);
             let len = head.len();
             tensors.insert(

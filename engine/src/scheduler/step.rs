@@ -229,7 +229,7 @@ fn score(
     prompt: &[u32],
     answers: &[String],
     ticket: Ticket,
-    prefixes: Option<&mut PrefixCache>,
+    mut prefixes: Option<&mut PrefixCache>,
 ) -> Ending {
     let Ticket {
         reserve, events, ..
@@ -237,17 +237,13 @@ fn score(
     let model = shared.model.model();
     let mut cache = Cache::new(model);
     cache.reserve(capstan_reader::scoring_cache_tokens(prompt.len()));
-    let mut prefixes = prefixes;
-    if let Some(blocks) = prefixes.as_deref_mut().map(|p| p.lookup(prompt)) {
-        let blocks: Vec<&capstan_reader::KvBlock> = blocks.iter().map(|b| b.as_ref()).collect();
-        if !blocks.is_empty() {
-            if let Err(e) = cache.load_prefix(model, &blocks) {
-                return Ending::Failed {
-                    reserve,
-                    events,
-                    error: e.into(),
-                };
-            }
+    if let Some(p) = prefixes.as_deref_mut() {
+        if let Err(e) = p.load_into(model, prompt, &mut cache) {
+            return Ending::Failed {
+                reserve,
+                events,
+                error: e.into(),
+            };
         }
     }
     shared.stats.lock().expect("scheduler stats lock").admitted(
@@ -318,13 +314,9 @@ fn start(
     let mut hit = 0;
     let cacheable = prefixes.is_some() && request.encoder_chunks.is_empty();
     if let Some(prefixes) = prefixes.filter(|_| cacheable) {
-        let blocks = prefixes.lookup(&request.prompt);
-        if !blocks.is_empty() {
-            let blocks: Vec<&capstan_reader::KvBlock> = blocks.iter().map(|b| b.as_ref()).collect();
-            match cache.load_prefix(model, &blocks) {
-                Ok(()) => hit = cache.seq_len(),
-                Err(e) => return Err((w.reserve, w.events, Error::from(e))),
-            }
+        match prefixes.load_into(model, &request.prompt, &mut cache) {
+            Ok(n) => hit = n,
+            Err(e) => return Err((w.reserve, w.events, Error::from(e))),
         }
     }
     if !request.encoder_chunks.is_empty() {

@@ -83,36 +83,11 @@ pub(super) fn attend(
     // The products below take keys and values in the queries' dtype (a cache kept in f16 is
     // widened for them).
     let (k, v) = (k.to_dtype(q.dtype())?, v.to_dtype(q.dtype())?);
-    if n_rep > 1 && s == 1 && mask.is_none() {
-        // A decoding step with grouped-query heads: the queries sharing a KV head attend as one
-        // block of rows, so the cache is read in place instead of copied `n_rep` times (at 2K
-        // context the copies were most of a SmolLM2 step). One query sees every key.
-        let kv = h / n_rep;
-        let qg = q.reshape((b, kv, n_rep, d))?;
-        let scores = (qg.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
-        return probs.matmul(&v)?.reshape((b, s, h * d));
-    }
-    if n_rep > 1 && q.device().is_cpu() {
-        if let Some(mask) =
-            mask.filter(|m| m.rank() == 4 && m.dim(0).ok() == Some(1) && m.dim(1).ok() == Some(1))
-        {
-            // A masked block of queries with grouped-query heads (branches after a shared
-            // prompt): the queries sharing a KV head attend as one block of rows, so the
-            // cache is read in place instead of copied `n_rep` times.
-            let t = k.dim(2)?;
-            let kv = h / n_rep;
-            let qg = q.reshape((b, kv, n_rep * s, d))?;
-            let scores = (qg.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
-            let scores = scores
-                .reshape((b, kv, n_rep, s, t))?
-                .broadcast_add(&mask.unsqueeze(0)?)?;
-            let probs = candle_nn::ops::softmax_last_dim(&scores)?
-                .reshape((b, kv, n_rep * s, t))?
-                .to_dtype(v.dtype())?;
-            let out = probs.matmul(&v)?.reshape((b, h, s, d))?;
-            return out.transpose(1, 2)?.reshape((b, s, h * d));
-        }
+    // One mask for every head and row of the batch (the branches after a shared prompt).
+    let shared_mask =
+        mask.filter(|m| m.rank() == 4 && m.dim(0).ok() == Some(1) && m.dim(1).ok() == Some(1));
+    if n_rep > 1 && ((s == 1 && mask.is_none()) || (q.device().is_cpu() && shared_mask.is_some())) {
+        return attend_grouped(q, &k, &v, shared_mask, n_rep);
     }
     // Cached keys are views of a larger buffer: the matmuls take them strided, without copies.
     let (k, v) = if n_rep == 1 {
@@ -125,6 +100,39 @@ pub(super) fn attend(
     };
     let out = attend_heads(q, &k, &v, mask)?;
     out.transpose(1, 2)?.reshape((b, s, h * d))
+}
+
+/// [`attend`] with grouped-query heads, the queries sharing a KV head attending as one block of
+/// rows, so the cache is read in place instead of copied `n_rep` times (at 2K context the
+/// copies were most of a SmolLM2 decoding step): a decoding step (one query, every key seen),
+/// or a block of queries under a `(1, 1, s, t)` mask.
+fn attend_grouped(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    mask: Option<&Tensor>,
+    n_rep: usize,
+) -> CResult<Tensor> {
+    let (b, h, s, d) = q.dims4()?;
+    let t = k.dim(2)?;
+    let kv = h / n_rep;
+    let qg = q.reshape((b, kv, n_rep * s, d))?;
+    let scores = (qg.matmul(&k.t()?)? / (d as f64).sqrt())?.to_dtype(DType::F32)?;
+    let scores = match mask {
+        Some(m) => scores
+            .reshape((b, kv, n_rep, s, t))?
+            .broadcast_add(&m.unsqueeze(0)?)?
+            .reshape((b, kv, n_rep * s, t))?,
+        None => scores,
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(v.dtype())?;
+    let out = probs.matmul(v)?;
+    if s == 1 {
+        return out.reshape((b, s, h * d));
+    }
+    out.reshape((b, h, s, d))?
+        .transpose(1, 2)?
+        .reshape((b, s, h * d))
 }
 
 /// Whether [`attend`] runs Capstan's attention kernel: causal, f32, on the CPU.

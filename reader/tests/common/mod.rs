@@ -13,6 +13,14 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
+/// The tiny fixture checkpoint `name`, on the CPU in f32.
+pub fn load_f32(name: &str) -> Llama {
+    capstan_reader::Checkpoint::open(fixture(name))
+        .unwrap()
+        .load_model(&candle_core::Device::Cpu, Some(candle_core::DType::F32))
+        .unwrap()
+}
+
 pub fn json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap()
