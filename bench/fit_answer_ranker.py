@@ -29,7 +29,7 @@ import sys
 import numpy as np
 
 LM = ["lm_mean", "lm_first", "lm_end", "lm_mean_gap", "lm_rank"]
-NOT_LEXICAL = LM + ["in_context"]
+NOT_LEXICAL = LM + ["in_context", "relation_similarity", "relation_similarity_gap"]
 
 
 def normalize(s):

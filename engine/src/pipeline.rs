@@ -691,6 +691,9 @@ impl Pipeline {
             .map(|l| (l.mean(), l.first, l.end))
             .collect();
         let scored = crate::answer::best_of_texts(&scored, &of);
+        let (relation_texts, of) = shortlist.relation_texts(&question, &hits, &rows);
+        let vectors = self.retriever.embed_texts(&relation_texts)?;
+        shortlist.set_relation(&rows, &vectors, &of);
         let best = shortlist.best_with_likelihoods(&rows, &scored);
         dump_candidates(&question, &hits, &shortlist, &rows);
         timings.read_ms = ms(t);

@@ -53,6 +53,12 @@ fn repacked_weights_equal_ggml_dequantization() {
                 differ, 0,
                 "{format:?} ({rows}, {cols}): {differ} weights differ from candle's"
             );
+            // One row at a time, as a token embedding is looked up.
+            let mut row = vec![0f32; cols];
+            for r in [0, rows / 2, rows - 1] {
+                m.dequantize_row(r, &mut row);
+                assert_eq!(row, deq[r * cols..(r + 1) * cols], "{format:?} row {r}");
+            }
         }
     }
 }

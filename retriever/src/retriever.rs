@@ -243,6 +243,15 @@ impl Retriever {
         Ok(v)
     }
 
+    /// Embeds texts as [`Retriever::embed_query`] does, in one batch.
+    pub fn embed_texts<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
+        let mut vectors = self.encoder()?.embed(texts)?;
+        vectors
+            .iter_mut()
+            .for_each(|v| capstan_indexer::normalize(v));
+        Ok(vectors)
+    }
+
     /// The top `opts.k` passages for `query`.
     pub fn search(&self, query: &str, opts: &SearchOptions) -> Result<Vec<Hit>> {
         self.search_with(query, None, opts, None)

@@ -245,14 +245,18 @@ impl Shape {
     }
 }
 
-/// Stems of the content words of `text`: lower case, the first five letters (so "maintains"
-/// meets "maintainer", "licence" "license"), function words left out.
+/// Stems of the content words of `text`: lower case, the Snowball (Porter 2) English stem
+/// (so "worked" meets "work"), then its first five letters (so "maintains" meets
+/// "maintainer", "licence" "license", "founded" "founder"), function words left out.
 pub fn stems(text: &str) -> Vec<String> {
+    static ENGLISH: std::sync::OnceLock<rust_stemmers::Stemmer> = std::sync::OnceLock::new();
+    let stemmer =
+        ENGLISH.get_or_init(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English));
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .filter(|w| !NON_ANSWER_STARTS.contains(&w.as_str()))
-        .map(|w| w.chars().take(5).collect())
+        .map(|w| stemmer.stem(&w).chars().take(5).collect())
         .collect()
 }
 
@@ -311,11 +315,16 @@ pub fn names() -> Vec<String> {
         }
     }
     n.push("cue_fits_question".into());
+    n.push("relation_similarity".into());
+    n.push("relation_similarity_gap".into());
     n
 }
 
 /// Index of `cue_fits_question`.
 const CUE: usize = SHAPE_BASE + ASKS * SHAPES;
+/// Index of the first of the relation features ([`super::relation`]; 0 until set, as the
+/// likelihood features are).
+pub const RELATION: usize = CUE + 1;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -385,6 +394,16 @@ impl PassageView {
             .collect()
     }
 
+    /// The sentence a candidate is read in (its range, score and rank): the one holding it,
+    /// and for a title the passage's best.
+    pub fn sentence_of(&self, c: &Candidate) -> Option<(usize, usize, f32, usize)> {
+        if c.in_title {
+            self.sentences.iter().min_by_key(|s| s.3).copied()
+        } else {
+            self.sentence_at(c.start)
+        }
+    }
+
     /// The sentence holding byte `pos` (its range, score and rank), else the passage's best.
     pub fn sentence_at(&self, pos: usize) -> Option<(usize, usize, f32, usize)> {
         self.sentences
@@ -438,11 +457,7 @@ pub fn features(
             let view = &views[c.hit];
             let hit = &hits[c.hit];
             f[0] = 1.0;
-            let sentence = if c.in_title {
-                view.sentences.iter().min_by_key(|s| s.3).copied()
-            } else {
-                view.sentence_at(c.start)
-            };
+            let sentence = view.sentence_of(c);
             if let Some((s_start, s_end, score, rank)) = sentence {
                 f[1] = score;
                 f[2] = score - best_sentence;
@@ -502,7 +517,7 @@ pub fn features(
             let shape = Shape::of(c.text(hits)) as usize;
             f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
             f[CUE] = question.asks.cues().contains(&c.previous.as_str()) as u8 as f32;
-            debug_assert_eq!(CUE + 1, n);
+            debug_assert_eq!(RELATION + 2, n);
             f
         })
         .collect()
@@ -523,6 +538,15 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
         f[LM_FEATURES.start + 2] = floor(end);
         f[LM_FEATURES.start + 3] = floor(mean) - floor(best);
         f[LM_FEATURES.start + 4] = 1.0 / (1.0 + rank as f32);
+    }
+}
+
+/// Sets the relation features of `rows`: `similarity[i]` is row `rows[i]`'s.
+pub fn set_relation(features: &mut [Vec<f32>], rows: &[usize], similarity: &[f32]) {
+    let best = similarity.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    for (&row, &s) in rows.iter().zip(similarity) {
+        features[row][RELATION] = s;
+        features[row][RELATION + 1] = s - best;
     }
 }
 
@@ -577,6 +601,16 @@ mod tests {
     }
 
     #[test]
+    fn stems_meet_across_inflections_and_derivations() {
+        assert_eq!(stems("worked"), stems("work"));
+        assert_eq!(stems("maintainer"), stems("maintains"));
+        assert_eq!(stems("licence"), stems("license"));
+        assert_eq!(stems("founded"), stems("founder"));
+        assert_eq!(stems("the organisation"), ["organ"]);
+        assert_ne!(stems("born"), stems("bone"));
+    }
+
+    #[test]
     fn shapes_of_answers() {
         assert_eq!(Shape::of("1856"), Shape::Number);
         assert_eq!(Shape::of("four"), Shape::Number);
@@ -586,7 +620,8 @@ mod tests {
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 1);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 3);
+        assert_eq!(names()[RELATION], "relation_similarity");
         assert_eq!(names()[CUE], "cue_fits_question");
         assert_eq!(names()[IN_CONTEXT], "in_context");
         assert_eq!(names()[LM_FEATURES.start], "lm_mean");

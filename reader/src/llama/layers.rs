@@ -1,7 +1,7 @@
 //! The layers of the Llama stack: self-attention, CEPE cross-attention, SwiGLU MLP.
 
 use candle_core::{Module, Tensor};
-use candle_nn::{Embedding, RmsNorm};
+use candle_nn::RmsNorm;
 
 use capstan_kernels::{AttentionOptions, Pattern};
 
@@ -9,7 +9,7 @@ use super::attend::{append_kv, attend, attend_many};
 use super::cache::{CrossContext, CrossLayerState, KvAlloc, LayerKv};
 use super::packed::Span;
 use super::rope::{Rope, Rotary};
-use super::weights::{Proj, ProjGroup, Weights};
+use super::weights::{Proj, ProjGroup, TokenEmbedding, Weights};
 use super::CResult;
 use crate::config::LlamaConfig;
 use crate::error::{Error, Result};
@@ -426,7 +426,7 @@ impl Layer {
 /// bidirectional encoder (`LlamaEncoder`, a `LlamaModel` with `is_decoder = false`).
 #[derive(Debug, Clone)]
 pub(super) struct Stack {
-    pub(super) embed_tokens: Embedding,
+    pub(super) embed_tokens: TokenEmbedding,
     pub(super) layers: Vec<Layer>,
     pub(super) norm: RmsNorm,
     pub(super) rope: Rope,
@@ -439,7 +439,7 @@ impl Stack {
         cross_from: usize,
         enc_hidden: Option<usize>,
     ) -> Result<Self> {
-        let load = || -> CResult<(Embedding, Vec<Layer>, RmsNorm)> {
+        let load = || -> CResult<(TokenEmbedding, Vec<Layer>, RmsNorm)> {
             let embed_tokens = vb
                 .pp("embed_tokens")
                 .embedding(cfg.vocab_size, cfg.hidden_size)?;

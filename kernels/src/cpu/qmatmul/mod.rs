@@ -210,6 +210,17 @@ impl QMatrix {
         out
     }
 
+    /// Row `r` in f32 into `out` (`cols` values), each weight as ggml dequantizes it: a token
+    /// embedding looked up row by row.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert!(
+            r < self.rows && out.len() == self.cols,
+            "row {r} of {}",
+            self.rows
+        );
+        self.dequantize_into(r * self.cols, out);
+    }
+
     /// Weights `start..start + out.len()` (row-major; `start` a whole block) into `out`.
     fn dequantize_into(&self, start: usize, out: &mut [f32]) {
         match &self.layout {
