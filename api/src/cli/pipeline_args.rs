@@ -85,7 +85,7 @@ pub struct PipelineArgs {
     /// What the Llama reader reads: `budget:N` (whole passages, best first, while they fit in
     /// N tokens; past that the best sentences that still fit), `passages` (all whole) or
     /// `sentences:N` (the N sentences of the passages most similar to the question)
-    /// [default: budget:400].
+    /// [default: budget:300].
     #[arg(long, env = "CAPSTAN_CONTEXT")]
     pub context: Option<ContextMode>,
     /// The instruction opening the Llama reader's prompt.

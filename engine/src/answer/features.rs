@@ -317,6 +317,7 @@ pub fn names() -> Vec<String> {
     n.push("cue_fits_question".into());
     n.push("relation_similarity".into());
     n.push("relation_similarity_gap".into());
+    n.push("call_with_arguments".into());
     n
 }
 
@@ -325,6 +326,8 @@ const CUE: usize = SHAPE_BASE + ASKS * SHAPES;
 /// Index of the first of the relation features ([`super::relation`]; 0 until set, as the
 /// likelihood features are).
 pub const RELATION: usize = CUE + 1;
+/// Index of `call_with_arguments`.
+const CALL: usize = RELATION + 2;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -364,6 +367,9 @@ impl Question {
 pub struct PassageView {
     words: Vec<(usize, usize, String)>,
     sentences: Vec<(usize, usize, f32, usize)>,
+    /// The stems of its document's title: what every sentence of the passage is about, named
+    /// in full or not ("Aelri came from Othtu", "He worked for …" in "Urgaud Aelri").
+    title: Vec<String>,
 }
 
 impl PassageView {
@@ -389,7 +395,11 @@ impl PassageView {
                     .map(|(rank, s)| (s.start, s.end, s.score, rank))
                     .collect();
                 sentences.sort_by_key(|s| s.0);
-                PassageView { words, sentences }
+                PassageView {
+                    words,
+                    sentences,
+                    title: stems(&hit.title),
+                }
             })
             .collect()
     }
@@ -467,6 +477,7 @@ pub fn features(
                     .iter()
                     .filter(|w| s_start <= w.0 && w.1 <= s_end)
                     .map(|w| w.2.clone())
+                    .chain(view.title.iter().cloned())
                     .collect();
                 f[8] = question.share_in(&in_sentence);
             }
@@ -488,6 +499,7 @@ pub fn features(
                         .iter()
                         .chain(&view.words[last + 1..hi])
                         .map(|w| w.2.clone())
+                        .chain(view.title.iter().cloned())
                         .collect();
                     f[7] = question.share_in(&near);
                 }
@@ -517,7 +529,8 @@ pub fn features(
             let shape = Shape::of(c.text(hits)) as usize;
             f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
             f[CUE] = question.asks.cues().contains(&c.previous.as_str()) as u8 as f32;
-            debug_assert_eq!(RELATION + 2, n);
+            f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
+            debug_assert_eq!(CALL + 1, n);
             f
         })
         .collect()
@@ -539,6 +552,22 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
         f[LM_FEATURES.start + 3] = floor(mean) - floor(best);
         f[LM_FEATURES.start + 4] = 1.0 / (1.0 + rank as f32);
     }
+}
+
+/// Whether `text` is a call with its arguments, `name(args)` ("is_dir(self)"): a question
+/// naming a function or method is answered by its name, which is a candidate of its own.
+fn is_call_with_arguments(text: &str) -> bool {
+    let Some(inner) = text.strip_suffix(')') else {
+        return false;
+    };
+    let Some((name, args)) = inner.split_once('(') else {
+        return false;
+    };
+    !name.is_empty()
+        && !args.trim().is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | ':'))
 }
 
 /// Sets the relation features of `rows`: `similarity[i]` is row `rows[i]`'s.
@@ -601,6 +630,16 @@ mod tests {
     }
 
     #[test]
+    fn calls_with_arguments_are_told_from_names_and_empty_calls() {
+        assert!(is_call_with_arguments("is_dir(self)"));
+        assert!(is_call_with_arguments("os.path.join(a, *p)"));
+        assert!(!is_call_with_arguments("is_dir"));
+        assert!(!is_call_with_arguments("bottom_panel()"));
+        assert!(!is_call_with_arguments("the value (default)"));
+        assert_eq!(names()[CALL], "call_with_arguments");
+    }
+
+    #[test]
     fn stems_meet_across_inflections_and_derivations() {
         assert_eq!(stems("worked"), stems("work"));
         assert_eq!(stems("maintainer"), stems("maintains"));
@@ -620,7 +659,7 @@ mod tests {
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 3);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 4);
         assert_eq!(names()[RELATION], "relation_similarity");
         assert_eq!(names()[CUE], "cue_fits_question");
         assert_eq!(names()[IN_CONTEXT], "in_context");
