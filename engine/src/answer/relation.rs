@@ -113,7 +113,18 @@ mod tests {
             "ÅÅ's Å",
             "",
         ];
-        let words = ["udlo", "s", "i̇stanbul", "k", "café", "x", "o", "brien", "åå", "å"];
+        let words = [
+            "udlo",
+            "s",
+            "i̇stanbul",
+            "k",
+            "café",
+            "x",
+            "o",
+            "brien",
+            "åå",
+            "å",
+        ];
         for text in texts {
             for mask in 0..(1u32 << words.len()) {
                 let topic: HashSet<String> = words
