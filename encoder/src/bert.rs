@@ -80,6 +80,26 @@ fn flat(t: &Tensor) -> Result<Vec<f32>> {
     t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()
 }
 
+/// The `(cols, rows)` transpose of a row-major `(rows, cols)` matrix, by tiles that stay in
+/// the cache: an element-by-element transpose writes each value to another cache line, and
+/// was most of an int8 encoder's load (the weights are transposed at load, and back for
+/// int8).
+fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    const TILE: usize = 32;
+    let mut t = vec![0f32; m.len()];
+    for r0 in (0..rows).step_by(TILE) {
+        for c0 in (0..cols).step_by(TILE) {
+            for r in r0..(r0 + TILE).min(rows) {
+                let row = &m[r * cols..(r + 1) * cols];
+                for c in c0..(c0 + TILE).min(cols) {
+                    t[c * rows + r] = row[c];
+                }
+            }
+        }
+    }
+    t
+}
+
 /// `nn.Linear`: `y = x Wᵀ + b`.
 struct Linear {
     weights: LinearWeights,
@@ -109,13 +129,14 @@ impl Linear {
         }
         let w = Tensor::cat(&ws, 0)?;
         let b = Tensor::cat(&bs, 0)?;
+        let n_outs = n_out * vbs.len();
         Ok(Self {
             weights: LinearWeights::F32 {
-                w_t: flat(&w.t()?.contiguous()?)?,
+                w_t: transpose(&flat(&w)?, n_outs, n_in),
             },
             bias: flat(&b)?,
             n_in,
-            n_out: n_out * vbs.len(),
+            n_out: n_outs,
         })
     }
 
@@ -131,14 +152,11 @@ impl Linear {
     /// quantization levels.
     fn quantize_int8(&mut self, input_absmax: &[f32]) {
         if let LinearWeights::F32 { w_t } = &self.weights {
-            let mut w = vec![0f32; w_t.len()];
-            let mut w_absmax = vec![0f32; self.n_in];
-            for (i, row) in w_t.chunks_exact(self.n_out).enumerate() {
-                for (o, &v) in row.iter().enumerate() {
-                    w[o * self.n_in + i] = v;
-                    w_absmax[i] = w_absmax[i].max(v.abs());
-                }
-            }
+            let w = transpose(w_t, self.n_in, self.n_out);
+            let w_absmax: Vec<f32> = w_t
+                .chunks_exact(self.n_out)
+                .map(|row| row.iter().fold(0f32, |m, v| m.max(v.abs())))
+                .collect();
             let smoothing: Vec<f32> = input_absmax
                 .iter()
                 .zip(&w_absmax)
@@ -684,5 +702,23 @@ fn activate(act: HiddenAct, x: &mut [f32]) {
                 * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (u + 0.044715 * u * u * u)).tanh());
         }),
         HiddenAct::Relu => x.iter_mut().for_each(|v| *v = v.max(0.0)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiled_transpose_is_the_transpose() {
+        for (rows, cols) in [(1, 1), (3, 70), (65, 33), (384, 1152)] {
+            let m: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+            let t = transpose(&m, rows, cols);
+            for r in 0..rows {
+                for c in 0..cols {
+                    assert_eq!(t[c * rows + r], m[r * cols + c]);
+                }
+            }
+        }
     }
 }
