@@ -40,12 +40,15 @@ pub fn run(args: AskArgs) -> anyhow::Result<()> {
     if stream {
         print!("answer: ");
     }
-    let answer = pipeline.answer(&request, |piece| {
-        if stream {
-            print!("{piece}");
-            let _ = std::io::stdout().flush();
-        }
-        Flow::Continue
+    // A panic in the pipeline is reported as the error it is, as the server reports it.
+    let answer = capstan_engine::guarded(|| {
+        pipeline.answer(&request, |piece| {
+            if stream {
+                print!("{piece}");
+                let _ = std::io::stdout().flush();
+            }
+            Flow::Continue
+        })
     })?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&answer)?);

@@ -117,7 +117,18 @@ pub fn run(
     let started = Instant::now();
     let answered = std::sync::atomic::AtomicUsize::new(0);
     let results = resume::run(spec, &items, |q| {
-        let item = answer(pipeline, request, q);
+        // A panic answering one question ends the run with an error naming it (the answered
+        // questions are kept for a resumed run), not with an abort.
+        let item = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            answer(pipeline, request, q)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(anyhow::anyhow!(
+                "question {:?}: {}",
+                q.question,
+                crate::Error::Panic(crate::error::panic_message(panic.as_ref()).to_string())
+            ))
+        });
         answered.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         item
     })?;
