@@ -15,8 +15,9 @@ use crate::error::Result;
 use crate::words::NON_ANSWER_STARTS;
 
 /// What the Llama reader reads by default (chosen on the dev splits, docs/BENCHMARKS.md): 300
-/// tokens answered as well as 400 (dev, records / man pages / prose: 112 / 79 / 47 right of
-/// 150 / 150 / 142 against 112 / 83 / 45) and read about 0.1 s sooner on 2 cores.
+/// tokens answered 349 of the 592 dev questions against 352 at 400 (records / man pages /
+/// prose / glossary: 112 / 79 / 47 / 111 against 112 / 83 / 45 / 112), and a one-shot `ask`
+/// reads its prompt about 0.1 s sooner on 2 cores, which its 1.5 s goal needed.
 pub const DEFAULT_CONTEXT: ContextMode = ContextMode::Budget(300);
 
 /// How much of each retrieved passage the generative reader reads; spelled `passages`,
