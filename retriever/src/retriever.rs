@@ -234,16 +234,13 @@ impl Retriever {
 
     /// Embeds a question as the index's vectors are embedded (unit length).
     pub fn embed_query(&self, query: &str) -> Result<Vec<f32>> {
-        let mut v = self
-            .encoder()?
-            .embed(&[query])?
+        Ok(self
+            .embed_texts(&[query])?
             .pop()
-            .expect("one input, one vector");
-        capstan_indexer::normalize(&mut v);
-        Ok(v)
+            .expect("one input, one vector"))
     }
 
-    /// Embeds texts as [`Retriever::embed_query`] does, in one batch.
+    /// Embeds texts as [`Retriever::embed_query`] does (unit length), in one batch.
     pub fn embed_texts<S: AsRef<str> + Sync>(&self, texts: &[S]) -> Result<Vec<Vec<f32>>> {
         let mut vectors = self.encoder()?.embed(texts)?;
         vectors

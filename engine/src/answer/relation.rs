@@ -57,27 +57,16 @@ pub fn without_topic(text: &str, topic: &HashSet<String>) -> String {
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// Byte ranges of the words of `text`: runs of letters and digits.
+/// Byte ranges of the words of `text`: runs of letters and digits, as [`super::features::stems`]
+/// splits them.
 fn word_spans(text: &str) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let mut chars = text.char_indices().peekable();
-    std::iter::from_fn(move || {
-        while let Some(&(_, c)) = chars.peek() {
-            if c.is_alphanumeric() {
-                break;
-            }
-            chars.next();
-        }
-        let (start, _) = *chars.peek()?;
-        let mut end = start;
-        while let Some(&(i, c)) = chars.peek() {
-            if !c.is_alphanumeric() {
-                break;
-            }
-            end = i + c.len_utf8();
-            chars.next();
-        }
-        Some((start, end))
-    })
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(move |w| {
+            // `w` is a slice of `text`: its offset is the distance between their starts.
+            let start = w.as_ptr() as usize - text.as_ptr() as usize;
+            (start, start + w.len())
+        })
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QMatrix};
 
@@ -65,21 +65,9 @@ impl<'a> Weights<'a> {
     /// stays quantized on the CPU where Capstan's layout holds its type.
     pub(crate) fn embedding(&self, vocab: usize, hidden: usize) -> CResult<TokenEmbedding> {
         if let Some(q) = &self.quantized {
-            let name = format!("{}.weight", self.vb.prefix());
-            let qt = q.qtensor(&name, self.vb.device())?;
-            if let (true, Some(format)) = (qt.device().is_cpu(), packed_format(qt.dtype())) {
-                if qt.shape().dims() != [vocab, hidden] {
-                    return Err(candle_core::Error::UnexpectedShape {
-                        msg: format!("shape mismatch for {name}"),
-                        expected: (vocab, hidden).into(),
-                        got: qt.shape().clone(),
-                    });
-                }
-                let table = QMatrix::from_ggml(format, vocab, hidden, &qt.data()?)
-                    .map_err(candle_core::Error::Msg)?;
+            if let Some(table) = repacked(&self.shaped_qtensor(q, vocab, hidden)?)? {
                 return Ok(TokenEmbedding::Packed {
                     table: Arc::new(table),
-                    device: self.vb.device().clone(),
                 });
             }
         }
@@ -100,21 +88,27 @@ impl<'a> Weights<'a> {
                 self.vb.clone(),
             )?));
         };
-        let name = format!("{}.weight", self.vb.prefix());
-        let qt = q.qtensor(&name, self.vb.device())?;
-        if qt.shape().dims() != [out_dim, in_dim] {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: (out_dim, in_dim).into(),
-                got: qt.shape().clone(),
-            });
-        }
+        let qt = self.shaped_qtensor(q, out_dim, in_dim)?;
         let bias = if bias {
             Some(self.vb.get(out_dim, "bias")?)
         } else {
             None
         };
         Proj::quantized(qt, bias)
+    }
+
+    /// The quantized `weight` `(rows, cols)` under this prefix, its shape checked.
+    fn shaped_qtensor(&self, q: &GgufWeights, rows: usize, cols: usize) -> CResult<QTensor> {
+        let name = format!("{}.weight", self.vb.prefix());
+        let qt = q.qtensor(&name, self.vb.device())?;
+        if qt.shape().dims() != [rows, cols] {
+            return Err(candle_core::Error::UnexpectedShape {
+                msg: format!("shape mismatch for {name}"),
+                expected: (rows, cols).into(),
+                got: qt.shape().clone(),
+            });
+        }
+        Ok(qt)
     }
 
     /// A projection sharing the embedding matrix (tied `lm_head`), quantized when the file is.
@@ -143,14 +137,14 @@ impl<'a> Weights<'a> {
 #[derive(Debug, Clone)]
 pub(crate) enum TokenEmbedding {
     Dense(Embedding),
-    Packed { table: Arc<QMatrix>, device: Device },
+    Packed { table: Arc<QMatrix> },
 }
 
 impl Module for TokenEmbedding {
     fn forward(&self, ids: &Tensor) -> CResult<Tensor> {
-        let (table, device) = match self {
+        let table = match self {
             Self::Dense(e) => return e.forward(ids),
-            Self::Packed { table, device } => (table, device),
+            Self::Packed { table } => table,
         };
         let hidden = table.cols();
         let flat: Vec<u32> = ids.flatten_all()?.to_vec1()?;
@@ -166,7 +160,7 @@ impl Module for TokenEmbedding {
         }
         let mut shape = ids.dims().to_vec();
         shape.push(hidden);
-        Tensor::from_vec(out, shape, device)
+        Tensor::from_vec(out, shape, ids.device())
     }
 }
 
@@ -199,12 +193,21 @@ fn packed_format(dtype: GgmlDType) -> Option<GgmlFormat> {
     })
 }
 
+/// `qt` repacked into Capstan's CPU layout, where it lies on the CPU in a type that layout
+/// holds.
+fn repacked(qt: &QTensor) -> CResult<Option<QMatrix>> {
+    let (true, Some(format)) = (qt.device().is_cpu(), packed_format(qt.dtype())) else {
+        return Ok(None);
+    };
+    let (rows, cols) = qt.shape().dims2()?;
+    QMatrix::from_ggml(format, rows, cols, &qt.data()?)
+        .map(Some)
+        .map_err(candle_core::Error::Msg)
+}
+
 impl Proj {
     fn quantized(qt: QTensor, bias: Option<Tensor>) -> CResult<Self> {
-        if let (true, Some(format)) = (qt.device().is_cpu(), packed_format(qt.dtype())) {
-            let (rows, cols) = qt.shape().dims2()?;
-            let weight = QMatrix::from_ggml(format, rows, cols, &qt.data()?)
-                .map_err(candle_core::Error::Msg)?;
+        if let Some(weight) = repacked(&qt)? {
             return Ok(Proj::Packed {
                 weight: Arc::new(weight),
                 bias,
@@ -301,8 +304,8 @@ impl ProjGroup {
 /// ([`Proj::forward_spans`]), and the GEMM pays off only where the rows of its sequences are
 /// many (2026-11-27: a single pass of 32 rows 165 ms on the GEMM, 73–90 ms on the tiles; 96
 /// rows 315 against 214–258; 128 rows about even; yet 16 clients' batched prefill of 42-row
-/// sequences on the tiles cut batched decoding from about 240 to 190–200 tokens/s). [`super::STABLE_CHUNK_ROWS`] depends on
-/// it: a prefix cache's exactness does.
+/// sequences on the tiles cut batched decoding from about 240 to 190–200 tokens/s).
+/// [`super::STABLE_CHUNK_ROWS`] depends on it: a prefix cache's exactness does.
 pub(super) const DEQUANTIZE_ROWS: usize = 32;
 
 fn rows(x: &Tensor) -> usize {
