@@ -9,6 +9,8 @@ scripts/setup.sh
 scripts/fetch-documents.sh
 source scripts/env.sh
 cargo fmt --all -- --check
+# No circles among the modules of any crate (issue 42).
+python3 scripts/module-cycles.py
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
 # The CUDA kernel sources compile with NVRTC for sm_90 (no GPU needed).

@@ -16,7 +16,7 @@ use candle_core::{
     bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor, WithDType,
 };
 
-use crate::ops::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
+use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
 use crate::pattern::{Pattern, TILE};
 
 /// Query rows per block of the attention kernel (`ROWS` in attention.cu).

@@ -29,13 +29,13 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod op_params;
 mod ops;
 mod pattern;
 mod qmatmul_op;
 
-pub use ops::{
-    attention, attention_many, rms_norm_residual, rope_qk, AttentionOptions, RopeParams,
-};
+pub use op_params::AttentionOptions;
+pub use ops::{attention, attention_many, rms_norm_residual, rope_qk, RopeParams};
 pub use pattern::{
     effective_shift, key_range, scca_rules, visible, HeadRule, Pattern, SccaKind, TILE,
 };

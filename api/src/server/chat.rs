@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::qa::{apply_sampling, apply_stop_and_seed, history_turns, record};
+use super::qa::{apply_sampling, apply_stop_and_seed, history_turns, random_u64, record};
 use super::{await_reply, check_question, parse_json, ApiError, AppState};
 use capstan_engine::pipeline::{Answer, ReaderKind};
 
@@ -279,7 +279,7 @@ pub async fn completions(
     )?;
     apply_openai_options(&mut req, &body, &state)?;
     apply_stop_and_seed(&mut req, body.stop, body.seed)?;
-    let id = format!("chatcmpl-{:016x}", rand_id());
+    let id = format!("chatcmpl-{:016x}", random_u64());
     let created = unix_now();
     if !body.stream.unwrap_or(false) {
         let answer = await_reply(state.engine.qa(req, None)?).await?;
@@ -471,17 +471,4 @@ fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
-}
-
-/// A random number no earlier call drew (std's randomly keyed hasher, keyed afresh per call):
-/// completion ids and the seeds of unseeded requests.
-pub(super) fn rand_id() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    h.finish()
 }

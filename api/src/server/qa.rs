@@ -136,8 +136,21 @@ pub fn apply_stop_and_seed(
     req.generation.stop_strings.extend(stops);
     // As OpenAI: a given seed repeats an answer, no seed samples afresh (the answer says
     // which seed it drew, so that it can be repeated).
-    req.generation.seed = seed.unwrap_or_else(super::chat::rand_id);
+    req.generation.seed = seed.unwrap_or_else(random_u64);
     Ok(())
+}
+
+/// A random number no earlier call drew (std's randomly keyed hasher, keyed afresh per call):
+/// completion ids and the seeds of unseeded requests.
+pub(super) fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 /// Largest `max_tokens` a request may ask for.

@@ -11,8 +11,8 @@
 use candle_core::{DType, Module, Tensor};
 
 use super::cache::KvAlloc;
+use super::cache::Span;
 use super::layers::LayerAttention;
-use super::packed::Span;
 use super::{Cache, Llama, MASKED};
 use crate::attention::AttentionPattern;
 use crate::error::{Error, Result};

@@ -1,10 +1,7 @@
 //! The caller-owned decoding state.
 
-use std::borrow::Cow;
-
 use candle_core::{DType, Tensor};
 
-use super::layers::Layer;
 use super::{CResult, Llama};
 use crate::error::{Error, Result};
 
@@ -54,6 +51,15 @@ pub(super) struct KvAlloc {
     pub(super) reserve: usize,
     /// The element type keys and values are kept in ([`Llama::kv_dtype`]).
     pub(super) dtype: DType,
+}
+
+/// Where one sequence's rows lie in the packed step.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Span {
+    pub(super) start: usize,
+    pub(super) len: usize,
+    /// The sequence's KV reservation ([`super::Cache::reserve`]) and type.
+    pub(super) kv: KvAlloc,
 }
 
 /// Buffer rows for `rows` cached keys: room for half as many again, in multiples of 64.
@@ -226,24 +232,6 @@ pub(super) struct CrossContext {
     pub(super) key_mask: Tensor,
     /// `(b, 1, 1)`: 0 for rows without any encoder token (they then run as plain Llama).
     pub(super) row_gate: Option<Tensor>,
-}
-
-impl CrossContext {
-    /// Layer `i`'s cross-attention keys and values: cached, or projected now from the states.
-    pub(super) fn layer<'a>(
-        &'a self,
-        i: usize,
-        layer: &Layer,
-    ) -> CResult<Option<Cow<'a, CrossLayerState>>> {
-        Ok(match (&self.layers[i], &self.states, &layer.cross_attn) {
-            (Some(state), _, _) => Some(Cow::Borrowed(state)),
-            (None, Some(states), Some(ca)) => {
-                let (k, v) = ca.project_kv(states)?;
-                Some(Cow::Owned(CrossLayerState { k, v }))
-            }
-            _ => None,
-        })
-    }
 }
 
 /// Where CEPE's cross-attention keys and values live during a request

@@ -1,13 +1,14 @@
 //! The layers of the Llama stack: self-attention, CEPE cross-attention, SwiGLU MLP.
 
+use std::borrow::Cow;
+
 use candle_core::{Module, Tensor};
 use candle_nn::RmsNorm;
 
 use capstan_kernels::{AttentionOptions, Pattern};
 
 use super::attend::{append_kv, attend, attend_many};
-use super::cache::{CrossContext, CrossLayerState, KvAlloc, LayerKv};
-use super::packed::Span;
+use super::cache::{CrossContext, CrossLayerState, KvAlloc, LayerKv, Span};
 use super::rope::{Rope, Rotary};
 use super::weights::{Proj, ProjGroup, TokenEmbedding, Weights};
 use super::CResult;
@@ -468,6 +469,24 @@ impl Stack {
             layers,
             norm,
             rope: Rope::new(cfg, divisors.as_deref())?,
+        })
+    }
+}
+
+impl CrossContext {
+    /// Layer `i`'s cross-attention keys and values: cached, or projected now from the states.
+    pub(super) fn layer<'a>(
+        &'a self,
+        i: usize,
+        layer: &Layer,
+    ) -> CResult<Option<Cow<'a, CrossLayerState>>> {
+        Ok(match (&self.layers[i], &self.states, &layer.cross_attn) {
+            (Some(state), _, _) => Some(Cow::Borrowed(state)),
+            (None, Some(states), Some(ca)) => {
+                let (k, v) = ca.project_kv(states)?;
+                Some(Cow::Owned(CrossLayerState { k, v }))
+            }
+            _ => None,
         })
     }
 }

@@ -8,7 +8,7 @@
 
 use candle_core::{DType, Module, Tensor};
 
-use super::cache::KvAlloc;
+use super::cache::{KvAlloc, Span};
 use super::{Cache, Llama, PREFILL_CHUNK};
 use crate::attention::AttentionPattern;
 use crate::error::{Error, Result};
@@ -20,15 +20,6 @@ pub struct PackedInput<'a> {
     pub tokens: &'a [u32],
     /// The sequence's own cache (batch 1), extended in place.
     pub cache: &'a mut Cache,
-}
-
-/// Where one sequence's rows lie in the packed step.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Span {
-    pub(super) start: usize,
-    pub(super) len: usize,
-    /// The sequence's KV reservation ([`super::Cache::reserve`]) and type.
-    pub(super) kv: KvAlloc,
 }
 
 impl Llama {

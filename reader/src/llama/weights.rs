@@ -8,7 +8,7 @@ use candle_core::{Module, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QMatrix};
 
-use super::packed::Span;
+use super::cache::Span;
 use super::CResult;
 use crate::gguf::GgufWeights;
 
