@@ -21,6 +21,7 @@ use std::sync::Arc;
 
 use tokenizers::Tokenizer;
 
+use crate::clause::{is_clause_break, is_continuation, is_word, may_start};
 use crate::error::{Error, Result};
 
 /// The byte string each token id decodes to, and a trie over them (lower-cased ASCII).
@@ -225,49 +226,11 @@ impl PartialEq for SpanSource {
     }
 }
 
-/// Letters, digits and every byte of a multi-byte character.
-fn is_word(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b >= 0x80
-}
-
-fn is_continuation(b: u8) -> bool {
-    (0x80..0xC0).contains(&b)
-}
-
-/// A span may start at `s`: at the start of the passage, after a space, or after an opening
-/// bracket, quote or path separator (`(`, `[`, `{`, `<`, `"`, `'`, `` ` ``, `/`, `=`, `:`,
-/// `,`, `;`). Not inside a word or a hyphenated name (`profgen` of `llvm-profgen`, the second
-/// `-` of `--verify`), nor at the `s` of `Dulcorde's`.
-fn is_start(p: &[u8], s: usize) -> bool {
-    let b = p[s];
-    if b.is_ascii_whitespace() || is_continuation(b) {
-        return false;
-    }
-    if s == 0 {
-        return true;
-    }
-    let prev = p[s - 1];
-    let after_apostrophe = prev == b'\'' && s >= 2 && is_word(p[s - 2]);
-    !after_apostrophe && (prev.is_ascii_whitespace() || b"([{<\"'`/=:,;".contains(&prev))
-}
-
-/// Whether a span must stop before `p[i]`: a line break, a tab or a second space in a row
-/// (the columns of a table or of a manual's option list), or `.,;:!?` followed by a space or
-/// the end of the passage. A short answer stays within one clause.
-fn is_break(p: &[u8], i: usize) -> bool {
-    match p[i] {
-        b'\n' | b'\t' => true,
-        b' ' => i > 0 && p[i - 1] == b' ',
-        b'.' | b',' | b';' | b':' | b'!' | b'?' => {
-            p.get(i + 1).is_none_or(|b| b.is_ascii_whitespace())
-        }
-        _ => false,
-    }
-}
-
 /// The end of the text a span continuing at `at` may still copy (the next clause break).
 fn clause_end(p: &[u8], at: usize) -> usize {
-    (at..p.len()).find(|&i| is_break(p, i)).unwrap_or(p.len())
+    (at..p.len())
+        .find(|&i| is_clause_break(p, i))
+        .unwrap_or(p.len())
 }
 
 /// Whether `piece` continues a span at `at` of `p` without crossing a clause break.
@@ -297,7 +260,7 @@ impl SpanSource {
             .iter()
             .map(|p| {
                 (0..p.len())
-                    .filter(|&s| is_start(p, s))
+                    .filter(|&s| may_start(p, s))
                     .map(|s| s as u32)
                     .collect()
             })
@@ -636,7 +599,7 @@ mod tests {
 
     /// `text` stands at `s` of `p` and crosses no clause break.
     fn copies(p: &[u8], s: usize, text: &[u8]) -> bool {
-        p[s..].starts_with(text) && (s..s + text.len()).all(|i| !is_break(p, i))
+        p[s..].starts_with(text) && (s..s + text.len()).all(|i| !is_clause_break(p, i))
     }
 
     /// Tokens allowed after `so_far` by searching every start of every passage for the bytes.
@@ -660,7 +623,7 @@ mod tests {
             let ok = passages.iter().any(|p| {
                 let p = p.as_bytes().to_ascii_lowercase();
                 (0..p.len())
-                    .filter(|&s| is_start(&p, s))
+                    .filter(|&s| may_start(&p, s))
                     .any(|s| candidates.iter().any(|c| copies(&p, s, c)))
             });
             if ok {
@@ -675,7 +638,7 @@ mod tests {
                 } else {
                     vec![&answer[..]]
                 };
-                (0..p.len()).filter(|&s| is_start(&p, s)).any(|s| {
+                (0..p.len()).filter(|&s| may_start(&p, s)).any(|s| {
                     cands
                         .iter()
                         .any(|c| copies(&p, s, c) && is_end(&p, s + c.len()))

@@ -32,6 +32,7 @@
 mod attention;
 mod chat_template;
 mod checkpoint;
+mod clause;
 mod config;
 mod error;
 mod extractive;
@@ -49,6 +50,7 @@ pub use checkpoint::{
     default_dtype, default_model_path, ChatTemplateSource, Checkpoint, WeightFormat,
     DEFAULT_MODEL_FILE,
 };
+pub use clause::{is_clause_break, may_start, CLOSERS, OPENERS};
 pub use config::{GenerationConfig, LlamaConfig, RopeScaling, RopeScalingConfig, TokenIds};
 pub use error::{Error, Result};
 pub use extractive::{ExtractivePassage, ExtractiveReader, ScoredSentence};

@@ -1,12 +1,15 @@
 //! Candidate answers: the short spans of the retrieved passages a question could be answered
 //! with.
 //!
-//! Words are split at white space; a clause ends at sentence punctuation, a comma, a
-//! semicolon, a line break, a tab or two spaces (a manual's option list), so a candidate never
-//! runs across one. Every run of one to [`MAX_WORDS`] words of a clause that neither starts nor
+//! Words are split at white space; a clause ends where the reader's copying constraint ends
+//! one ([`capstan_reader::is_clause_break`]: sentence punctuation, a comma, a semicolon, a line
+//! break, a tab or two spaces) and also at a bracket, so a candidate never runs across one. A
+//! candidate starts where a word starts, which is always a place the reader may start a span
+//! ([`capstan_reader::may_start`]). Every run of one to [`MAX_WORDS`] words of a clause that neither starts nor
 //! ends with a function word is a candidate; so is the whole value of a "Key: value" line
 //! (records of fields: metadata, a manual's front matter, a table) and each document's title.
 
+use capstan_reader::{is_clause_break, CLOSERS, OPENERS};
 use capstan_retriever::Hit;
 
 use crate::words::NON_ANSWER_STARTS;
@@ -60,11 +63,6 @@ pub(crate) struct Word {
     pub clause_end: bool,
 }
 
-const OPENERS: &[char] = &['(', '[', '{', '"', '\'', '“', '‘', '<', '*', '`', '«'];
-const CLOSERS: &[char] = &[
-    '.', ',', ';', ':', '!', '?', ')', ']', '}', '"', '\'', '”', '’', '>', '*', '`', '»',
-];
-
 /// The words of `text` with their clause ends.
 pub(crate) fn words(text: &str) -> Vec<Word> {
     let mut out: Vec<Word> = Vec::new();
@@ -76,8 +74,7 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
         while i < bytes.len() && (bytes[i] as char).is_ascii_whitespace() {
             i += 1;
         }
-        let gap = &text[ws_start..i];
-        if gap.contains('\n') || gap.contains('\t') || gap.contains("  ") {
+        if (ws_start..i).any(|j| is_clause_break(bytes, j)) {
             if let Some(last) = out.last_mut() {
                 last.clause_end = true;
             }
@@ -104,9 +101,9 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
             }
         }
         let trailing = &core[kept.len()..];
-        let clause_end = trailing
-            .chars()
-            .any(|c| matches!(c, '.' | ',' | ';' | ':' | '!' | '?' | ')' | ']' | '}' | '>'))
+        let trailing_at = raw_start + lead + kept.len();
+        let clause_end = (trailing_at..i).any(|j| is_clause_break(bytes, j))
+            || trailing.contains([')', ']', '}', '>'])
             || (lead > 0 && raw[..lead].contains('('));
         if kept.is_empty() {
             if let Some(last) = out.last_mut() {
@@ -381,5 +378,33 @@ mod tests {
             assert!(c.contains(&want.to_string()), "{want}: {c:?}");
         }
         assert!(!c.iter().any(|t| t.contains("--recursive copy")), "{c:?}");
+    }
+
+    #[test]
+    fn candidates_follow_the_readers_clause_rule() {
+        let texts = [
+            "He said.\u{201d} Then (so.) on, the town of Thalrau; 1878.",
+            "Name: serde\nAuthor:  Erick \u{201c}Tolnay\u{201d}\t--out=FILE isabs(s).x",
+            "Dulcorde's home, e.g. the old one (mostly) [1] \u{ab}Othtu\u{bb}.",
+        ];
+        for text in texts {
+            let hits = [hit("T", text)];
+            let p = text.as_bytes();
+            for c in candidates(&hits).iter().filter(|c| !c.in_title) {
+                // Where a candidate starts, the reader may start a span.
+                assert!(
+                    capstan_reader::may_start(p, c.start),
+                    "{:?} in {text:?}",
+                    c.text(&hits)
+                );
+                // No candidate crosses a clause break, but a field's whole value, which is
+                // one answer however it is punctuated ("Authors: A, B").
+                assert!(
+                    c.whole_value || !(c.start..c.end).any(|i| is_clause_break(p, i)),
+                    "{:?} in {text:?}",
+                    c.text(&hits)
+                );
+            }
+        }
     }
 }
