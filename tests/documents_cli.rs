@@ -184,6 +184,24 @@ fn the_parser_runs_in_a_bounded_child_process() {
         "{stderr}"
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 documents"));
+    // The run's memory bound holds its parsers, or the run does not start.
+    let out = run(&index_args(&folder, &index, &["--memory-mb", "1000"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("--memory-mb 1000 cannot hold the parse of one file: 4193 MiB"),
+        "{stderr}"
+    );
+    let out = run(&index_args(
+        &folder,
+        &index,
+        &["--memory-mb", "200", "--parse-memory-mb", "64"],
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // `capstan corpus extract` shows what is indexed, page by page.
     let pages = ok(&["corpus", "extract", s(&folder.join("guide.pdf"))]);
     assert!(

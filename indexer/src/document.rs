@@ -59,6 +59,9 @@ pub struct ReadOptions {
     /// a time and memory bound (what the CLI does), or, when `None`, in
     /// this process with panics caught but no bound.
     pub extractor: Option<ChildExtractor>,
+    /// The most files of a folder read at once (their parser processes together within the
+    /// run's memory bound); 0: one per core.
+    pub parallel_files: usize,
 }
 
 impl Default for ReadOptions {
@@ -67,6 +70,7 @@ impl Default for ReadOptions {
             skip_bad: false,
             max_document_bytes: Self::MAX_DOCUMENT_BYTES,
             extractor: None,
+            parallel_files: 0,
         }
     }
 }
@@ -115,14 +119,24 @@ pub fn read_corpus_reporting(
         files.sort_by(|a, b| a.0.cmp(&b.0));
         progress.stage("read", files.len() as u64);
         // Parsed in parallel (PDFs take a while), accepted in file order.
-        let loaded = files
-            .par_iter()
-            .map(|(file, kind)| {
-                let loaded = load_file(path, file, *kind, &options);
-                progress.advance(1);
-                loaded
-            })
-            .collect::<Vec<_>>();
+        let load_all = || {
+            files
+                .par_iter()
+                .map(|(file, kind)| {
+                    let loaded = load_file(path, file, *kind, &options);
+                    progress.advance(1);
+                    loaded
+                })
+                .collect::<Vec<_>>()
+        };
+        let loaded = match options.parallel_files {
+            0 => load_all(),
+            n => rayon::ThreadPoolBuilder::new()
+                .num_threads(n)
+                .build()
+                .map_err(|e| Error::io(path, std::io::Error::other(e)))?
+                .install(load_all),
+        };
         progress.finish();
         for file in loaded {
             reader.accept_file(file?)?;
@@ -770,7 +784,7 @@ mod tests {
         let options = ReadOptions {
             skip_bad: false,
             max_document_bytes: 1000,
-            extractor: None,
+            ..ReadOptions::default()
         };
         let err = read_corpus_with(&path, options.clone())
             .unwrap_err()

@@ -110,6 +110,7 @@ fn extract(
     }
     // The parse runs in a bounded child, as `index` runs it: a hostile file costs this
     // process neither its memory nor its stack.
+    bounds.parallel_files()?;
     let result = bounds.extractor()?.extract(file, format).and_then(|doc| {
         if doc.text.len() > bounds.max_document_bytes {
             return Err(extract::ExtractError::TooLarge {

@@ -281,12 +281,14 @@ fn build(args: BuildArgs) -> anyhow::Result<()> {
     }
     let start = std::time::Instant::now();
     let extractor = args.bounds.extractor()?;
+    let parallel_files = args.bounds.parallel_files()?;
     let corpus = capstan_indexer::read_corpus_reporting(
         &corpus_path,
         capstan_indexer::ReadOptions {
             skip_bad: args.skip_bad,
             max_document_bytes: args.bounds.max_document_bytes,
             extractor: Some(extractor),
+            parallel_files,
         },
         &Bars::new(args.quiet),
     )?;
