@@ -19,7 +19,8 @@
 //! **Scoring** ([`Scheduler::score`]): ranking span answers asks the model how likely it finds
 //! each candidate after a prompt. That work is admitted by the same rule and counted against
 //! the same budget (the prompt and a copy of it per candidate of a pass), and runs on the
-//! scheduler's thread between steps, so that no request reaches the model past admission.
+//! scheduler's thread between steps, one job between two steps in arrival order, each answered
+//! as soon as it is scored, so that no request reaches the model past admission.
 //!
 //! **Prefix caching** ([`prefix`]): the KV of prompts read before is kept in 64-token blocks
 //! keyed by everything up to them; a new prompt starts from its longest cached prefix (copied
