@@ -58,6 +58,8 @@ def main():
     res["parity"] = {"fixtures_equal": parity.get("fixtures_equal"),
                      "fixtures_total": parity.get("fixtures_total"),
                      "kernels_ok": steps.get("kernels", {}).get("rc") == 0,
+                     "tensor_core_kernels_ok": (steps["kernels_mma"].get("rc") == 0
+                                                if "kernels_mma" in steps else None),
                      "failures": [r for r in parity.get("results", []) if not r.get("ok")]}
 
     res["decode"] = {}
@@ -86,6 +88,10 @@ def main():
         part = load(raw, os.path.basename(p)[:-5]) or {}
         model_rows.update(part.get("model", {}))
         model_shape = part.get("model_shape") or model_shape
+    # The tensor-core kernel's runs (CAPSTAN_ATTENTION_KERNEL=mma), when the check ran them.
+    mma, mma_model = load(raw, "mma_prefill") or {}, {}
+    for p in sorted(glob.glob(os.path.join(raw, "mma_prefill_model_*.json"))):
+        mma_model.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
     res["prefill"] = {}
     for key in sorted(set(pre.get("kernel", {})) | set(model_rows), key=tokens):
         r = pre.get("kernel", {}).get(key, {"attention_tflops": None})
@@ -96,6 +102,11 @@ def main():
                                "model_prefill_tokens_per_s": m.get("tokens_per_s"),
                                "model_prefill_matmul_tokens_per_s": m.get("matmul_tokens_per_s"),
                                "model_shape": model_shape}
+        tc = mma.get("kernel", {}).get(key, {}).get("attention_tflops")
+        res["prefill"][key].update({
+            "tensor_core_attention_tflops": tc,
+            "tensor_core_ratio": (tc / s["sdpa_tflops"]) if tc and s.get("sdpa_tflops") else None,
+            "tensor_core_model_prefill_tokens_per_s": mma_model.get(key, {}).get("tokens_per_s")})
 
     totals = {}
     for p in sorted(glob.glob(os.path.join(raw, "cape*.json"))):
@@ -158,6 +169,15 @@ def main():
         att = r["attention_tflops"]
         md.append(f"| {k} | {att and f'{att:.2f}'} | {sdpa and f'{sdpa:.2f}'} | {ratio and f'{ratio:.3f}'} | "
                   f"{tok and f'{tok:.0f}'} | {mtok and f'{mtok:.0f}'} |")
+    if any(r["tensor_core_attention_tflops"] or r["tensor_core_model_prefill_tokens_per_s"]
+           for r in res["prefill"].values()) or p["tensor_core_kernels_ok"] is not None:
+        md += ["", f"Tensor-core attention (attention_mma.cu): parity with the CPU reference "
+               f"{'ok' if p['tensor_core_kernels_ok'] else 'FAILED or not run'}.", "",
+               "| prefill | attention TFLOP/s | ratio to SDPA | model prefill tokens/s |", "|---|---|---|---|"]
+        for k, r in res["prefill"].items():
+            att, ratio = r["tensor_core_attention_tflops"], r["tensor_core_ratio"]
+            tok = r["tensor_core_model_prefill_tokens_per_s"]
+            md.append(f"| {k} | {att and f'{att:.2f}'} | {ratio and f'{ratio:.3f}'} | {tok and f'{tok:.0f}'} |")
     md += ["", "| CAPE total tokens | memory CAPE/full | throughput CAPE/full | full context |", "|---|---|---|---|"]
     for k, r in res["cape"].items():
         mr, tr = r["memory_ratio"], r["throughput_ratio"]

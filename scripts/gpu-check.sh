@@ -137,7 +137,14 @@ step() {
 }
 
 if [ -n "$KTEST" ]; then
-  step kernels env CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1
+  step kernels env CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1 --skip tensor_core
+  # The tensor-core attention kernel (attention_mma.cu, not yet the default): its parity with
+  # the CPU reference, then its speed beside SDPA's (the prefill_peer step below), first, so
+  # that a short lease still answers whether it can become the default.
+  step kernels_mma env CAPSTAN_REQUIRE_GPU=1 "$KTEST" tensor_core --nocapture --test-threads 1
+  # shellcheck disable=SC2086
+  step mma_prefill env CAPSTAN_ATTENTION_KERNEL=mma "$BENCH" gpu prefill $PREFILL --device "$DEV" \
+    --dtype "$DT"
 else
   # No GPU: the kernels' CPU-reference suite stands in (the GPU suite needs a device).
   step kernels cargo test --release -p capstan-kernels --quiet
@@ -169,6 +176,13 @@ for n in $PREFILL_MODEL_CONTEXTS; do
   step "prefill_model_$n" "$BENCH" gpu prefill --model-only $PREFILL_MODEL --model-contexts "$n" \
     --device "$DEV" --dtype "$DT"
 done
+if [ -n "$KTEST" ]; then
+  for n in $PREFILL_MODEL_CONTEXTS; do
+    # shellcheck disable=SC2086
+    step "mma_prefill_model_$n" env CAPSTAN_ATTENTION_KERNEL=mma "$BENCH" gpu prefill --model-only \
+      $PREFILL_MODEL --model-contexts "$n" --device "$DEV" --dtype "$DT"
+  done
+fi
 # CAPE's passage cache: popular passages recurring across requests, cache off vs on (seconds
 # on an H200; before the long CAPE steps, which the first run's budget cut).
 # shellcheck disable=SC2086

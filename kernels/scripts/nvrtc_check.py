@@ -16,6 +16,12 @@ SRC = os.path.join(HERE, "..", "src", "cuda")
 # Must match kernels/src/cuda.rs (SOURCES) and the entry points it launches.
 SOURCES = {
     "attention.cu": ["capstan_attention_f32", "capstan_attention_bf16", "capstan_attention_f16"],
+    "attention_mma.cu": [
+        f"capstan_attention_mma_{t}_d{d}{x}"
+        for x in ("", "_extend")
+        for t in ("bf16", "f16")
+        for d in (64, 128)
+    ],
     "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
     "rmsnorm.cu": [
         "capstan_rms_norm_residual_f32",
@@ -60,7 +66,9 @@ def main():
     common = open(os.path.join(SRC, "common.cuh")).read()
     failed = False
     for name, entries in SOURCES.items():
-        src = (common + open(os.path.join(SRC, name)).read()).encode()
+        # The attention kernels take their patterns' rules from a shared header.
+        rules = open(os.path.join(SRC, "attention_rules.cuh")).read() if name.startswith("attention") else ""
+        src = (common + rules + open(os.path.join(SRC, name)).read()).encode()
         prog = ctypes.c_void_p()
         rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None)
         assert rc == 0, f"nvrtcCreateProgram {rc}"

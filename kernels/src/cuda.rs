@@ -16,11 +16,18 @@ use candle_core::{
     bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor, WithDType,
 };
 
+use crate::cpu::AttnDims;
 use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
 use crate::pattern::{Pattern, TILE};
 
-/// Query rows per block of the attention kernel (`ROWS` in attention.cu).
+/// Query rows per block of the attention kernel (`ROWS` in attention.cu), one warp each.
 const ROWS: usize = 4;
+/// Query rows per block of the tensor-core kernel (`MMA_BQ` in attention_mma.cu), 16 for
+/// each of its 4 warps.
+const MMA_ROWS: usize = 64;
+/// Keys per tile of the tensor-core kernel (`MMA_BK`), and the padding of its shared rows.
+const MMA_KEYS: usize = 64;
+const MMA_PAD: usize = 8;
 /// Largest head width the attention kernel supports (`MAXD` in attention.cu).
 const MAXD: usize = 256;
 
@@ -148,6 +155,25 @@ fn extra_slice<T: CudaDType + DeviceRepr>(
     }
 }
 
+/// Whether this call runs on the tensor-core kernel: chosen ([`crate::tensor_core_attention`]),
+/// bf16 or f16, a head width of 64 or 128, at least 16 query rows (prefill or
+/// cross-attention: one decoding row would leave 63 of a block's 64 idle), and a device of
+/// compute capability 8.0 or more (`mma.sync.m16n8k16` on 16-bit floats).
+fn uses_tensor_cores(dev: &CudaDevice, q: &CudaStorage, dims: &AttnDims) -> Result<bool> {
+    if !crate::tensor_core_attention()
+        || !matches!(
+            &q.slice,
+            CudaStorageSlice::BF16(_) | CudaStorageSlice::F16(_)
+        )
+        || !matches!(dims.dim, 64 | 128)
+        || dims.q_len < 16
+    {
+        return Ok(false);
+    }
+    let (major, _) = dev.cuda_stream().context().compute_capability().w()?;
+    Ok(major >= 8)
+}
+
 fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     op: &AttentionOp,
     q: &CudaStorage,
@@ -242,12 +268,20 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     let n = dims.batch * dims.heads * dims.q_len * dims.dim;
     let out = output::<T>(dev, n)?;
     let tiles = if code == 2 { 3 } else { 2 };
-    let shared = (tiles * TILE * dims.dim * 4) as u32;
-    let f = func(
-        dev,
-        "attention",
-        &format!("capstan_attention_{}", suffix(q)?),
-    )?;
+    let (f, shared, rows) = if uses_tensor_cores(dev, q, &dims)? {
+        let name = format!(
+            "capstan_attention_mma_{}_d{}{}",
+            suffix(q)?,
+            dims.dim,
+            if code == 2 { "_extend" } else { "" }
+        );
+        let shared = tiles * MMA_KEYS * (dims.dim + MMA_PAD) * 2;
+        (func(dev, "attention_mma", &name)?, shared as u32, MMA_ROWS)
+    } else {
+        let name = format!("capstan_attention_{}", suffix(q)?);
+        let shared = tiles * TILE * dims.dim * 4;
+        (func(dev, "attention", &name)?, shared as u32, ROWS)
+    };
     if shared > 48 * 1024 - 256 {
         f.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -257,11 +291,11 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     }
     let cfg = LaunchConfig {
         grid_dim: (
-            dims.q_len.div_ceil(ROWS) as u32,
+            dims.q_len.div_ceil(rows) as u32,
             dims.heads as u32,
             dims.batch as u32,
         ),
-        block_dim: (32 * ROWS as u32, 1, 1),
+        block_dim: (128, 1, 1),
         shared_mem_bytes: shared,
     };
     let stream = dev.cuda_stream();

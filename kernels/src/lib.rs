@@ -41,17 +41,53 @@ pub use pattern::{
 };
 pub use qmatmul_op::qmatmul;
 
+/// Whether CUDA attention on bf16 or f16 runs on tensor cores (attention_mma.cu) for prefill
+/// and cross-attention with a head width of 64 or 128: set by [`set_tensor_core_attention`],
+/// else by `CAPSTAN_ATTENTION_KERNEL=mma` when first asked. Off by default until a GPU run has
+/// checked it against the CPU reference (`kernels/tests/gpu.rs`); decoding and every other case
+/// run on the CUDA-core kernel either way. No effect on the CPU.
+pub fn tensor_core_attention() -> bool {
+    match TENSOR_CORES.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = std::env::var("CAPSTAN_ATTENTION_KERNEL").is_ok_and(|v| v == "mma");
+            set_tensor_core_attention(on);
+            on
+        }
+    }
+}
+
+/// Chooses the tensor-core attention kernel (`true`) or the CUDA-core one for the process.
+pub fn set_tensor_core_attention(on: bool) {
+    TENSOR_CORES.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// 0: not chosen yet (read the environment), 1: CUDA cores, 2: tensor cores.
+static TENSOR_CORES: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 /// Results of this crate's ops (candle's error type: the ops run inside candle).
 pub type Result<T> = candle_core::Result<T>;
 
 /// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
 /// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
-pub const SOURCES: [(&str, &str); 3] = [
+pub const SOURCES: [(&str, &str); 4] = [
     (
         "attention",
         concat!(
             include_str!("cuda/common.cuh"),
+            include_str!("cuda/attention_rules.cuh"),
             include_str!("cuda/attention.cu")
+        ),
+    ),
+    // Tensor-core attention (mma.sync m16n8k16 on bf16/f16: compute capability 8.0 and up),
+    // its own module so that older devices still compile the others.
+    (
+        "attention_mma",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/attention_rules.cuh"),
+            include_str!("cuda/attention_mma.cu")
         ),
     ),
     (

@@ -165,3 +165,72 @@ fn rope_and_rms_norm_kernels_match_the_cpu_reference() {
     let (gs, gn) = capstan_kernels::rms_norm_residual(&on(&x), &on(&r), &on(&w), 1e-5).unwrap();
     assert!(max_diff(&gs, &cs) < 1e-5 && max_diff(&gn, &cn) < 1e-4);
 }
+
+/// The tensor-core kernel (attention_mma.cu) against the CPU reference: every pattern, both
+/// 16-bit types, head widths 64 and 128, grouped-query heads, rows that do not fill a block, a
+/// key padding mask, SelfExtend's two rotations, and a prompt chunk after cached rows (queries
+/// from position 40 over keys from 0, as chunked prefill and the prefix cache run it).
+#[test]
+fn tensor_core_attention_matches_the_cpu_reference() {
+    let Some(dev) = gpu() else { return };
+    capstan_kernels::set_tensor_core_attention(true);
+    let on = |t: &Tensor| t.to_device(&dev).unwrap();
+    for (b, h, kvh, s, d) in [
+        (1, 8, 8, 100, 64),
+        (2, 16, 4, 257, 128),
+        (1, 8, 2, 1030, 128),
+    ] {
+        for (dtype, tol) in [(DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+            let rand = |heads| {
+                Tensor::randn(0f32, 1.0, (b, heads, s, d), &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+            };
+            let (q, k, v) = (rand(h), rand(kvh), rand(kvh));
+            let qg = (&q * 0.9).unwrap();
+            let kg = (&k * 1.1).unwrap();
+            let mask: Vec<u8> = (0..b * s).map(|i| (i % 7 != 3) as u8).collect();
+            let mask = Tensor::from_vec(mask, (b, s), &Device::Cpu).unwrap();
+            let patterns = [
+                Pattern::Causal,
+                Pattern::Local { window: 37 },
+                Pattern::SelfExtend {
+                    neighbor: 48,
+                    group: 4,
+                },
+                Pattern::Scca(scca_rules(SccaKind::Fixed, 32, h)),
+                Pattern::Scca(scca_rules(SccaKind::Flow { groups: 4 }, 16, h)),
+                Pattern::Scca(scca_rules(SccaKind::Mixed, 16, h)),
+                Pattern::Cross,
+            ];
+            for p in patterns {
+                for (masked, q_from) in [(false, 0), (true, 0), (false, 40)] {
+                    let extend = matches!(p, Pattern::SelfExtend { .. });
+                    let rows = |t: &Tensor| t.narrow(2, q_from, s - q_from).unwrap();
+                    let mut o = AttentionOptions::new(p.clone());
+                    o.q_pos0 = q_from as u64;
+                    if masked {
+                        o.key_mask = Some(mask.clone());
+                    }
+                    if extend {
+                        o.q_grouped = Some(rows(&qg));
+                        o.k_grouped = Some(kg.clone());
+                    }
+                    let cpu = attention(&rows(&q), &k, &v, o.clone()).unwrap();
+                    o.key_mask = o.key_mask.as_ref().map(on);
+                    o.q_grouped = o.q_grouped.as_ref().map(on);
+                    o.k_grouped = o.k_grouped.as_ref().map(on);
+                    let g = attention(&on(&rows(&q)), &on(&k), &on(&v), o).unwrap();
+                    let diff = max_diff(&g, &cpu);
+                    assert!(
+                        diff <= tol,
+                        "tensor cores: {p:?} {dtype:?} {:?} masked {masked} from {q_from}: {diff}",
+                        (b, h, kvh, s, d)
+                    );
+                }
+            }
+        }
+    }
+    capstan_kernels::set_tensor_core_attention(false);
+}
