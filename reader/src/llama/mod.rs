@@ -473,6 +473,11 @@ impl Llama {
         };
         let n_heads = self.cfg.num_attention_heads;
         let on_gpu = self.device.is_cuda();
+        // Prompt chunks of full-attention layers go to the kernel too when it runs on tensor
+        // cores (`capstan_kernels::tensor_core_attention`): the products below materialise
+        // every score, which at 8K and more is most of a prefill's time.
+        let full_on_kernel =
+            self.full_attention_kernel || (s >= 16 && capstan_kernels::tensor_core_attention());
         let mut x = self.decoder.embed_tokens.forward(ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
             let state = match &cache.cross {
@@ -482,7 +487,7 @@ impl Llama {
             let cross = state.as_deref().zip(cache.cross.as_ref());
             let full = self.attention.is_full(i);
             let la = LayerAttention {
-                use_kernels: !full || (on_gpu && self.full_attention_kernel),
+                use_kernels: !full || (on_gpu && full_on_kernel),
                 pattern: self.attention.layer_pattern(i, n_heads),
                 kept: self.attention.kept_keys(i, n_heads),
                 q_pos0: past,
