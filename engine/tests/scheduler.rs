@@ -794,3 +794,49 @@ fn work_waiting_past_its_deadline_is_refused_not_run_late() {
         .unwrap();
     assert_eq!(done.tokens.len(), 5);
 }
+
+/// Scoring jobs admitted together are answered one by one, each as soon as it is scored, not
+/// all after the last (16 concurrent span answers once all waited for the slowest: median
+/// 16.7 s against 7.7 s one at a time). Three jobs queue behind a fourth that occupies the
+/// scheduler; the last of the three arrives at least half a scoring after the first of them.
+#[test]
+fn scoring_jobs_admitted_together_are_answered_one_by_one() {
+    use std::time::{Duration, Instant};
+    let (_dir, lm) = tiny("llama3-rope-tiny");
+    let answers: Vec<String> = (0..8).map(|i| format!("t{} t{}", i + 5, i + 9)).collect();
+    let settings = SchedulerSettings {
+        prefix_cache: false,
+        ..SchedulerSettings::default()
+    };
+    let scheduler = Arc::new(Scheduler::start("test", Arc::new(lm), settings));
+    // One scoring alone, at its fastest of three (the first warms up).
+    let one = (0..3)
+        .map(|i| {
+            let t = Instant::now();
+            scheduler
+                .score(prompt(30 + i, 300, 384), answers.clone())
+                .unwrap();
+            t.elapsed()
+        })
+        .min()
+        .unwrap();
+    let spawn = |seed: u32| {
+        let (s, a) = (scheduler.clone(), answers.clone());
+        std::thread::spawn(move || {
+            s.score(prompt(seed, 300, 384), a).unwrap();
+            Instant::now()
+        })
+    };
+    let first = spawn(40);
+    // The first is being scored while the others arrive.
+    std::thread::sleep(one / 4);
+    let others: Vec<_> = (41..44).map(spawn).collect();
+    let done: Vec<Instant> = others.into_iter().map(|h| h.join().unwrap()).collect();
+    first.join().unwrap();
+    let spread = *done.iter().max().unwrap() - *done.iter().min().unwrap();
+    assert!(
+        spread >= one / 2 && one > Duration::ZERO,
+        "the three answers arrived within {spread:?}; one scoring takes {one:?}"
+    );
+    assert_eq!(scheduler.stats().kv_used, 0);
+}
