@@ -97,7 +97,7 @@ def main() -> int:
         for m, f in files.items():
             if is_facade(f):
                 continue
-            here = m if is_facade(f) else m[:-1]
+            here = m[:-1]  # the module `super` names (facades were passed over above)
             for ref in PATH.finditer(texts[m]):
                 for path in expand(ref.group(2)):
                     if ref.group(1) == "crate":

@@ -28,6 +28,9 @@ const MMA_ROWS: usize = 64;
 /// Keys per tile of the tensor-core kernel (`MMA_BK`), and the padding of its shared rows.
 const MMA_KEYS: usize = 64;
 const MMA_PAD: usize = 8;
+/// Threads per block of either attention kernel: 4 warps (one per query row of `ROWS`, or 16
+/// rows each of `MMA_ROWS`).
+const ATTENTION_THREADS: u32 = 128;
 /// Largest head width the attention kernel supports (`MAXD` in attention.cu).
 const MAXD: usize = 256;
 
@@ -295,7 +298,7 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
             dims.heads as u32,
             dims.batch as u32,
         ),
-        block_dim: (128, 1, 1),
+        block_dim: (ATTENTION_THREADS, 1, 1),
         shared_mem_bytes: shared,
     };
     let stream = dev.cuda_stream();

@@ -30,20 +30,10 @@ pub(crate) fn is_continuation(b: u8) -> bool {
 
 /// The length of the [`CLOSERS`] character `text` starts with, if it starts with one.
 fn closer_len(text: &[u8]) -> Option<usize> {
-    let first = *text.first()?;
-    if first.is_ascii() {
-        return CLOSERS.contains(&(first as char)).then_some(1);
-    }
     CLOSERS
         .iter()
-        .filter(|c| !c.is_ascii())
-        .map(|c| c.encode_utf8(&mut [0; 4]).len())
-        .find(|&n| {
-            text.get(..n)
-                .and_then(|b| std::str::from_utf8(b).ok())
-                .and_then(|s| s.chars().next())
-                .is_some_and(|c| CLOSERS.contains(&c))
-        })
+        .find(|c| text.starts_with(c.encode_utf8(&mut [0; 4]).as_bytes()))
+        .map(|c| c.len_utf8())
 }
 
 /// Whether the text before `s` ends with one of [`OPENERS`].

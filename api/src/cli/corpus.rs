@@ -108,9 +108,10 @@ fn extract(
         );
         return Ok(());
     }
+    // The same bounds as `index`: a run its memory bound cannot hold does not start.
+    bounds.parallel_files()?;
     // The parse runs in a bounded child, as `index` runs it: a hostile file costs this
     // process neither its memory nor its stack.
-    bounds.parallel_files()?;
     let result = bounds.extractor()?.extract(file, format).and_then(|doc| {
         if doc.text.len() > bounds.max_document_bytes {
             return Err(extract::ExtractError::TooLarge {

@@ -23,36 +23,25 @@
 
 template <typename L> struct Mma;
 
-template <> struct Mma<BF16> {
-    static __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    // {lo, hi} rounded to nearest even; cvt's first source goes to the upper half.
-    static __device__ __forceinline__ u32 pack(float lo, float hi) {
-        u32 r;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
-
-template <> struct Mma<F16> {
-    static __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
-        asm volatile(
-            "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-            "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    }
-    static __device__ __forceinline__ u32 pack(float lo, float hi) {
-        u32 r;
-        asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-        return r;
-    }
-};
+// One specialisation per 16-bit type, differing only in the PTX type name: the mma itself and
+// the packing of two f32 into the A operand's halves, {lo, hi} rounded to nearest even
+// (cvt's first source goes to the upper half).
+#define MMA_OPS(L, TY)                                                                          \
+    template <> struct Mma<L> {                                                                \
+        static __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {   \
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." TY "." TY ".f32 "            \
+                         "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"               \
+                         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                     \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));     \
+        }                                                                                      \
+        static __device__ __forceinline__ u32 pack(float lo, float hi) {                       \
+            u32 r;                                                                             \
+            asm("cvt.rn." TY "x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));              \
+            return r;                                                                          \
+        }                                                                                      \
+    };
+MMA_OPS(BF16, "bf16")
+MMA_OPS(F16, "f16")
 
 __device__ __forceinline__ u32 pack_u16(u16 lo, u16 hi) { return (u32)lo | ((u32)hi << 16); }
 
