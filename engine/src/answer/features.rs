@@ -318,6 +318,7 @@ pub fn names() -> Vec<String> {
     n.push("relation_similarity".into());
     n.push("relation_similarity_gap".into());
     n.push("call_with_arguments".into());
+    n.push("after_as".into());
     n
 }
 
@@ -328,6 +329,10 @@ const CUE: usize = SHAPE_BASE + ASKS * SHAPES;
 pub const RELATION: usize = CUE + 1;
 /// Index of `call_with_arguments`.
 const CALL: usize = RELATION + 2;
+/// Index of `after_as`: "as" before a span names a role ("worked as a glassblower") but as
+/// often starts a comparison or a list ("such as", "as well as"), so it is weighed apart from
+/// "called" and "named".
+const AFTER_AS: usize = CALL + 1;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -523,14 +528,15 @@ pub fn features(
             f[18] = c.in_title as u8 as f32;
             f[19] = (c.previous == "by") as u8 as f32;
             f[20] = matches!(c.previous.as_str(), "is" | "are" | "was" | "were") as u8 as f32;
-            f[21] = matches!(c.previous.as_str(), "called" | "named" | "as") as u8 as f32;
+            f[21] = matches!(c.previous.as_str(), "called" | "named") as u8 as f32;
             f[22] = (counts[norm.as_str()] as f32).ln();
             f[IN_CONTEXT] = in_context(c) as u8 as f32;
             let shape = Shape::of(c.text(hits)) as usize;
             f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
             f[CUE] = question.asks.cues().contains(&c.previous.as_str()) as u8 as f32;
             f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
-            debug_assert_eq!(CALL + 1, n);
+            f[AFTER_AS] = (c.previous == "as") as u8 as f32;
+            debug_assert_eq!(AFTER_AS + 1, n);
             f
         })
         .collect()
@@ -659,7 +665,8 @@ mod tests {
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 4);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 5);
+        assert_eq!(names()[AFTER_AS], "after_as");
         assert_eq!(names()[RELATION], "relation_similarity");
         assert_eq!(names()[CUE], "cue_fits_question");
         assert_eq!(names()[IN_CONTEXT], "in_context");
