@@ -28,6 +28,9 @@ const MMA_ROWS: usize = 64;
 /// Keys per tile of the tensor-core kernel (`MMA_BK`), and the padding of its shared rows.
 const MMA_KEYS: usize = 64;
 const MMA_PAD: usize = 8;
+/// The most static shared memory of an attention kernel: the tensor-core kernel's row bounds,
+/// 2 x 64 i64.
+const STATIC_SHARED_BYTES: usize = 1024;
 /// Threads per block of either attention kernel: 4 warps (one per query row of `ROWS`, or 16
 /// rows each of `MMA_ROWS`).
 const ATTENTION_THREADS: u32 = 128;
@@ -285,7 +288,9 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
         let shared = tiles * TILE * dims.dim * 4;
         (func(dev, "attention", &name)?, shared as u32, ROWS)
     };
-    if shared > 48 * 1024 - 256 {
+    // Past 48 KB a block's shared memory, its static part included (the tensor-core kernel's
+    // row bounds, 1 KB), needs the opt-in attribute.
+    if shared as usize + STATIC_SHARED_BYTES > 48 * 1024 {
         f.set_attribute(
             CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
             shared as i32,

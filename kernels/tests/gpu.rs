@@ -24,6 +24,35 @@ fn gpu() -> Option<Device> {
     }
 }
 
+/// The largest difference of `a` from `b` past one rounding step of `dtype` at `b`'s
+/// magnitude (2^-7 relative for bf16, 2^-10 for f16).
+fn max_diff_beyond_step(a: &Tensor, b: &Tensor, dtype: DType) -> f32 {
+    let step = if dtype == DType::BF16 {
+        2f32.powi(-7)
+    } else {
+        2f32.powi(-10)
+    };
+    let flat = |t: &Tensor| {
+        t.to_dtype(DType::F32)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap()
+    };
+    flat(a)
+        .iter()
+        .zip(flat(b))
+        .map(|(x, y)| {
+            if x.is_finite() {
+                ((x - y).abs() - step * y.abs()).max(0.0)
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold(0f32, f32::max)
+}
+
 fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
     let a = a
         .to_dtype(DType::F32)
@@ -222,7 +251,11 @@ fn tensor_core_attention_matches_the_cpu_reference() {
                     o.q_grouped = o.q_grouped.as_ref().map(on);
                     o.k_grouped = o.k_grouped.as_ref().map(on);
                     let g = attention(&on(&rows(&q)), &on(&k), &on(&v), o).unwrap();
-                    let diff = max_diff(&g, &cpu);
+                    // The kernel rounds the softmax weights to the input type before the
+                    // product with V (as FlashAttention-2 does), the reference keeps them in
+                    // f32: an output of magnitude x may differ by about one step of the type
+                    // at x, which for bf16 past 2.5 exceeds the absolute tolerance.
+                    let diff = max_diff_beyond_step(&g, &cpu, dtype);
                     assert!(
                         diff <= tol,
                         "tensor cores: {p:?} {dtype:?} {:?} masked {masked} from {q_from}: {diff}",

@@ -4,8 +4,8 @@
 // shared memory, computes S = Q K^T with mma.sync.m16n8k16, keeps a running max and sum per
 // row (online softmax), and accumulates O += P V with the probabilities P reused from the S
 // accumulators as the next mma's A fragments. Every pattern of attention.cu is supported through
-// the same `key_range` and `visible` rules (this source is compiled after attention.cu's
-// helpers, see kernels/src/lib.rs): masked scores are set to -inf element by element, tiles no
+// the same `key_range` and `visible` rules (this source is compiled after attention_rules.cuh,
+// see kernels/src/lib.rs): masked scores are set to -inf element by element, tiles no
 // row of a warp can see are skipped, and tiles every row sees whole (causal or cross-attention
 // without a padding mask, inside the diagonal) skip the per-element test. SelfExtend computes
 // both products (plain and grouped rotations) and takes, per element, the one its distance asks
@@ -53,7 +53,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const u16* row) {
     asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(row));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+                 : "r"(addr)
+                 : "memory");
 }
 
 // Whether the query at position i sees the key at position p (row kr of the cache): not
