@@ -319,6 +319,9 @@ pub fn names() -> Vec<String> {
     n.push("relation_similarity_gap".into());
     n.push("call_with_arguments".into());
     n.push("after_as".into());
+    n.push("question_words_before".into());
+    n.push("question_words_after".into());
+    n.push("title_when_the_question_names_one".into());
     n
 }
 
@@ -333,6 +336,16 @@ const CALL: usize = RELATION + 2;
 /// often starts a comparison or a list ("such as", "as well as"), so it is weighed apart from
 /// "called" and "named".
 const AFTER_AS: usize = CALL + 1;
+/// Index of `question_words_before`, then `question_words_after`: the question's words in the
+/// window on one side of a span only. A term is described after it (an option and its help,
+/// a field and its value, "X is used for …"); the side tells an option's own description from
+/// the previous one's, which the window on both sides holds as well.
+pub(crate) const SIDES: usize = AFTER_AS + 1;
+/// Index of `title_when_the_question_names_one`: a document's title as the answer where the
+/// question spells a retrieved title already. A question that names its document ("which
+/// llvm-objdump option …", "where was Ada conceived") asks for something inside it, and
+/// another document's name is seldom that; one that names none may ask for a document.
+pub(crate) const NAMED_TITLE: usize = SIDES + 2;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -342,6 +355,7 @@ const SHAPE_BASE: usize = 29;
 
 /// The question as the features read it.
 pub struct Question {
+    text: String,
     stems: Vec<String>,
     asks: Asks,
 }
@@ -353,6 +367,7 @@ impl Question {
         stems.sort();
         stems.dedup();
         Self {
+            text: question.to_string(),
             stems,
             asks: Asks::of(question),
         }
@@ -463,6 +478,9 @@ pub fn features(
     for t in &texts {
         *counts.entry(t.as_str()).or_default() += 1;
     }
+    let names_a_title = hits
+        .iter()
+        .any(|h| super::spelled_in(&question.text, &h.title));
     let n = names().len();
     candidates
         .iter()
@@ -500,10 +518,16 @@ pub fn features(
                 if let (Some(first), Some(last)) = (first, last) {
                     let lo = first.saturating_sub(WINDOW);
                     let hi = (last + 1 + WINDOW).min(view.words.len());
-                    let near: Vec<String> = view.words[lo..first]
-                        .iter()
-                        .chain(&view.words[last + 1..hi])
-                        .map(|w| w.2.clone())
+                    let stems = |ws: &[(usize, usize, String)]| -> Vec<String> {
+                        ws.iter().map(|w| w.2.clone()).collect()
+                    };
+                    let before = stems(&view.words[lo..first]);
+                    let after = stems(&view.words[last + 1..hi]);
+                    f[SIDES] = question.share_in(&before);
+                    f[SIDES + 1] = question.share_in(&after);
+                    let near: Vec<String> = before
+                        .into_iter()
+                        .chain(after)
                         .chain(view.title.iter().cloned())
                         .collect();
                     f[7] = question.share_in(&near);
@@ -536,7 +560,8 @@ pub fn features(
             f[CUE] = question.asks.cues().contains(&c.previous.as_str()) as u8 as f32;
             f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
             f[AFTER_AS] = (c.previous == "as") as u8 as f32;
-            debug_assert_eq!(AFTER_AS + 1, n);
+            f[NAMED_TITLE] = (c.in_title && names_a_title) as u8 as f32;
+            debug_assert_eq!(NAMED_TITLE + 1, n);
             f
         })
         .collect()
@@ -665,7 +690,9 @@ mod tests {
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 5);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8);
+        assert_eq!(names()[NAMED_TITLE], "title_when_the_question_names_one");
+        assert_eq!(names()[SIDES + 1], "question_words_after");
         assert_eq!(names()[AFTER_AS], "after_as");
         assert_eq!(names()[RELATION], "relation_similarity");
         assert_eq!(names()[CUE], "cue_fits_question");

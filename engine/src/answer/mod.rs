@@ -340,6 +340,76 @@ mod tests {
         assert_eq!(s.candidates[best].text(&hits), "MIT OR Apache-2.0");
     }
 
+    /// An option's own help follows it: the question's words after a span tell it from the
+    /// option before, whose help the window on both sides holds too.
+    #[test]
+    fn the_question_words_after_a_span_are_counted_apart() {
+        let text = "-c, --class class Specify the name of the scheduling class. \
+                    -n, --classdata level Specify the scheduling class data.";
+        let hits = [hit("ionice", "ionice", text, 10.0)];
+        let ranked = vec![ScoredSentence {
+            passage: 0,
+            start: 0,
+            end: text.len(),
+            score: 0.5,
+        }];
+        let s = Shortlist::new(
+            "Which ionice flag sets the scheduling class data?",
+            &hits,
+            &ranked,
+            |_| true,
+            &|_| 0.0,
+        );
+        let sides = |t: &str| {
+            let i = s
+                .order
+                .iter()
+                .copied()
+                .find(|&i| s.candidates[i].text(&hits) == t)
+                .unwrap_or_else(|| panic!("no candidate {t}"));
+            let f = &s.features[i];
+            (f[features::SIDES], f[features::SIDES + 1])
+        };
+        let (c_before, c_after) = sides("-c");
+        let (n_before, n_after) = sides("-n");
+        assert!(n_after > c_after, "-n {n_after} against -c {c_after}");
+        // Before "-n" stands "-c"'s help, which shares the question's words too.
+        assert!(n_before > c_before, "{n_before} {c_before}");
+    }
+
+    /// Another document's title is flagged as the answer only where the question names a
+    /// retrieved title itself.
+    #[test]
+    fn a_title_is_flagged_where_the_question_names_a_title() {
+        let hits = [
+            hit(
+                "send",
+                "git-send-pack",
+                "Usage: git-send-pack --verbose",
+                10.0,
+            ),
+            hit("receive", "git-receive-pack", "Receive what is pushed", 9.0),
+        ];
+        let ranked = vec![ScoredSentence {
+            passage: 0,
+            start: 0,
+            end: hits[0].text.len(),
+            score: 0.5,
+        }];
+        let flag = |question: &str| {
+            let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
+            let i = s
+                .order
+                .iter()
+                .copied()
+                .find(|&i| s.candidates[i].in_title && s.candidates[i].hit == 1)
+                .expect("the second title is a candidate");
+            s.features[i][features::NAMED_TITLE]
+        };
+        assert_eq!(flag("What flag makes git-send-pack run verbosely?"), 1.0);
+        assert_eq!(flag("Which command receives what is pushed?"), 0.0);
+    }
+
     /// Each shortlisted candidate is compared through its own sentence with the topic taken
     /// out, and the similarity (and its gap to the best) lands in its features.
     #[test]
