@@ -322,6 +322,10 @@ pub fn names() -> Vec<String> {
     n.push("question_words_before".into());
     n.push("question_words_after".into());
     n.push("title_when_the_question_names_one".into());
+    for a in asks {
+        n.push(format!("question_words_before_x_asks_{a}"));
+        n.push(format!("question_words_after_x_asks_{a}"));
+    }
     n
 }
 
@@ -346,6 +350,10 @@ pub(crate) const SIDES: usize = AFTER_AS + 1;
 /// llvm-objdump option …", "where was Ada conceived") asks for something inside it, and
 /// another document's name is seldom that; one that names none may ask for a document.
 pub(crate) const NAMED_TITLE: usize = SIDES + 2;
+/// Index of the first of the two sides again, per kind of question: where the question's words
+/// stand against the answer depends on what it asks ("which option does X": the option
+/// before its help; "where was X born": the place after the words the question repeats).
+const SIDES_BY_ASKS: usize = NAMED_TITLE + 1;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -525,6 +533,9 @@ pub fn features(
                     let after = stems(&view.words[last + 1..hi]);
                     f[SIDES] = question.share_in(&before);
                     f[SIDES + 1] = question.share_in(&after);
+                    let by_asks = SIDES_BY_ASKS + 2 * question.asks.index();
+                    f[by_asks] = f[SIDES];
+                    f[by_asks + 1] = f[SIDES + 1];
                     let near: Vec<String> = before
                         .into_iter()
                         .chain(after)
@@ -561,7 +572,7 @@ pub fn features(
             f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
             f[AFTER_AS] = (c.previous == "as") as u8 as f32;
             f[NAMED_TITLE] = (c.in_title && names_a_title) as u8 as f32;
-            debug_assert_eq!(NAMED_TITLE + 1, n);
+            debug_assert_eq!(SIDES_BY_ASKS + 2 * ASKS, n);
             f
         })
         .collect()
@@ -690,7 +701,11 @@ mod tests {
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS);
+        assert_eq!(
+            names()[SIDES_BY_ASKS + 2 * Asks::Where.index() + 1],
+            "question_words_after_x_asks_where"
+        );
         assert_eq!(names()[NAMED_TITLE], "title_when_the_question_names_one");
         assert_eq!(names()[SIDES + 1], "question_words_after");
         assert_eq!(names()[AFTER_AS], "after_as");
