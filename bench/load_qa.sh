@@ -3,7 +3,8 @@
 # clients for DURATION, questions rotating from QUESTIONS (a JSONL of
 # {"question": ...} or BEIR queries {"text": ...}). Prints wrk's summary, the
 # server's peak RSS and the non-2xx count.
-# Usage: bench/load_qa.sh INDEX QUESTIONS [CONNECTIONS=64] [DURATION=60s]
+# Usage: [READER=extractive] bench/load_qa.sh INDEX QUESTIONS [CONNECTIONS=64] [DURATION=60s]
+#   (READER unset: the server's default reader, the Llama reader where a model is at hand)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh

@@ -6,6 +6,9 @@ for line in io.lines(path) do
   if #line > 0 then table.insert(questions, line) end
 end
 local counter = 0
+-- READER (extractive, llama, ...) names the reader; unset, the server's default answers.
+local reader = os.getenv("READER")
+local reader_field = reader and (',"reader":"' .. reader .. '"') or ""
 
 local function escape(s)
   return s:gsub('\\', '\\\\'):gsub('"', '\\"')
@@ -14,7 +17,7 @@ end
 request = function()
   counter = counter + 1
   local q = questions[(counter % #questions) + 1]
-  local body = '{"question":"' .. escape(q) .. '","k":5}'
+  local body = '{"question":"' .. escape(q) .. '","k":5' .. reader_field .. '}'
   return wrk.format("POST", "/v1/qa", {["Content-Type"] = "application/json"}, body)
 end
 
