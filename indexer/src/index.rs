@@ -201,30 +201,44 @@ impl Index {
     /// checked before they are read (an open checks only their sizes: a BM25 search never reads
     /// them).
     pub fn dense(&self) -> Result<&DenseIndex> {
-        if let Some(d) = self.dense.get() {
-            return Ok(d);
+        self.on_first_use(&self.dense, || {
+            let mut files = dense_files(&self.manifest);
+            files.remove(dense::PASSAGE_VECTORS);
+            files.remove(dense::FROZEN_GRAPH);
+            integrity::first_error(integrity::check(&self.gen, &files, Depth::Checksums))?;
+            let dense = DenseIndex::open(
+                &self.gen,
+                self.manifest.encoder.dimension,
+                Some(&self.manifest.files),
+            )?;
+            let stored = self.manifest.counts.stored_passages;
+            if dense.len() as u64 != stored {
+                return Err(Error::Damaged {
+                    path: self.gen.join(dense::PASSAGE_VECTORS),
+                    message: format!("holds {} rows, the manifest says {stored}", dense.len()),
+                });
+            }
+            Ok(dense)
+        })
+    }
+
+    /// `cell`'s value, made by `load` on first use. Callers arriving together wait for one
+    /// load rather than each making its own (see `first_use`); a failed load leaves the cell
+    /// empty for the next caller to try.
+    fn on_first_use<'a, T>(
+        &'a self,
+        cell: &'a std::sync::OnceLock<T>,
+        load: impl FnOnce() -> Result<T>,
+    ) -> Result<&'a T> {
+        if let Some(v) = cell.get() {
+            return Ok(v);
         }
-        let _reading = self.first_use.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = self.dense.get() {
-            return Ok(d);
+        let _loading = self.first_use.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = cell.get() {
+            return Ok(v);
         }
-        let mut files = dense_files(&self.manifest);
-        files.remove(dense::PASSAGE_VECTORS);
-        files.remove(dense::FROZEN_GRAPH);
-        integrity::first_error(integrity::check(&self.gen, &files, Depth::Checksums))?;
-        let dense = DenseIndex::open(
-            &self.gen,
-            self.manifest.encoder.dimension,
-            Some(&self.manifest.files),
-        )?;
-        let stored = self.manifest.counts.stored_passages;
-        if dense.len() as u64 != stored {
-            return Err(Error::Damaged {
-                path: self.gen.join(dense::PASSAGE_VECTORS),
-                message: format!("holds {} rows, the manifest says {stored}", dense.len()),
-            });
-        }
-        Ok(self.dense.get_or_init(|| dense))
+        let v = load()?;
+        Ok(cell.get_or_init(|| v))
     }
 
     /// Passages stored, deleted ones included (the dense index's rows).
@@ -245,32 +259,29 @@ impl Index {
     /// The sentence vectors, read on first use after their checksum and values are checked
     /// (an open checks only their size: searches never read them).
     fn sentence_vectors(&self) -> Result<&[f32]> {
-        if let Some(v) = self.sentence_vectors.get() {
-            return Ok(v);
-        }
-        let _reading = self.first_use.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(v) = self.sentence_vectors.get() {
-            return Ok(v);
-        }
-        if let Some(sum) = self.manifest.files.get(dense::SENTENCE_VECTORS) {
-            let table: integrity::FileTable = [(dense::SENTENCE_VECTORS.to_string(), sum.clone())]
-                .into_iter()
-                .collect();
-            integrity::first_error(integrity::check(&self.gen, &table, Depth::Checksums))?;
-        }
-        let dim = self.manifest.encoder.dimension;
-        let v = dense::read_vectors(&self.gen, dense::SENTENCE_VECTORS, dim)?;
-        if (v.len() / dim) as u64 != self.manifest.counts.stored_sentences {
-            return Err(Error::Damaged {
-                path: self.gen.join(dense::SENTENCE_VECTORS),
-                message: format!(
-                    "holds {} rows, the manifest says {}",
-                    v.len() / dim,
-                    self.manifest.counts.stored_sentences
-                ),
-            });
-        }
-        Ok(self.sentence_vectors.get_or_init(|| v))
+        self.on_first_use(&self.sentence_vectors, || {
+            if let Some(sum) = self.manifest.files.get(dense::SENTENCE_VECTORS) {
+                let table: integrity::FileTable =
+                    [(dense::SENTENCE_VECTORS.to_string(), sum.clone())]
+                        .into_iter()
+                        .collect();
+                integrity::first_error(integrity::check(&self.gen, &table, Depth::Checksums))?;
+            }
+            let dim = self.manifest.encoder.dimension;
+            let v = dense::read_vectors(&self.gen, dense::SENTENCE_VECTORS, dim)?;
+            if (v.len() / dim) as u64 != self.manifest.counts.stored_sentences {
+                return Err(Error::Damaged {
+                    path: self.gen.join(dense::SENTENCE_VECTORS),
+                    message: format!(
+                        "holds {} rows, the manifest says {}",
+                        v.len() / dim,
+                        self.manifest.counts.stored_sentences
+                    ),
+                });
+            }
+            Ok(v)
+        })
+        .map(Vec::as_slice)
     }
 
     /// The sentences of a passage with their unit vectors (empty when the

@@ -24,14 +24,9 @@ fn gpu() -> Option<Device> {
     }
 }
 
-/// The largest difference of `a` from `b` past one rounding step of `dtype` at `b`'s
-/// magnitude (2^-7 relative for bf16, 2^-10 for f16).
-fn max_diff_beyond_step(a: &Tensor, b: &Tensor, dtype: DType) -> f32 {
-    let step = if dtype == DType::BF16 {
-        2f32.powi(-7)
-    } else {
-        2f32.powi(-10)
-    };
+/// The largest difference of `a` from `b` past `relative` times `b`'s magnitude; a value of
+/// `a` that is not finite counts as infinitely far.
+fn max_diff_past(a: &Tensor, b: &Tensor, relative: f32) -> f32 {
     let flat = |t: &Tensor| {
         t.to_dtype(DType::F32)
             .unwrap()
@@ -45,39 +40,27 @@ fn max_diff_beyond_step(a: &Tensor, b: &Tensor, dtype: DType) -> f32 {
         .zip(flat(b))
         .map(|(x, y)| {
             if x.is_finite() {
-                ((x - y).abs() - step * y.abs()).max(0.0)
-            } else {
-                f32::INFINITY
-            }
-        })
-        .fold(0f32, f32::max)
-}
-
-fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
-    let a = a
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    let b = b
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1::<f32>()
-        .unwrap();
-    a.iter()
-        .zip(&b)
-        .map(|(x, y)| {
-            if x.is_finite() {
-                (x - y).abs()
+                ((x - y).abs() - relative * y.abs()).max(0.0)
             } else {
                 f32::INFINITY
             }
         })
         .fold(0.0, f32::max)
+}
+
+fn max_diff(a: &Tensor, b: &Tensor) -> f32 {
+    max_diff_past(a, b, 0.0)
+}
+
+/// The largest difference of `a` from `b` past one rounding step of `dtype` at `b`'s
+/// magnitude (2^-7 relative for bf16, 2^-10 for f16).
+fn max_diff_beyond_step(a: &Tensor, b: &Tensor, dtype: DType) -> f32 {
+    let step = if dtype == DType::BF16 {
+        2f32.powi(-7)
+    } else {
+        2f32.powi(-10)
+    };
+    max_diff_past(a, b, step)
 }
 
 #[test]

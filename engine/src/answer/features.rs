@@ -526,11 +526,11 @@ pub fn features(
                 if let (Some(first), Some(last)) = (first, last) {
                     let lo = first.saturating_sub(WINDOW);
                     let hi = (last + 1 + WINDOW).min(view.words.len());
-                    let stems = |ws: &[(usize, usize, String)]| -> Vec<String> {
+                    let stems_of = |ws: &[(usize, usize, String)]| -> Vec<String> {
                         ws.iter().map(|w| w.2.clone()).collect()
                     };
-                    let before = stems(&view.words[lo..first]);
-                    let after = stems(&view.words[last + 1..hi]);
+                    let before = stems_of(&view.words[lo..first]);
+                    let after = stems_of(&view.words[last + 1..hi]);
                     f[SIDES] = question.share_in(&before);
                     f[SIDES + 1] = question.share_in(&after);
                     let by_asks = SIDES_BY_ASKS + 2 * question.asks.index();
