@@ -113,12 +113,18 @@ def main():
     ap.add_argument("--out", default="engine/data/answer_ranker.json")
     ap.add_argument("--names", default="engine/data/answer_ranker.json")
     ap.add_argument("--lambdas", default="0.0001,0.001,0.01")
+    ap.add_argument("--drop", default="",
+                    help="comma-separated features left out (weight 0): to compare feature sets")
     args = ap.parse_args()
     # The feature names of the code, as the weights file in the repository lists them.
     names = json.load(open(args.names))["features"]
     groups = load(args.pair)
     lams = [float(x) for x in args.lambdas.split(",")]
-    lexical_mask = np.array([n not in NOT_LEXICAL for n in names])
+    dropped = set(filter(None, args.drop.split(",")))
+    unknown = dropped - set(names)
+    if unknown:
+        sys.exit(f"--drop: no such features {sorted(unknown)}")
+    lexical_mask = np.array([n not in NOT_LEXICAL and n not in dropped for n in names])
     print(f"{len(groups)} questions, {sum(g[1].any() for g in groups)} with a right candidate",
           file=sys.stderr)
     print("lexical:", file=sys.stderr)
@@ -126,7 +132,7 @@ def main():
     w_lex = fit(groups, lexical_mask, lam)
     print(f"  chosen lambda {lam:g}; fitted top-1 {top1(groups, w_lex):.3f}", file=sys.stderr)
     scored_groups = [(X[s], y[s], s[s]) for X, y, s in groups if s.any()]
-    full_mask = np.ones(len(names), dtype=bool)
+    full_mask = np.array([n not in dropped for n in names])
     print(f"full ({len(scored_groups)} questions with scored candidates, "
           f"{sum(g[1].any() for g in scored_groups)} with a right one):", file=sys.stderr)
     lam_f, cv_f = choose(scored_groups, full_mask, lams)

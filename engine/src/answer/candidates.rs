@@ -38,6 +38,8 @@ pub struct Candidate {
     pub key: Option<(usize, usize)>,
     /// The span is the whole value of its line.
     pub whole_value: bool,
+    /// The name of the `name=value` word the span is the value of (`sleep` of `sleep=0.25`).
+    pub parameter: Option<(usize, usize)>,
     /// The word before the span, lower-cased, an article passed over ("" at a clause's start).
     pub previous: String,
 }
@@ -100,6 +102,14 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
                 kept = &core[..kept.len() + close.len_utf8()];
             }
         }
+        // An initial's or an honorific's period is part of a name ("George B. Dantzig",
+        // "J.R. Bell", "Dr. Ames"), not a sentence's end, where a name goes on after it.
+        if core[kept.len()..].starts_with('.')
+            && is_abbreviation(kept)
+            && next_word_is_capitalised(&text[raw_start + lead + kept.len() + 1..])
+        {
+            kept = &core[..kept.len() + 1];
+        }
         let trailing = &core[kept.len()..];
         let trailing_at = raw_start + lead + kept.len();
         let clause_end = (trailing_at..i).any(|j| is_clause_break(bytes, j))
@@ -127,6 +137,36 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
         last.clause_end = true;
     }
     out
+}
+
+/// An initial or a run of initials ("B", "J.R") or an honorific that stands before a name.
+pub(crate) fn is_abbreviation(word: &str) -> bool {
+    let initials = word.split('.').all(|part| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|c| c.is_uppercase()) && chars.next().is_none()
+    });
+    initials || matches!(word, "Mr" | "Mrs" | "Ms" | "Dr" | "Prof" | "St" | "Mt")
+}
+
+/// Whether `rest` (what follows a period) is one space and a capitalised word.
+fn next_word_is_capitalised(rest: &str) -> bool {
+    rest.strip_prefix(' ')
+        .and_then(|r| r.chars().next())
+        .is_some_and(char::is_uppercase)
+}
+
+/// A `name=value` word's two sides (`--tpm2-device=PATH`, `sleep=0.25`), as byte offsets
+/// within the word: an option or parameter name of letters, digits, `-`, `_` and `.`, and a
+/// value that is not empty and is not a second `=` (`a==b`).
+fn name_and_value(word: &str) -> Option<(usize, usize)> {
+    let eq = word.find('=')?;
+    let name = &word[..eq];
+    let value = &word[eq + 1..];
+    let name_ok = name.chars().any(char::is_alphanumeric)
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    (name_ok && !value.is_empty() && !value.starts_with('=')).then_some((eq, eq + 1))
 }
 
 fn is_function_word(word: &str) -> bool {
@@ -182,6 +222,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     words: n,
                     key: field.map(|f| f.0),
                     whole_value: field.is_some_and(|f| f.1 == (first.start, last.end)),
+                    parameter: None,
                     previous,
                 });
             }
@@ -197,6 +238,34 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     words: 1,
                     key: field_at(w.start).map(|f| f.0),
                     whole_value: false,
+                    parameter: None,
+                    previous: String::new(),
+                });
+            }
+            // A `name=value` word holds two answers: the option or parameter's name
+            // ("which option sets the device": `--tpm2-device`) and its value, with its name
+            // ("the default of sleep": `0.25`).
+            if let Some((name_end, value_start)) = name_and_value(&text[w.start..w.end]) {
+                out.push(Candidate {
+                    hit: h,
+                    start: w.start,
+                    end: w.start + name_end,
+                    in_title: false,
+                    words: 1,
+                    key: field_at(w.start).map(|f| f.0),
+                    whole_value: false,
+                    parameter: None,
+                    previous: previous_word(text, &words[clause_start..i]),
+                });
+                out.push(Candidate {
+                    hit: h,
+                    start: w.start + value_start,
+                    end: w.end,
+                    in_title: false,
+                    words: 1,
+                    key: None,
+                    whole_value: false,
+                    parameter: Some((w.start, w.start + name_end)),
                     previous: String::new(),
                 });
             }
@@ -224,6 +293,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     words: n,
                     key: Some(f.key),
                     whole_value: true,
+                    parameter: None,
                     previous: String::new(),
                 });
             }
@@ -239,10 +309,13 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 words: title.split_whitespace().count(),
                 key: None,
                 whole_value: false,
+                parameter: None,
                 previous: String::new(),
             });
         }
     }
+    // A rule or a table's bars ("-----", "|") answer nothing.
+    out.retain(|c| c.text(hits).chars().any(char::is_alphanumeric));
     out
 }
 
@@ -386,6 +459,7 @@ mod tests {
             "He said.\u{201d} Then (so.) on, the town of Thalrau; 1878.",
             "Name: serde\nAuthor:  Erick \u{201c}Tolnay\u{201d}\t--out=FILE isabs(s).x",
             "Dulcorde's home, e.g. the old one (mostly) [1] \u{ab}Othtu\u{bb}.",
+            "Made by George B. Dantzig in 1947. In group A. The end. J.R. Bell wrote it.",
         ];
         for text in texts {
             let hits = [hit("T", text)];
@@ -398,13 +472,49 @@ mod tests {
                     c.text(&hits)
                 );
                 // No candidate crosses a clause break, but a field's whole value, which is
-                // one answer however it is punctuated ("Authors: A, B").
+                // one answer however it is punctuated ("Authors: A, B"), and a name's
+                // initial ("George B. Dantzig").
+                let initial = |i: usize| {
+                    p[i] == b'.' && text[..i].rsplit(' ').next().is_some_and(is_abbreviation)
+                };
                 assert!(
-                    c.whole_value || !(c.start..c.end).any(|i| is_clause_break(p, i)),
+                    c.whole_value
+                        || !(c.start..c.end).any(|i| is_clause_break(p, i) && !initial(i)),
                     "{:?} in {text:?}",
                     c.text(&hits)
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_name_runs_across_its_initials() {
+        let c =
+            texts("Simplex was made by George B. Dantzig in 1947. J.R. Bell and Dr. Ames. Plan B.");
+        for want in ["George B. Dantzig", "J.R. Bell", "Dr. Ames"] {
+            assert!(c.contains(&want.to_string()), "{want}: {c:?}");
+        }
+        assert!(c.contains(&"George B".to_string()) || c.contains(&"Dantzig".to_string()));
+        assert!(
+            !c.iter().any(|t| t.contains("1947. J")),
+            "a year's period ends: {c:?}"
+        );
+        assert!(c.contains(&"Plan B".to_string()), "{c:?}");
+    }
+
+    #[test]
+    fn a_name_value_word_gives_its_name_and_its_value_keyed_by_the_name() {
+        let text = "--tpm2-device=PATH  use this device\nbackup(target, sleep=0.25) and a==b";
+        let hits = [hit("T", text)];
+        let cands = candidates(&hits);
+        let find = |t: &str| cands.iter().find(|c| c.text(&hits) == t);
+        assert!(find("--tpm2-device").is_some(), "{cands:?}");
+        let value = find("0.25").expect("the value");
+        assert_eq!(value.parameter.map(|k| &text[k.0..k.1]), Some("sleep"));
+        assert!(find("sleep").is_some());
+        assert!(find("=b").is_none() && find("a").is_none());
+        assert!(texts("x\n---- | ----\ny")
+            .iter()
+            .all(|t| t != "----" && t != "|"));
     }
 }

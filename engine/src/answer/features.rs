@@ -9,7 +9,7 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::candidates::{words, Candidate};
+use super::candidates::{is_abbreviation, words, Candidate};
 use crate::words::NON_ANSWER_STARTS;
 
 /// Words of the question a candidate should be near: within this many words either side.
@@ -229,10 +229,15 @@ impl Shape {
             Shape::Path
         } else if text.starts_with('-') {
             Shape::Option
-        } else if text.split_whitespace().any(|w| {
-            w.chars()
-                .any(|c| matches!(c, '_' | ':' | '(' | '<' | '=' | '/' | '.' | '$'))
-        }) {
+        } else if text
+            .split_whitespace()
+            // A name's initials ("B.", "J.R.") are not code's dots.
+            .filter(|w| !w.strip_suffix('.').is_some_and(is_abbreviation))
+            .any(|w| {
+                w.chars()
+                    .any(|c| matches!(c, '_' | ':' | '(' | '<' | '=' | '/' | '.' | '$'))
+            })
+        {
             Shape::Code
         } else if text
             .split_whitespace()
@@ -326,6 +331,8 @@ pub fn names() -> Vec<String> {
         n.push(format!("question_words_before_x_asks_{a}"));
         n.push(format!("question_words_after_x_asks_{a}"));
     }
+    n.push("parameter_value".into());
+    n.push("parameter_named_in_question".into());
     n
 }
 
@@ -354,6 +361,7 @@ pub(crate) const NAMED_TITLE: usize = SIDES + 2;
 /// stand against the answer depends on what it asks ("which option does X": the option
 /// before its help; "where was X born": the place after the words the question repeats).
 const SIDES_BY_ASKS: usize = NAMED_TITLE + 1;
+const PARAMETER: usize = SIDES_BY_ASKS + 2 * ASKS;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -572,7 +580,14 @@ pub fn features(
             f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
             f[AFTER_AS] = (c.previous == "as") as u8 as f32;
             f[NAMED_TITLE] = (c.in_title && names_a_title) as u8 as f32;
-            debug_assert_eq!(SIDES_BY_ASKS + 2 * ASKS, n);
+            if let Some((ps, pe)) = c.parameter {
+                f[PARAMETER] = 1.0;
+                let name = &hit.text[ps..pe];
+                f[PARAMETER + 1] = (super::spelled_in(&question.text, name)
+                    || stems(name).iter().any(|s| question.stems.contains(s)))
+                    as u8 as f32;
+            }
+            debug_assert_eq!(PARAMETER + 2, n);
             f
         })
         .collect()
@@ -699,9 +714,11 @@ mod tests {
         assert_eq!(Shape::of("--recursive"), Shape::Option);
         assert_eq!(Shape::of("/etc/passwd"), Shape::Path);
         assert_eq!(Shape::of("David Tolnay"), Shape::Name);
+        assert_eq!(Shape::of("George B. Dantzig"), Shape::Name);
+        assert_eq!(Shape::of("J.R. Bell"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 2);
         assert_eq!(
             names()[SIDES_BY_ASKS + 2 * Asks::Where.index() + 1],
             "question_words_after_x_asks_where"
