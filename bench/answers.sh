@@ -11,6 +11,8 @@
 #                 text, READMEs under /usr/share/doc (real_answer_sets.py)
 #   glossary      FOLDOC, the Free On-line Dictionary of Computing: who made a language, machine
 #                 or company, where, and in what year (glossary_set.py)
+#   history       narrative real text: Debian's project history and release dedications, 52
+#                 hand-written questions (history_set.py); a dev set only, not in SETS by default
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
 #                 only (its first 500 questions); nothing is fitted on it
 #
@@ -45,6 +47,7 @@ prepare() {
     records | prose)
       [ -f "$dir/test.jsonl" ] || python3 bench/real_answer_sets.py --out "$DATA" --sets "$set" ;;
     glossary) [ -f "$dir/test.jsonl" ] || python3 bench/glossary_set.py --out "$DATA" ;;
+    history) [ -f "$dir/dev.jsonl" ] || python3 bench/history_set.py --out "$DATA" ;;
     encyclopedia)
       if [ ! -f "$dir/test.jsonl" ]; then
         "$CAPSTAN_BIN" corpus generate --out "$dir/gen" --seed 42 --documents 1000 --questions 600
@@ -89,6 +92,7 @@ fi
 if [[ " $STEPS " == *" test "* ]]; then
   for set in $SETS; do
     dir="$DATA/$set"
+    [ -f "$dir/test.jsonl" ] || continue # a dev set only
     run "$set-test-span" "$set" "$dir/test.jsonl" --reader llama
     run "$set-test-extractive-span" "$set" "$dir/test.jsonl" --reader extractive
     run "$set-test-copy" "$set" "$dir/test.jsonl" --reader llama --answer copy

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A dev set of narrative real text: "A Short History of the Debian Project" (Debian's
+`debian-history` package) and its release dedications, with questions written by hand.
+
+The answer sets of bench/answers.sh are mostly definitions, records and reference text; the
+sort of text where a person's life, a place and an event are told in sentences (the
+encyclopedia, the README demo) had no real-text dev data, and the ranker's weights for
+"where", "when" and "what did they do" questions came from a few dozen glossary entries.
+This set is for fitting (dev only): the questions in bench/data/history-dev.jsonl were
+written by reading the text, each answer a verbatim span of the named document, the
+question worded away from the sentence that holds it.
+
+The package comes from Debian's archive (`apt-get download`, as scripts/fetch-documents.sh
+does); each numbered section of the history and each dedication becomes one document.
+
+Usage: python3 bench/history_set.py --out DATA   (writes DATA/history/{corpus,dev}.jsonl)
+"""
+import argparse
+import glob
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+HEADING = re.compile(r"^(Chapter \d+\.|Appendix [A-Z]\.|[A-Z\d]+(?:\.\d+)*\.) (.+)$")
+
+
+def sections(text):
+    """(title, body) of each numbered section of the plain-text history, past its contents."""
+    lines = text.replace("\u00a0", " ").splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("Chapter 1."))
+    out, title, body = [], None, []
+    for line in lines[start:]:
+        m = HEADING.match(line)
+        if m and not line.startswith(" "):
+            if title and body:
+                out.append((title, body))
+            title, body = m.group(2).strip(), []
+        elif title is not None:
+            body.append(line)
+    if title and body:
+        out.append((title, body))
+    return [(t, p) for t, p in ((t, paragraphs(b)) for t, b in out) if p]
+
+
+def paragraphs(lines):
+    """Lines joined into paragraphs (blank lines between them), white space closed up."""
+    paras, cur = [], []
+    for line in lines + [""]:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(" ".join(cur))
+            cur = []
+    return "\n\n".join(paras)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--questions", default=os.path.join(os.path.dirname(__file__), "data", "history-dev.jsonl"))
+    args = ap.parse_args()
+    out = os.path.join(args.out, "history")
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["apt-get", "download", "debian-history"], cwd=tmp, check=True,
+                       stdout=subprocess.DEVNULL)
+        deb = glob.glob(os.path.join(tmp, "debian-history_*.deb"))[0]
+        subprocess.run(["dpkg-deb", "-x", deb, os.path.join(tmp, "x")], check=True)
+        doc = os.path.join(tmp, "x", "usr", "share", "doc", "debian-history")
+        history = gzip.open(os.path.join(doc, "docs", "project-history.en.txt.gz"), "rt").read()
+        docs = []
+        for title, body in sections(history):
+            slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
+            docs.append({"_id": f"history:{slug}", "title": title, "text": body})
+        for path in sorted(glob.glob(os.path.join(doc, "dedication", "dedication-*.txt"))):
+            if re.search(r"dedication-[\d.]+\.txt$", path) is None:
+                continue  # translations
+            lines = open(path).read().splitlines()
+            title = lines[0].strip()
+            body = paragraphs([l for l in lines[1:] if not set(l.strip()) <= {"-"} or not l.strip()])
+            version = re.search(r"dedication-([\d.]+)\.txt$", path).group(1)
+            docs.append({"_id": f"dedication:{version}", "title": title, "text": body})
+    with open(os.path.join(out, "corpus.jsonl"), "w") as f:
+        for d in docs:
+            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+    by_id = {d["_id"]: d for d in docs}
+    kept = 0
+    with open(os.path.join(out, "dev.jsonl"), "w") as f:
+        for n, line in enumerate(open(args.questions), 1):
+            q = json.loads(line)
+            d = by_id.get(q["doc_id"])
+            if d is None:
+                sys.exit(f"{args.questions}:{n}: doc_id {q['doc_id']!r} is not in the history")
+            if not any(a in d["text"] for a in q["answers"]):
+                sys.exit(f"{args.questions}:{n}: no answer of {q['answers']} is in {q['doc_id']}")
+            f.write(json.dumps(q, ensure_ascii=False) + "\n")
+            kept += 1
+    print(f"history: {len(docs)} documents, {kept} dev questions -> {out}")
+
+
+if __name__ == "__main__":
+    main()
