@@ -164,14 +164,7 @@ def unmark(s):
 
 def document(head, body, max_chars):
     """The entry as a document, and its first paragraph as one line, and its subject tag."""
-    paras, cur = [], []
-    for line in body + [""]:
-        if line.strip():
-            cur.append(line.strip())
-        elif cur:
-            paras.append(" ".join(cur))
-            cur = []
-    paras = [p for p in paras if not re.fullmatch(r"\(\d{4}-\d\d-\d\d\)", p)]
+    paras = [p for p in ras.paragraphs(body) if not re.fullmatch(r"\(\d{4}-\d\d-\d\d\)", p)]
     paras = [re.sub(r"\s*\(\d{4}-\d\d-\d\d\)$", "", unmark(p)) for p in paras]
     tag = None
     if paras:

@@ -25,6 +25,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import real_answer_sets as ras  # noqa: E402
+
 HEADING = re.compile(r"^(Chapter \d+\.|Appendix [A-Z]\.|[A-Z\d]+(?:\.\d+)*\.) (.+)$")
 
 
@@ -47,15 +50,8 @@ def sections(text):
 
 
 def paragraphs(lines):
-    """Lines joined into paragraphs (blank lines between them), white space closed up."""
-    paras, cur = [], []
-    for line in lines + [""]:
-        if line.strip():
-            cur.append(line.strip())
-        elif cur:
-            paras.append(" ".join(cur))
-            cur = []
-    return "\n\n".join(paras)
+    """The text of `lines`: paragraphs one to a line, a blank line between them."""
+    return "\n\n".join(ras.paragraphs(lines))
 
 
 def main():
@@ -77,12 +73,13 @@ def main():
             slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")
             docs.append({"_id": f"history:{slug}", "title": title, "text": body})
         for path in sorted(glob.glob(os.path.join(doc, "dedication", "dedication-*.txt"))):
-            if re.search(r"dedication-[\d.]+\.txt$", path) is None:
+            english = re.search(r"dedication-([\d.]+)\.txt$", path)
+            if english is None:
                 continue  # translations
+            version = english.group(1)
             lines = open(path).read().splitlines()
             title = lines[0].strip()
             body = paragraphs([l for l in lines[1:] if not set(l.strip()) <= {"-"} or not l.strip()])
-            version = re.search(r"dedication-([\d.]+)\.txt$", path).group(1)
             docs.append({"_id": f"dedication:{version}", "title": title, "text": body})
     with open(os.path.join(out, "corpus.jsonl"), "w") as f:
         for d in docs:

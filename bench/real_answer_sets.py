@@ -182,6 +182,18 @@ CRATES = "~/.cargo/registry/src/*/*/Cargo.toml"
 # ---------------------------------------------------------------- shared
 
 
+def paragraphs(lines):
+    """Lines joined into paragraphs (at blank lines), each on one line, white space closed up."""
+    paras, cur = [], []
+    for line in lines + [""]:
+        if line.strip():
+            cur.append(line.strip())
+        elif cur:
+            paras.append(" ".join(cur))
+            cur = []
+    return paras
+
+
 def whole(a, s):
     """a occurs in s as a whole word (case-insensitive)."""
     return re.search(r"(?<![\w])" + re.escape(a.lower()) + r"(?![\w])", s.lower()) is not None

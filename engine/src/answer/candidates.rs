@@ -229,45 +229,32 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
             // A call or signature ("startDocument(self)", "iglob(pathname)") names its
             // function too.
             let w = &words[i];
+            // Part of one word: a call's function, a `name=value` word's name or value.
+            let part = |start: usize, end: usize, key, parameter, previous| Candidate {
+                hit: h,
+                start,
+                end,
+                in_title: false,
+                words: 1,
+                key,
+                whole_value: false,
+                parameter,
+                previous,
+            };
             if let Some(paren) = text[w.start..w.end].find('(').filter(|&p| p > 0) {
-                out.push(Candidate {
-                    hit: h,
-                    start: w.start,
-                    end: w.start + paren,
-                    in_title: false,
-                    words: 1,
-                    key: field_at(w.start).map(|f| f.0),
-                    whole_value: false,
-                    parameter: None,
-                    previous: String::new(),
-                });
+                let key = field_at(w.start).map(|f| f.0);
+                out.push(part(w.start, w.start + paren, key, None, String::new()));
             }
             // A `name=value` word holds two answers: the option or parameter's name
             // ("which option sets the device": `--tpm2-device`) and its value, with its name
             // ("the default of sleep": `0.25`).
             if let Some((name_end, value_start)) = name_and_value(&text[w.start..w.end]) {
-                out.push(Candidate {
-                    hit: h,
-                    start: w.start,
-                    end: w.start + name_end,
-                    in_title: false,
-                    words: 1,
-                    key: field_at(w.start).map(|f| f.0),
-                    whole_value: false,
-                    parameter: None,
-                    previous: previous_word(text, &words[clause_start..i]),
-                });
-                out.push(Candidate {
-                    hit: h,
-                    start: w.start + value_start,
-                    end: w.end,
-                    in_title: false,
-                    words: 1,
-                    key: None,
-                    whole_value: false,
-                    parameter: Some((w.start, w.start + name_end)),
-                    previous: String::new(),
-                });
+                let name = (w.start, w.start + name_end);
+                let key = field_at(w.start).map(|f| f.0);
+                let previous = previous_word(text, &words[clause_start..i]);
+                out.push(part(name.0, name.1, key, None, previous));
+                let value_at = w.start + value_start;
+                out.push(part(value_at, w.end, None, Some(name), String::new()));
             }
             if words[i].clause_end {
                 clause_start = i + 1;

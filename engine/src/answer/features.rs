@@ -361,6 +361,9 @@ pub(crate) const NAMED_TITLE: usize = SIDES + 2;
 /// stand against the answer depends on what it asks ("which option does X": the option
 /// before its help; "where was X born": the place after the words the question repeats).
 const SIDES_BY_ASKS: usize = NAMED_TITLE + 1;
+/// Index of `parameter_value`, then `parameter_named_in_question`: the span is the value of a
+/// `name=value` word (`0.25` of `sleep=0.25`), and the question names that parameter. A
+/// signature's `=None` answers nothing unless its parameter is asked about.
 const PARAMETER: usize = SIDES_BY_ASKS + 2 * ASKS;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
@@ -583,9 +586,9 @@ pub fn features(
             if let Some((ps, pe)) = c.parameter {
                 f[PARAMETER] = 1.0;
                 let name = &hit.text[ps..pe];
-                f[PARAMETER + 1] = (super::spelled_in(&question.text, name)
-                    || stems(name).iter().any(|s| question.stems.contains(s)))
-                    as u8 as f32;
+                let named = super::spelled_in(&question.text, name)
+                    || question.share_in(&stems(name)) > 0.0;
+                f[PARAMETER + 1] = named as u8 as f32;
             }
             debug_assert_eq!(PARAMETER + 2, n);
             f
