@@ -11,8 +11,11 @@
 #                 text, READMEs under /usr/share/doc (real_answer_sets.py)
 #   glossary      FOLDOC, the Free On-line Dictionary of Computing: who made a language, machine
 #                 or company, where, and in what year (glossary_set.py)
+#   people        biographies: WordNet's glosses of 3,815 real people (what they did, in what
+#                 capacity they served, nationality, birthplace, years of birth and death;
+#                 people_set.py)
 #   history       narrative real text: Debian's project history and release dedications, 52
-#                 hand-written questions (history_set.py); a dev set only, not in SETS by default
+#                 hand-written questions (history_set.py); a dev set only (the test step passes it over)
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
 #                 only (its first 500 questions); nothing is fitted on it
 #
@@ -26,14 +29,15 @@
 #         top-5 documents -> the same GGUF in transformers, its chat template, greedy) and
 #         Capstan's default on the same first PEER_N test questions.
 # Each eval writes OUT/<name>/results.{json,md}; OUT/summary.txt has one line per run.
-# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records prose glossary encyclopedia", PEER_N=40,
+# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records prose glossary people history encyclopedia",
+#        PEER_N=40,
 #        SKIP_PEER=1, DATA=~/.cache/capstan/bench/answer-sets)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 out="${1:?usage: bench/answers.sh OUT_DIR}"
 PEER_N="${PEER_N:-40}"
-SETS="${SETS:-manpages records prose glossary encyclopedia}"
+SETS="${SETS:-manpages records prose glossary people history encyclopedia}"
 STEPS="${STEPS:-dev test}"
 DATA="${DATA:-$CAPSTAN_HOME/bench/answer-sets}"
 mkdir -p "$out" "$DATA"
@@ -47,6 +51,7 @@ prepare() {
     records | prose)
       [ -f "$dir/test.jsonl" ] || python3 bench/real_answer_sets.py --out "$DATA" --sets "$set" ;;
     glossary) [ -f "$dir/test.jsonl" ] || python3 bench/glossary_set.py --out "$DATA" ;;
+    people) [ -f "$dir/test.jsonl" ] || python3 bench/people_set.py --out "$DATA" ;;
     history) [ -f "$dir/dev.jsonl" ] || python3 bench/history_set.py --out "$DATA" ;;
     encyclopedia)
       if [ ! -f "$dir/test.jsonl" ]; then

@@ -17,8 +17,11 @@ order, which the dev files shuffled by document), then the weights are fitted on
 
 Only dev splits go in: the test splits are never read here.
 
+A kind of text the ranker was not fitted to is what a user's corpus is: --leave-one-out also
+reports each pair's top-1 under weights fitted on the other pairs alone.
+
 Usage: python3 bench/fit_answer_ranker.py --pair DUMP QUESTIONS [--pair ...] \\
-           [--out engine/data/answer_ranker.json]
+           [--out engine/data/answer_ranker.json] [--drop a,b] [--leave-one-out]
 """
 import argparse
 import json
@@ -107,6 +110,17 @@ def choose(groups, mask, lams):
     return best
 
 
+def leave_one_out(pairs, mask, lam):
+    """Each pair's top-1 (full weights, scored candidates) fitted on the other pairs alone."""
+    sets = [[(X[s], y[s], s[s]) for X, y, s in load([p]) if s.any()] for p in pairs]
+    scores = []
+    for i, (_, questions) in enumerate(pairs):
+        train = [g for j, groups in enumerate(sets) if j != i for g in groups]
+        scores.append(top1(sets[i], fit(train, mask, lam, iters=300)))
+        print(f"  left out {questions}: top-1 {scores[-1]:.3f}", file=sys.stderr)
+    print(f"  leave-one-out mean top-1 {np.mean(scores):.3f}", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--pair", nargs=2, action="append", required=True, metavar=("DUMP", "QUESTIONS"))
@@ -115,6 +129,9 @@ def main():
     ap.add_argument("--lambdas", default="0.0001,0.001,0.01")
     ap.add_argument("--drop", default="",
                     help="comma-separated features left out (weight 0): to compare feature sets")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="also report each pair's top-1 under full weights fitted on the other "
+                         "pairs: how the ranker does on a kind of text it was not fitted to")
     args = ap.parse_args()
     # The feature names of the code, as the weights file in the repository lists them.
     names = json.load(open(args.names))["features"]
@@ -150,6 +167,8 @@ def main():
         "lexical": [round(float(x), 5) for x in w_lex],
         "full": [round(float(x), 5) for x in w_full],
     }
+    if args.leave_one_out:
+        leave_one_out(args.pair, full_mask, lam_f)
     json.dump(out, open(args.out, "w"), indent=1)
     print(f"wrote {args.out}", file=sys.stderr)
     for n, a, b in sorted(zip(names, w_lex, w_full), key=lambda t: -abs(t[2])):

@@ -40,8 +40,19 @@ pub struct Candidate {
     pub whole_value: bool,
     /// The name of the `name=value` word the span is the value of (`sleep` of `sleep=0.25`).
     pub parameter: Option<(usize, usize)>,
+    /// Which number of a range (`1879-1955`) the span is.
+    pub range: Option<RangeEnd>,
     /// The word before the span, lower-cased, an article passed over ("" at a clause's start).
     pub previous: String,
+}
+
+/// The first or the last number of a range ("1879-1955": born 1879, died 1955).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RangeEnd {
+    /// The range's first number.
+    First,
+    /// Its last.
+    Last,
 }
 
 impl Candidate {
@@ -169,6 +180,22 @@ fn name_and_value(word: &str) -> Option<(usize, usize)> {
     (name_ok && !value.is_empty() && !value.starts_with('=')).then_some((eq, eq + 1))
 }
 
+/// A range of two numbers (`1879-1955`, `10–20`, `3.5-4`): the byte offsets within the word of
+/// its dash and of the second number.
+fn number_range(word: &str) -> Option<(usize, usize)> {
+    let (dash, sign) = word
+        .char_indices()
+        .find(|&(i, c)| i > 0 && matches!(c, '-' | '–'))?;
+    let number = |s: &str| {
+        s.starts_with(|c: char| c.is_ascii_digit())
+            && s.ends_with(|c: char| c.is_ascii_digit())
+            && s.chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '.' | ','))
+    };
+    let after = dash + sign.len_utf8();
+    (number(&word[..dash]) && number(&word[after..])).then_some((dash, after))
+}
+
 fn is_function_word(word: &str) -> bool {
     let lower = word.to_lowercase();
     NON_ANSWER_STARTS.contains(&lower.as_str())
@@ -223,13 +250,15 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     key: field.map(|f| f.0),
                     whole_value: field.is_some_and(|f| f.1 == (first.start, last.end)),
                     parameter: None,
+                    range: None,
                     previous,
                 });
             }
             // A call or signature ("startDocument(self)", "iglob(pathname)") names its
             // function too.
             let w = &words[i];
-            // Part of one word: a call's function, a `name=value` word's name or value.
+            // Part of one word: a call's function, a `name=value` word's name or value, a
+            // range's numbers.
             let part = |start: usize, end: usize, key, parameter, previous| Candidate {
                 hit: h,
                 start,
@@ -239,6 +268,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 key,
                 whole_value: false,
                 parameter,
+                range: None,
                 previous,
             };
             if let Some(paren) = text[w.start..w.end].find('(').filter(|&p| p > 0) {
@@ -255,6 +285,21 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 out.push(part(name.0, name.1, key, None, previous));
                 let value_at = w.start + value_start;
                 out.push(part(value_at, w.end, None, Some(name), String::new()));
+            }
+            // A range of numbers holds two answers: a life's "1879-1955" says when its person
+            // was born and when they died.
+            if let Some(dash) = number_range(&text[w.start..w.end]) {
+                let key = field_at(w.start).map(|f| f.0);
+                let previous = previous_word(text, &words[clause_start..i]);
+                let (first, last) = (w.start + dash.0, w.start + dash.1);
+                out.push(Candidate {
+                    range: Some(RangeEnd::First),
+                    ..part(w.start, first, key, None, previous)
+                });
+                out.push(Candidate {
+                    range: Some(RangeEnd::Last),
+                    ..part(last, w.end, key, None, String::new())
+                });
             }
             if words[i].clause_end {
                 clause_start = i + 1;
@@ -281,6 +326,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                     key: Some(f.key),
                     whole_value: true,
                     parameter: None,
+                    range: None,
                     previous: String::new(),
                 });
             }
@@ -297,6 +343,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 key: None,
                 whole_value: false,
                 parameter: None,
+                range: None,
                 previous: String::new(),
             });
         }
@@ -447,14 +494,16 @@ mod tests {
             "Name: serde\nAuthor:  Erick \u{201c}Tolnay\u{201d}\t--out=FILE isabs(s).x",
             "Dulcorde's home, e.g. the old one (mostly) [1] \u{ab}Othtu\u{bb}.",
             "Made by George B. Dantzig in 1947. In group A. The end. J.R. Bell wrote it.",
+            "United States poet (1879-1955); pages 10\u{2013}20.",
         ];
         for text in texts {
             let hits = [hit("T", text)];
             let p = text.as_bytes();
             for c in candidates(&hits).iter().filter(|c| !c.in_title) {
-                // Where a candidate starts, the reader may start a span.
+                // Where a candidate starts, the reader may start a span, but for a range's
+                // last number (the reader's spans run on across a dash).
                 assert!(
-                    capstan_reader::may_start(p, c.start),
+                    capstan_reader::may_start(p, c.start) || c.range == Some(RangeEnd::Last),
                     "{:?} in {text:?}",
                     c.text(&hits)
                 );
@@ -503,5 +552,35 @@ mod tests {
         assert!(texts("x\n---- | ----\ny")
             .iter()
             .all(|t| t != "----" && t != "|"));
+    }
+
+    #[test]
+    fn a_range_of_numbers_gives_its_first_and_its_last() {
+        let text =
+            "United States poet (1879-1955); pages 10\u{2013}20, 3.5-4 and Apache-2.0 or x-1.";
+        let hits = [hit("T", text)];
+        let cands = candidates(&hits);
+        let side = |t: &str| {
+            cands
+                .iter()
+                .find(|c| c.text(&hits) == t)
+                .unwrap_or_else(|| panic!("{t}: {cands:?}"))
+                .range
+        };
+        assert_eq!(side("1879"), Some(RangeEnd::First));
+        assert_eq!(side("1955"), Some(RangeEnd::Last));
+        assert_eq!(side("1879-1955"), None, "the whole range stays a candidate");
+        assert_eq!(side("10"), Some(RangeEnd::First));
+        assert_eq!(side("20"), Some(RangeEnd::Last));
+        assert_eq!(side("4"), Some(RangeEnd::Last));
+        let words: Vec<&str> = cands.iter().map(|c| c.text(&hits)).collect();
+        assert!(
+            !words.contains(&"2.0") && !words.contains(&"1"),
+            "{words:?}"
+        );
+        assert_eq!(number_range("1879-1955"), Some((4, 5)));
+        assert_eq!(number_range("-5"), None);
+        assert_eq!(number_range("5-"), None);
+        assert_eq!(number_range("1-2-3"), None);
     }
 }

@@ -9,7 +9,7 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::candidates::{is_abbreviation, words, Candidate};
+use super::candidates::{is_abbreviation, words, Candidate, RangeEnd};
 use crate::words::NON_ANSWER_STARTS;
 
 /// Words of the question a candidate should be near: within this many words either side.
@@ -333,6 +333,9 @@ pub fn names() -> Vec<String> {
     }
     n.push("parameter_value".into());
     n.push("parameter_named_in_question".into());
+    n.push("range_first".into());
+    n.push("range_last".into());
+    n.push("range_last_when_the_question_asks_an_end".into());
     n
 }
 
@@ -365,6 +368,11 @@ const SIDES_BY_ASKS: usize = NAMED_TITLE + 1;
 /// `name=value` word (`0.25` of `sleep=0.25`), and the question names that parameter. A
 /// signature's `=None` answers nothing unless its parameter is asked about.
 const PARAMETER: usize = SIDES_BY_ASKS + 2 * ASKS;
+/// Index of `range_first`, `range_last`, then `range_last_when_the_question_asks_an_end`: the
+/// span is a range's first or last number ("1879-1955"), and the last where the question asks
+/// when something ended ("when did she die", "until what year"). A life's range gives its
+/// birth and its death; a run's, its start and its end.
+const RANGE: usize = PARAMETER + 2;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -372,11 +380,20 @@ pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
 pub const IN_CONTEXT: usize = 23;
 const SHAPE_BASE: usize = 29;
 
+/// Words of a question about an end: of a life, a run, a reign or a service ("pass away" is
+/// two words, read apart: "pass" alone is an option's verb).
+const ENDING_WORDS: &[&str] = &[
+    "die", "died", "dies", "death", "end", "ended", "ends", "until", "till", "last", "closed",
+    "finish", "finished", "retire", "retired", "stop", "stopped", "away", "expire", "expired",
+];
+
 /// The question as the features read it.
 pub struct Question {
     text: String,
     stems: Vec<String>,
     asks: Asks,
+    /// The question asks when or how something ended ("when did she die", "until when").
+    asks_an_end: bool,
 }
 
 impl Question {
@@ -389,6 +406,10 @@ impl Question {
             text: question.to_string(),
             stems,
             asks: Asks::of(question),
+            asks_an_end: question
+                .to_lowercase()
+                .split(|c: char| !c.is_alphanumeric())
+                .any(|w| ENDING_WORDS.contains(&w)),
         }
     }
 
@@ -590,7 +611,15 @@ pub fn features(
                     || question.share_in(&stems(name)) > 0.0;
                 f[PARAMETER + 1] = named as u8 as f32;
             }
-            debug_assert_eq!(PARAMETER + 2, n);
+            match c.range {
+                Some(RangeEnd::First) => f[RANGE] = 1.0,
+                Some(RangeEnd::Last) => {
+                    f[RANGE + 1] = 1.0;
+                    f[RANGE + 2] = question.asks_an_end as u8 as f32;
+                }
+                None => {}
+            }
+            debug_assert_eq!(RANGE + 3, n);
             f
         })
         .collect()
@@ -721,7 +750,11 @@ mod tests {
         assert_eq!(Shape::of("J.R. Bell"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 2);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 5);
+        assert_eq!(
+            names()[RANGE + 2],
+            "range_last_when_the_question_asks_an_end"
+        );
         assert_eq!(
             names()[SIDES_BY_ASKS + 2 * Asks::Where.index() + 1],
             "question_words_after_x_asks_where"
