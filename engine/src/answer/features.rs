@@ -336,6 +336,8 @@ pub fn names() -> Vec<String> {
     n.push("range_first".into());
     n.push("range_last".into());
     n.push("range_last_when_the_question_asks_an_end".into());
+    n.push("agent_noun".into());
+    n.push("agent_noun_when_the_question_asks_description".into());
     n
 }
 
@@ -373,6 +375,11 @@ const PARAMETER: usize = SIDES_BY_ASKS + 2 * ASKS;
 /// when something ended ("when did she die", "until what year"). A life's range gives its
 /// birth and its death; a run's, its start and its end.
 const RANGE: usize = PARAMETER + 2;
+/// Index of `agent_noun`, then `agent_noun_when_the_question_asks_description`: the span ends
+/// in a noun of one who does something, by its English suffix ("painter", "navigator",
+/// "zoologist", "historian", "engineer"), and the question asks what someone did. A trade is
+/// such a noun; the words around a biography's trade ("pointillism", "virtuoso", "1877") are not.
+const AGENT: usize = RANGE + 3;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -619,7 +626,11 @@ pub fn features(
                 }
                 None => {}
             }
-            debug_assert_eq!(RANGE + 3, n);
+            if is_agent_noun(c.text(hits)) {
+                f[AGENT] = 1.0;
+                f[AGENT + 1] = (question.asks == Asks::Description) as u8 as f32;
+            }
+            debug_assert_eq!(AGENT + 2, n);
             f
         })
         .collect()
@@ -641,6 +652,23 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
         f[LM_FEATURES.start + 3] = floor(mean) - floor(best);
         f[LM_FEATURES.start + 4] = 1.0 / (1.0 + rank as f32);
     }
+}
+
+/// Suffixes of English nouns of agents: -er, -or, -ist, -ian, -eer, -ant, -man, -smith, -wright.
+const AGENT_SUFFIXES: &[&str] = &[
+    "er", "or", "ist", "ian", "eer", "ant", "man", "smith", "wright",
+];
+
+/// Whether `text`'s last word (its last run of ASCII letters) is a small-letter word of five
+/// letters or more with an agent's suffix ("glassblower", "zoologist"; not "Miller", a name).
+fn is_agent_noun(text: &str) -> bool {
+    text.split(|c: char| !c.is_ascii_alphabetic())
+        .rfind(|w| !w.is_empty())
+        .is_some_and(|w| {
+            w.len() >= 5
+                && w.bytes().all(|b| b.is_ascii_lowercase())
+                && AGENT_SUFFIXES.iter().any(|s| w.ends_with(s))
+        })
 }
 
 /// Whether `text` is a call with its arguments, `name(args)` ("is_dir(self)"): a question
@@ -750,10 +778,33 @@ mod tests {
         assert_eq!(Shape::of("J.R. Bell"), Shape::Name);
         assert_eq!(Shape::of("Vec::new"), Shape::Code);
         assert_eq!(Shape::of("glassblower"), Shape::Words);
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 5);
+        for agent in [
+            "glassblower",
+            "navigator",
+            "zoologist",
+            "historian",
+            "a skilled engineer",
+        ] {
+            assert!(is_agent_noun(agent), "{agent}");
+        }
+        for not in [
+            "poet",
+            "Miller",
+            "pointillism",
+            "1877",
+            "virtuoso",
+            "order of the day",
+        ] {
+            assert!(!is_agent_noun(not), "{not}");
+        }
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 7);
         assert_eq!(
             names()[RANGE + 2],
             "range_last_when_the_question_asks_an_end"
+        );
+        assert_eq!(
+            names()[AGENT + 1],
+            "agent_noun_when_the_question_asks_description"
         );
         assert_eq!(
             names()[SIDES_BY_ASKS + 2 * Asks::Where.index() + 1],
