@@ -49,18 +49,16 @@ Usage: python3 bench/glossary_set.py --out DIR [--seed 7] [--dev 150] [--test 25
 """
 import argparse
 import collections
-import glob
 import gzip
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import real_answer_sets as ras  # noqa: E402
 import real_qa as rq  # noqa: E402
 
-INSTALLED = "/usr/share/dictd/foldoc.dict.dz"
+FOLDOC = "usr/share/dictd/foldoc.dict.dz"
 
 # Past participle -> (what a "who" question says, what a "where"/"when" question says).
 MAKING = {
@@ -124,20 +122,6 @@ NAME_TAIL = {"of", "for", "van", "von", "de", "der", "den", "di", "da", "du", "l
 NOT_NAMES = {"It", "The", "This", "In", "A", "An", "See", "He", "She", "They", "Its"}
 MONTHS = {"January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December"}
-
-
-def foldoc_path(cache):
-    if os.path.exists(INSTALLED):
-        return INSTALLED
-    root = os.path.join(cache, "dict-foldoc")
-    found = glob.glob(os.path.join(root, "usr/share/dictd/foldoc.dict.dz"))
-    if found:
-        return found[0]
-    os.makedirs(root, exist_ok=True)
-    subprocess.run(["apt-get", "download", "dict-foldoc"], cwd=cache, check=True)
-    deb = sorted(glob.glob(os.path.join(cache, "dict-foldoc_*.deb")))[-1]
-    subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
-    return os.path.join(root, "usr/share/dictd/foldoc.dict.dz")
 
 
 def entries(text):
@@ -286,7 +270,7 @@ def candidates(doc, first, tag, head, grams):
 
 
 def build(args):
-    path = foldoc_path(args.cache)
+    path = ras.debian_file("dict-foldoc", FOLDOC, args.cache)
     text = gzip.open(path, "rt", encoding="utf-8", errors="replace").read()
     raw = entries(text)
     heads = collections.Counter(h.lower() for h, _ in raw)

@@ -38,17 +38,15 @@ Usage: python3 bench/people_set.py --out DIR [--seed 7] [--dev 150] [--test 250]
 """
 import argparse
 import collections
-import glob
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import real_answer_sets as ras  # noqa: E402
 import real_qa as rq  # noqa: E402
 
-INSTALLED = "/usr/share/wordnet/data.noun"
+DATA_NOUN = "usr/share/wordnet/data.noun"
 # WordNet's lexicographer file of people (lexnames(5WN): noun.person).
 PERSON_FILE = 18
 # Nouns of a person's relations, ranks or standing, not of a trade.
@@ -77,21 +75,6 @@ NATIONALITY = ["What nationality was {x}?", "What was {x}'s nationality?"]
 BORN = ["In what year was {x} born?", "What was {x}'s year of birth?"]
 DIED = ["In what year did {x} die?", "When did {x} pass away?"]
 BIRTHPLACE = ["Where was {x} born?", "What was {x}'s birthplace?"]
-
-
-def data_noun(cache):
-    if os.path.exists(INSTALLED):
-        return INSTALLED
-    root = os.path.join(cache, "wordnet-base")
-    found = glob.glob(os.path.join(root, "usr/share/wordnet/data.noun"))
-    if found:
-        return found[0]
-    os.makedirs(root, exist_ok=True)
-    subprocess.run(["apt-get", "download", "wordnet-base"], cwd=cache, check=True,
-                   stdout=subprocess.DEVNULL)
-    deb = sorted(glob.glob(os.path.join(cache, "wordnet-base_*.deb")))[-1]
-    subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
-    return os.path.join(root, "usr/share/wordnet/data.noun")
 
 
 def people(path):
@@ -174,7 +157,7 @@ def candidates(doc, x, gloss, grams):
 
 
 def build(args):
-    path = data_noun(args.cache)
+    path = ras.debian_file("wordnet-base", DATA_NOUN, args.cache)
     rows = people(path)
     titles = collections.Counter(title(names).lower() for _, names, _ in rows)
     docs, cands = [], {}

@@ -182,6 +182,23 @@ CRATES = "~/.cargo/registry/src/*/*/Cargo.toml"
 # ---------------------------------------------------------------- shared
 
 
+def debian_file(package, path, cache):
+    """`/path` of a Debian package where the package is installed; else the package is fetched
+    once with `apt-get download` into `cache` and unpacked there (dpkg-deb), and its copy of
+    the file is returned."""
+    if os.path.exists("/" + path):
+        return "/" + path
+    root = os.path.join(cache, package)
+    unpacked = os.path.join(root, path)
+    if os.path.exists(unpacked):
+        return unpacked
+    os.makedirs(root, exist_ok=True)
+    subprocess.run(["apt-get", "download", package], cwd=cache, check=True)
+    deb = sorted(glob.glob(os.path.join(cache, f"{package}_*.deb")))[-1]
+    subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+    return unpacked
+
+
 def paragraphs(lines):
     """Lines joined into paragraphs (at blank lines), each on one line, white space closed up."""
     paras, cur = [], []
