@@ -57,22 +57,35 @@ impl Asks {
                         .is_some_and(|n| nouns.contains(n))
             })
         };
-        if follows(&["what", "which"], &["year"]) {
+        // Or the noun after a possessive in a question that starts with one ("What was Gore's
+        // year of birth?", "What was Ada's birthplace?").
+        let possessed = |nouns: &[&str]| {
+            matches!(words.first(), Some(&"what" | &"which"))
+                && words
+                    .windows(2)
+                    .any(|w| w[0] == "s" && nouns.contains(&w[1]))
+        };
+        let asked = |nouns: &[&str]| follows(&["what", "which"], nouns) || possessed(nouns);
+        if asked(&["year"]) {
             return Asks::Year;
         }
-        if follows(&["what", "which"], &["date", "day", "month", "century"]) {
+        if asked(&["date", "day", "month", "century"]) {
             return Asks::When;
         }
         let quantities = [
             "many", "much", "long", "old", "big", "large", "high", "far", "often", "wide",
         ];
-        if follows(&["how"], &quantities) || follows(&["what", "which"], QUANTITY_NOUNS) {
+        if follows(&["how"], &quantities) || asked(QUANTITY_NOUNS) {
             return Asks::Number;
         }
         // An occupation or a purpose: the words that ask for one in any English question.
         if words.iter().any(|w| DESCRIPTION_NOUNS.contains(w))
             || has(&["for", "a", "living"])
             || has(&["line", "of", "work"])
+            || has(&["kind", "of", "work"])
+            || has(&["type", "of", "work"])
+            // "What was her calling?", not "which calling convention".
+            || words.last() == Some(&"calling")
             || words.ends_with(&["used", "for"])
         {
             return Asks::Description;
@@ -80,14 +93,12 @@ impl Asks {
         // "Which town ...", "at what place ...": the noun after the question word says the
         // answer's type, as in the coarse classes of question classification (Li and Roth,
         // 2002: HUMAN, LOCATION).
-        if follows(&["what", "which"], PLACE_NOUNS) {
+        // A nationality is a country's, named by it or by its adjective ("United States",
+        // "Swedish"): the LOCATION class's country, not a person.
+        if asked(PLACE_NOUNS) || words.contains(&"nationality") {
             return Asks::Where;
         }
-        if has(&["who"])
-            || has(&["whom"])
-            || has(&["whose"])
-            || follows(&["what", "which"], AGENT_NOUNS)
-        {
+        if has(&["who"]) || has(&["whom"]) || has(&["whose"]) || asked(AGENT_NOUNS) {
             return Asks::Who;
         }
         if has(&["when"]) {
@@ -101,6 +112,18 @@ impl Asks {
 
     fn index(self) -> usize {
         self as usize
+    }
+
+    /// Whether a span of `text` cannot be this kind of answer: a bare numeral ("1740",
+    /// "1808-1879", "3.5") names no person, organisation, place or trade. The features weigh
+    /// a number's shape against the question already; this is the rule they only lean to, so
+    /// that a year in "born in 1740" is not where someone was born however well its words fit.
+    pub fn rules_out(self, text: &str) -> bool {
+        matches!(self, Asks::Who | Asks::Where | Asks::Description)
+            && text.starts_with(|c: char| c.is_ascii_digit())
+            && text
+                .chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '.' | ',' | ':' | '/' | '-' | '–'))
     }
 
     /// Words that introduce this kind of answer in running text ("designed by N", "born in P",
@@ -142,7 +165,7 @@ const QUANTITY_NOUNS: &[&str] = &[
 ];
 
 /// Nouns that ask what someone does or what something is for.
-const DESCRIPTION_NOUNS: &[&str] = &["profession", "occupation", "trade", "purpose"];
+const DESCRIPTION_NOUNS: &[&str] = &["profession", "occupation", "trade", "vocation", "purpose"];
 
 /// Nouns that make "which/what N" ask for a place.
 const PLACE_NOUNS: &[&str] = &[
@@ -338,6 +361,7 @@ pub fn names() -> Vec<String> {
     n.push("range_last_when_the_question_asks_an_end".into());
     n.push("agent_noun".into());
     n.push("agent_noun_when_the_question_asks_description".into());
+    n.push("cuts_a_name".into());
     n
 }
 
@@ -380,6 +404,10 @@ const RANGE: usize = PARAMETER + 2;
 /// "zoologist", "historian", "engineer"), and the question asks what someone did. A trade is
 /// such a noun; the words around a biography's trade ("pointillism", "virtuoso", "1877") are not.
 const AGENT: usize = RANGE + 3;
+/// Index of `cuts_a_name`: the span is a name (every word capitalised) and a capitalised word
+/// goes on from it in its clause, one space away ("Klapetek" of "Martin Klapetek", "Purdue"
+/// of "Purdue University"). A name is answered whole.
+const CUT_NAME: usize = AGENT + 2;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -418,6 +446,11 @@ impl Question {
                 .split(|c: char| !c.is_alphanumeric())
                 .any(|w| ENDING_WORDS.contains(&w)),
         }
+    }
+
+    /// What the question asks for.
+    pub fn asks(&self) -> Asks {
+        self.asks
     }
 
     fn share_in(&self, have: &[String]) -> f32 {
@@ -630,7 +663,10 @@ pub fn features(
                 f[AGENT] = 1.0;
                 f[AGENT + 1] = (question.asks == Asks::Description) as u8 as f32;
             }
-            debug_assert_eq!(AGENT + 2, n);
+            let source = if c.in_title { &hit.title } else { &hit.text };
+            f[CUT_NAME] =
+                (shape == Shape::Name as usize && cuts_a_name(source, c.start, c.end)) as u8 as f32;
+            debug_assert_eq!(CUT_NAME + 1, n);
             f
         })
         .collect()
@@ -669,6 +705,28 @@ fn is_agent_noun(text: &str) -> bool {
                 && w.bytes().all(|b| b.is_ascii_lowercase())
                 && AGENT_SUFFIXES.iter().any(|s| w.ends_with(s))
         })
+}
+
+/// Whether the span `start..end` of `text` has a capitalised word right beside it, one space
+/// away and not a function word ("In Othtu" is a whole name; "Martin Klapetek" is not
+/// "Klapetek").
+fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
+    let capitalised = |w: &str| {
+        w.starts_with(|c: char| c.is_uppercase())
+            && w.chars().all(char::is_alphanumeric)
+            && !NON_ANSWER_STARTS.contains(&w.to_lowercase().as_str())
+    };
+    let before = text[..start]
+        .strip_suffix(' ')
+        .filter(|b| !b.ends_with(char::is_whitespace))
+        .and_then(|b| b.rsplit(char::is_whitespace).next())
+        .is_some_and(capitalised);
+    let after = text[end..]
+        .strip_prefix(' ')
+        .and_then(|a| a.split(char::is_whitespace).next())
+        .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
+        .is_some_and(capitalised);
+    before || after
 }
 
 /// Whether `text` is a call with its arguments, `name(args)` ("is_dir(self)"): a question
@@ -712,6 +770,39 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_name_is_cut_where_a_capitalised_word_goes_on_beside_it() {
+        let text =
+            "Written by Martin Klapetek. In Othtu, the GNOME Project met at Purdue University.";
+        let span = |s: &str| {
+            let at = text.find(s).unwrap();
+            cuts_a_name(text, at, at + s.len())
+        };
+        assert!(span("Klapetek"));
+        assert!(span("Martin"));
+        assert!(!span("Martin Klapetek"));
+        assert!(!span("Othtu"), "after a function word, before a comma");
+        assert!(span("GNOME"));
+        assert!(!span("GNOME Project"), "\"the\" is a function word");
+        assert!(span("Purdue"));
+        assert!(!span("Purdue University"));
+    }
+
+    #[test]
+    fn a_numeral_is_no_person_place_or_trade() {
+        for asks in [Asks::Who, Asks::Where, Asks::Description] {
+            for numeral in ["1740", "1808-1879", "3.5", "10–20", "12:30"] {
+                assert!(asks.rules_out(numeral), "{asks:?} {numeral}");
+            }
+            for answer in ["Othtu", "1740s", "10 Downing Street", "painter", "3M"] {
+                assert!(!asks.rules_out(answer), "{asks:?} {answer}");
+            }
+        }
+        for asks in [Asks::Year, Asks::When, Asks::Number, Asks::Other] {
+            assert!(!asks.rules_out("1740"), "{asks:?}");
+        }
+    }
+
+    #[test]
     fn questions_say_what_they_ask_for() {
         assert_eq!(Asks::of("Who wrote serde?"), Asks::Who);
         assert_eq!(Asks::of("In what year was it founded?"), Asks::Year);
@@ -738,6 +829,18 @@ mod tests {
         );
         assert_eq!(Asks::of("What was Zuse's profession?"), Asks::Description);
         assert_eq!(Asks::of("What is a buffer used for?"), Asks::Description);
+        assert_eq!(Asks::of("What was Blok's calling?"), Asks::Description);
+        assert_eq!(
+            Asks::of("What kind of work did Seurat do?"),
+            Asks::Description
+        );
+        assert_eq!(Asks::of("Which calling convention is it?"), Asks::Other);
+        assert_eq!(Asks::of("What nationality was Tito?"), Asks::Where);
+        assert_eq!(Asks::of("What was Gore's nationality?"), Asks::Where);
+        assert_eq!(Asks::of("What was Gore's year of birth?"), Asks::Year);
+        assert_eq!(Asks::of("What was Ada's birthplace?"), Asks::Where);
+        assert_eq!(Asks::of("What is serde's version?"), Asks::Number);
+        assert_eq!(Asks::of("Who is the crate's author?"), Asks::Who);
         // A term asked for by what it is used for is not a purpose.
         assert_eq!(Asks::of("What term is used for the fn type?"), Asks::Other);
         assert_eq!(
@@ -797,7 +900,8 @@ mod tests {
         ] {
             assert!(!is_agent_noun(not), "{not}");
         }
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 7);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 8);
+        assert_eq!(names()[CUT_NAME], "cuts_a_name");
         assert_eq!(
             names()[RANGE + 2],
             "range_last_when_the_question_asks_an_end"

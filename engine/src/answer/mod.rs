@@ -141,10 +141,15 @@ impl Shortlist {
         // dev dumps (top-1, records / man pages / prose): leaving out only these 0.780 /
         // 0.533 / 0.317; every span made of question words 0.773 / 0.447 / 0.261; none
         // 0.767 / 0.507 / 0.289.
+        // A span that cannot be the kind of answer asked for ([`features::Asks::rules_out`])
+        // is left out too, unless nothing else is left.
+        let fits = |i: &usize| !q.asks().rules_out(candidates[*i].text(hits));
+        let typed = by_score.iter().any(fits);
         let mut seen = std::collections::HashSet::new();
         let order = by_score
             .into_iter()
             .filter(|&i| !spelled_in(question, candidates[i].text(hits)))
+            .filter(|i| !typed || fits(i))
             .filter(|&i| seen.insert(candidates[i].text(hits)))
             .collect();
         Self {
@@ -338,6 +343,35 @@ mod tests {
         );
         let best = s.best_lexical().unwrap();
         assert_eq!(s.candidates[best].text(&hits), "MIT OR Apache-2.0");
+    }
+
+    /// A bare year is never where someone was born, however near the question's words it
+    /// stands; where a passage has nothing but numbers, they stay.
+    #[test]
+    fn a_numeral_is_left_out_where_the_question_asks_a_place() {
+        let text = "Aelri was born in 1740 into a family of millers. Aelri came from Othtu.";
+        let hits = [hit("aelri", "Urgaud Aelri", text, 10.0)];
+        let ranked = vec![ScoredSentence {
+            passage: 0,
+            start: 0,
+            end: text.len(),
+            score: 0.5,
+        }];
+        let texts = |q: &str, hits: &[Hit]| {
+            let s = Shortlist::new(q, hits, &ranked, |_| true, &|_| 0.0);
+            s.order
+                .iter()
+                .map(|&i| s.candidates[i].text(hits).to_string())
+                .collect::<Vec<_>>()
+        };
+        let place = texts("Where was Urgaud Aelri born?", &hits);
+        assert!(!place.iter().any(|t| t == "1740"), "{place:?}");
+        assert!(place.iter().any(|t| t == "Othtu"), "{place:?}");
+        let year = texts("In what year was Urgaud Aelri born?", &hits);
+        assert!(year.iter().any(|t| t == "1740"), "{year:?}");
+        let only_numbers = [hit("n", "1799", "1740", 1.0)];
+        let left = texts("Where was Urgaud Aelri born?", &only_numbers);
+        assert!(left.iter().any(|t| t == "1740"), "{left:?}");
     }
 
     /// An option's own help follows it: the question's words after a span tell it from the
