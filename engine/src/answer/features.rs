@@ -362,6 +362,7 @@ pub fn names() -> Vec<String> {
     n.push("agent_noun".into());
     n.push("agent_noun_when_the_question_asks_description".into());
     n.push("cuts_a_name".into());
+    n.push("option_with_its_argument".into());
     n
 }
 
@@ -408,6 +409,10 @@ const AGENT: usize = RANGE + 3;
 /// goes on from it in its clause, one space away ("Klapetek" of "Martin Klapetek", "Purdue"
 /// of "Purdue University"). A name is answered whole.
 const CUT_NAME: usize = AGENT + 2;
+/// Index of `option_with_its_argument`: the span is a command-line option with its argument
+/// ("--context=N", "--port tcp-port", "-o output_file"). An option is named by its name; the
+/// argument is what a user fills in.
+const OPTION_ARGUMENT: usize = CUT_NAME + 1;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -666,7 +671,8 @@ pub fn features(
             let source = if c.in_title { &hit.title } else { &hit.text };
             f[CUT_NAME] =
                 (shape == Shape::Name as usize && cuts_a_name(source, c.start, c.end)) as u8 as f32;
-            debug_assert_eq!(CUT_NAME + 1, n);
+            f[OPTION_ARGUMENT] = is_option_with_argument(c.text(hits)) as u8 as f32;
+            debug_assert_eq!(OPTION_ARGUMENT + 1, n);
             f
         })
         .collect()
@@ -727,6 +733,12 @@ fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
         .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
         .is_some_and(capitalised);
     before || after
+}
+
+/// Whether `text` is a command-line option followed by its argument ("--context=N",
+/// "--port tcp-port", "-o output_file", "--signed-tags=(verbatim|warn)").
+fn is_option_with_argument(text: &str) -> bool {
+    Shape::of(text) == Shape::Option && text.contains(['=', ' ', '<', '['])
 }
 
 /// Whether `text` is a call with its arguments, `name(args)` ("is_dir(self)"): a question
@@ -870,6 +882,21 @@ mod tests {
     }
 
     #[test]
+    fn an_option_with_its_argument_is_told_from_the_option() {
+        for with in [
+            "--context=N",
+            "--port tcp-port",
+            "-o output_file",
+            "--anchored=<text>",
+        ] {
+            assert!(is_option_with_argument(with), "{with}");
+        }
+        for bare in ["--context", "-o", "-resource-pressure", "a=b", "1 - 2"] {
+            assert!(!is_option_with_argument(bare), "{bare}");
+        }
+    }
+
+    #[test]
     fn shapes_of_answers() {
         assert_eq!(Shape::of("1856"), Shape::Number);
         assert_eq!(Shape::of("four"), Shape::Number);
@@ -900,8 +927,9 @@ mod tests {
         ] {
             assert!(!is_agent_noun(not), "{not}");
         }
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 8);
+        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 9);
         assert_eq!(names()[CUT_NAME], "cuts_a_name");
+        assert_eq!(names()[OPTION_ARGUMENT], "option_with_its_argument");
         assert_eq!(
             names()[RANGE + 2],
             "range_last_when_the_question_asks_an_end"
