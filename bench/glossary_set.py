@@ -302,13 +302,9 @@ def build(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--dev", type=int, default=150)
-    ap.add_argument("--test", type=int, default=250)
-    ap.add_argument("--max-docs", type=int, default=4000)
+    ras.split_arguments(ap)
     ap.add_argument("--max-chars", type=int, default=6000)
-    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/capstan/bench/debs"))
+    ras.debian_cache_argument(ap)
     build(ap.parse_args())
 
 

@@ -227,6 +227,21 @@ def check(cand, doc, grams):
     return not (rq.ngrams(rq.words(q)) & grams)
 
 
+def split_arguments(ap):
+    """Adds the arguments pick_and_write reads: the output folder, the seed, the dev and test
+    sizes and the corpus cap."""
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--dev", type=int, default=150)
+    ap.add_argument("--test", type=int, default=250)
+    ap.add_argument("--max-docs", type=int, default=4000)
+
+
+def debian_cache_argument(ap):
+    """Adds --cache, where debian_file keeps the packages it downloads."""
+    ap.add_argument("--cache", default=os.path.expanduser("~/.cache/capstan/bench/debs"))
+
+
 def pick_and_write(name, docs, cands, args, strict):
     """One question per document (the least used template first, preferring
     answers in at most MAX_ANSWER_DOCS documents; strict: requiring it), the
@@ -1439,12 +1454,8 @@ def build_prose(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True)
+    split_arguments(ap)
     ap.add_argument("--sets", default="records,prose")
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--dev", type=int, default=150)
-    ap.add_argument("--test", type=int, default=250)
-    ap.add_argument("--max-docs", type=int, default=4000)
     ap.add_argument("--max-chars", type=int, default=6000)
     args = ap.parse_args()
     args.out = os.path.expanduser(args.out)

@@ -114,12 +114,23 @@ impl Asks {
         self as usize
     }
 
+    /// Whether this kind of answer is a number (`Some(true)`: a quantity, a version or a
+    /// year), is not one (`Some(false)`: a person, an organisation, a place, a trade or a
+    /// purpose), or may be either (`None`: a time, anything else).
+    pub fn is_a_number(self) -> Option<bool> {
+        match self {
+            Asks::Number | Asks::Year => Some(true),
+            Asks::Who | Asks::Where | Asks::Description => Some(false),
+            Asks::When | Asks::Other => None,
+        }
+    }
+
     /// Whether a span of `text` cannot be this kind of answer: a bare numeral ("1740",
     /// "1808-1879", "3.5") names no person, organisation, place or trade. The features weigh
     /// a number's shape against the question already; this is the rule they only lean to, so
     /// that a year in "born in 1740" is not where someone was born however well its words fit.
     pub fn rules_out(self, text: &str) -> bool {
-        matches!(self, Asks::Who | Asks::Where | Asks::Description)
+        self.is_a_number() == Some(false)
             && text.starts_with(|c: char| c.is_ascii_digit())
             && text
                 .chars()
@@ -770,11 +781,7 @@ pub fn set_relation(features: &mut [Vec<f32>], rows: &[usize], similarity: &[f32
 /// [`crate::answer::features::Asks`]), for something that is not one (`Some(false)`: who,
 /// where), or cannot be told (`None`). A copied answer then starts with a digit or not.
 pub fn wants_number(question: &str) -> Option<bool> {
-    match Asks::of(question) {
-        Asks::Number | Asks::Year => Some(true),
-        Asks::Who | Asks::Where | Asks::Description => Some(false),
-        Asks::When | Asks::Other => None,
-    }
+    Asks::of(question).is_a_number()
 }
 
 #[cfg(test)]

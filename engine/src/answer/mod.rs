@@ -311,6 +311,16 @@ mod tests {
         }
     }
 
+    /// The extractive reader's ranking of a first passage read as one sentence.
+    fn one_sentence(text: &str) -> Vec<ScoredSentence> {
+        vec![ScoredSentence {
+            passage: 0,
+            start: 0,
+            end: text.len(),
+            score: 0.5,
+        }]
+    }
+
     /// With the built-in weights, the value of the field the question names wins over the
     /// question's own words and the field's name.
     #[test]
@@ -321,12 +331,7 @@ mod tests {
             "Name: serde\nVersion: 1.0.210\nLicense: MIT OR Apache-2.0\nRepository: https://github.com/serde-rs/serde\nDescription: A generic serialization framework",
             10.0,
         )];
-        let ranked = vec![ScoredSentence {
-            passage: 0,
-            start: 0,
-            end: hits[0].text.len(),
-            score: 0.5,
-        }];
+        let ranked = one_sentence(&hits[0].text);
         let s = Shortlist::new(
             "What license does serde use?",
             &hits,
@@ -351,12 +356,7 @@ mod tests {
     fn a_numeral_is_left_out_where_the_question_asks_a_place() {
         let text = "Aelri was born in 1740 into a family of millers. Aelri came from Othtu.";
         let hits = [hit("aelri", "Urgaud Aelri", text, 10.0)];
-        let ranked = vec![ScoredSentence {
-            passage: 0,
-            start: 0,
-            end: text.len(),
-            score: 0.5,
-        }];
+        let ranked = one_sentence(text);
         let texts = |q: &str, hits: &[Hit]| {
             let s = Shortlist::new(q, hits, &ranked, |_| true, &|_| 0.0);
             s.order
@@ -381,12 +381,7 @@ mod tests {
         let text = "-c, --class class Specify the name of the scheduling class. \
                     -n, --classdata level Specify the scheduling class data.";
         let hits = [hit("ionice", "ionice", text, 10.0)];
-        let ranked = vec![ScoredSentence {
-            passage: 0,
-            start: 0,
-            end: text.len(),
-            score: 0.5,
-        }];
+        let ranked = one_sentence(text);
         let s = Shortlist::new(
             "Which ionice flag sets the scheduling class data?",
             &hits,
@@ -424,12 +419,7 @@ mod tests {
             ),
             hit("receive", "git-receive-pack", "Receive what is pushed", 9.0),
         ];
-        let ranked = vec![ScoredSentence {
-            passage: 0,
-            start: 0,
-            end: hits[0].text.len(),
-            score: 0.5,
-        }];
+        let ranked = one_sentence(&hits[0].text);
         let flag = |question: &str| {
             let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
             let i = s
