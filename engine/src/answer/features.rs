@@ -374,6 +374,9 @@ pub fn names() -> Vec<String> {
     n.push("agent_noun_when_the_question_asks_description".into());
     n.push("cuts_a_name".into());
     n.push("option_with_its_argument".into());
+    n.push("question_predicate_just_before".into());
+    n.push("question_predicate_just_after".into());
+    n.push("holds_a_clause".into());
     n
 }
 
@@ -424,6 +427,21 @@ const CUT_NAME: usize = AGENT + 2;
 /// ("--context=N", "--port tcp-port", "-o output_file"). An option is named by its name; the
 /// argument is what a user fills in.
 const OPTION_ARGUMENT: usize = CUT_NAME + 1;
+/// Index of `question_predicate_just_before`, then `question_predicate_just_after`: the
+/// nearest content word on that side of the span, in its clause and within [`BESIDE_WORDS`]
+/// words, is a small-letter word of the question ("worked for [the Gweketei Institute]",
+/// "used for [weighing precious metals]", "[Kavi Fenrovu] founded", for "which organisation
+/// did she work for", "what was it used for", "who was its founder"). The window of
+/// `question_words_before` holds the question's name as well; the word right beside the
+/// answer is the relation the question asks about, and a name is not one.
+const BESIDE: usize = OPTION_ARGUMENT + 1;
+/// Index of `holds_a_clause`: a copula inside the span ("Teipelsa Brinve was a little-known
+/// historian"): a statement, where a short answer is the phrase it states.
+const CLAUSE: usize = BESIDE + 2;
+
+/// Words passed over to the nearest content word beside a span (function words: "worked for
+/// the [X]" reaches "worked").
+const BESIDE_WORDS: usize = 3;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
@@ -469,6 +487,37 @@ impl Question {
         self.asks
     }
 
+    /// Whether the nearest content word before the words `first..=last` of `view`, and the
+    /// nearest after, is a small-letter word whose stem the question has ([`BESIDE`]).
+    fn predicate_beside(&self, view: &PassageView, first: usize, last: usize) -> (bool, bool) {
+        let asked =
+            |w: &ViewWord| w.lower && self.stems.contains(&w.stem) && !view.title.contains(&w.stem);
+        // Back from the span's first word: a word that ends its clause is another clause's.
+        let before = view.words[..first]
+            .iter()
+            .rev()
+            .take(BESIDE_WORDS)
+            .take_while(|w| !w.clause_end)
+            .find(|w| !w.stem.is_empty())
+            .is_some_and(asked);
+        // On from its last word, unless that ends its clause: a word that ends the clause is
+        // the clause's last.
+        let mut after = None;
+        if !view.words[last].clause_end {
+            for w in view.words[last + 1..].iter().take(BESIDE_WORDS) {
+                if !w.stem.is_empty() {
+                    after = Some(w);
+                    break;
+                }
+                if w.clause_end {
+                    break;
+                }
+            }
+        }
+        let after = after.is_some_and(asked);
+        (before, after)
+    }
+
     fn share_in(&self, have: &[String]) -> f32 {
         if self.stems.is_empty() {
             return 0.0;
@@ -478,10 +527,40 @@ impl Question {
     }
 }
 
+/// A word of a passage as the features read it.
+struct ViewWord {
+    start: usize,
+    end: usize,
+    /// Its stem ([`stems`]; empty for a function word).
+    stem: String,
+    /// It ends its clause (punctuation or a line break after it).
+    clause_end: bool,
+    /// It starts with a small letter (a predicate's word, not a name's).
+    lower: bool,
+}
+
+impl ViewWord {
+    fn all(text: &str) -> Vec<ViewWord> {
+        words(text)
+            .into_iter()
+            .map(|w| {
+                let word = &text[w.start..w.end];
+                ViewWord {
+                    start: w.start,
+                    end: w.end,
+                    stem: stems(word).into_iter().next().unwrap_or_default(),
+                    clause_end: w.clause_end,
+                    lower: word.starts_with(|c: char| c.is_lowercase()),
+                }
+            })
+            .collect()
+    }
+}
+
 /// Per passage, its words' stems and its sentences' scores, computed once for all its
 /// candidates.
 pub struct PassageView {
-    words: Vec<(usize, usize, String)>,
+    words: Vec<ViewWord>,
     sentences: Vec<(usize, usize, f32, usize)>,
     /// The stems of its document's title: what every sentence of the passage is about, named
     /// in full or not ("Aelri came from Othtu", "He worked for …" in "Urgaud Aelri").
@@ -494,16 +573,7 @@ impl PassageView {
         hits.iter()
             .enumerate()
             .map(|(h, hit)| {
-                let words = words(&hit.text)
-                    .into_iter()
-                    .map(|w| {
-                        let stem = stems(&hit.text[w.start..w.end])
-                            .into_iter()
-                            .next()
-                            .unwrap_or_default();
-                        (w.start, w.end, stem)
-                    })
-                    .collect();
+                let words = ViewWord::all(&hit.text);
                 let mut sentences: Vec<(usize, usize, f32, usize)> = ranked
                     .iter()
                     .enumerate()
@@ -594,8 +664,8 @@ pub fn features(
                 let in_sentence: Vec<String> = view
                     .words
                     .iter()
-                    .filter(|w| s_start <= w.0 && w.1 <= s_end)
-                    .map(|w| w.2.clone())
+                    .filter(|w| s_start <= w.start && w.end <= s_end)
+                    .map(|w| w.stem.clone())
                     .chain(view.title.iter().cloned())
                     .collect();
                 f[8] = question.share_in(&in_sentence);
@@ -609,13 +679,13 @@ pub fn features(
             };
             let own = stems(c.text(hits));
             if !c.in_title {
-                let first = view.words.iter().position(|w| w.0 >= c.start);
-                let last = view.words.iter().rposition(|w| w.1 <= c.end);
+                let first = view.words.iter().position(|w| w.start >= c.start);
+                let last = view.words.iter().rposition(|w| w.end <= c.end);
                 if let (Some(first), Some(last)) = (first, last) {
                     let lo = first.saturating_sub(WINDOW);
                     let hi = (last + 1 + WINDOW).min(view.words.len());
-                    let stems_of = |ws: &[(usize, usize, String)]| -> Vec<String> {
-                        ws.iter().map(|w| w.2.clone()).collect()
+                    let stems_of = |ws: &[ViewWord]| -> Vec<String> {
+                        ws.iter().map(|w| w.stem.clone()).collect()
                     };
                     let before = stems_of(&view.words[lo..first]);
                     let after = stems_of(&view.words[last + 1..hi]);
@@ -630,6 +700,9 @@ pub fn features(
                         .chain(view.title.iter().cloned())
                         .collect();
                     f[7] = question.share_in(&near);
+                    let (before, after) = question.predicate_beside(view, first, last);
+                    f[BESIDE] = before as u8 as f32;
+                    f[BESIDE + 1] = after as u8 as f32;
                 }
             }
             if !own.is_empty() {
@@ -683,7 +756,8 @@ pub fn features(
             f[CUT_NAME] =
                 (shape == Shape::Name as usize && cuts_a_name(source, c.start, c.end)) as u8 as f32;
             f[OPTION_ARGUMENT] = is_option_with_argument(c.text(hits)) as u8 as f32;
-            debug_assert_eq!(OPTION_ARGUMENT + 1, n);
+            f[CLAUSE] = holds_a_clause(c.text(hits)) as u8 as f32;
+            debug_assert_eq!(CLAUSE + 1, n);
             f
         })
         .collect()
@@ -712,8 +786,272 @@ const AGENT_SUFFIXES: &[&str] = &[
     "er", "or", "ist", "ian", "eer", "ant", "man", "smith", "wright",
 ];
 
+/// Common English words with an agent's suffix that name no one who does something: function
+/// words, the comparatives of common adjectives ("cheaper", "older"), and frequent nouns of
+/// things or states.
+const NOT_AGENTS: &[&str] = &[
+    // Function words and adverbs.
+    "after",
+    "another",
+    "either",
+    "neither",
+    "whether",
+    "rather",
+    "however",
+    "never",
+    "whenever",
+    "wherever",
+    "whatever",
+    "whoever",
+    "over",
+    "under",
+    "other",
+    "together",
+    "further",
+    "later",
+    "earlier",
+    "former",
+    "latter",
+    "upper",
+    "inner",
+    "outer",
+    "hither",
+    "thither",
+    "ever",
+    "forever",
+    "moreover",
+    "wherefore",
+    "therefore",
+    // Comparatives of common adjectives.
+    "cheaper",
+    "dearer",
+    "greater",
+    "larger",
+    "smaller",
+    "older",
+    "elder",
+    "younger",
+    "longer",
+    "shorter",
+    "higher",
+    "lower",
+    "faster",
+    "slower",
+    "better",
+    "bigger",
+    "wider",
+    "narrower",
+    "deeper",
+    "shallower",
+    "easier",
+    "harder",
+    "stronger",
+    "weaker",
+    "richer",
+    "poorer",
+    "closer",
+    "newer",
+    "simpler",
+    "safer",
+    "lighter",
+    "heavier",
+    "darker",
+    "brighter",
+    "clearer",
+    "quicker",
+    "fewer",
+    "thicker",
+    "thinner",
+    "warmer",
+    "colder",
+    "cooler",
+    "hotter",
+    "drier",
+    "wetter",
+    "louder",
+    "quieter",
+    "softer",
+    "sooner",
+    "nearer",
+    "farther",
+    "happier",
+    "busier",
+    "healthier",
+    "wealthier",
+    "smarter",
+    "cleaner",
+    "fresher",
+    "finer",
+    "grander",
+    "kinder",
+    "broader",
+    "steeper",
+    "sharper",
+    "tighter",
+    "looser",
+    "taller",
+    "fuller",
+    "plainer",
+    "purer",
+    "rarer",
+    "riskier",
+    "costlier",
+    "likelier",
+    "sturdier",
+    "tougher",
+    "rougher",
+    "smoother",
+    "calmer",
+    "denser",
+    "wiser",
+    "braver",
+    "prouder",
+    "humbler",
+    "gentler",
+    "nobler",
+    "abler",
+    // Frequent nouns of things, states and measures.
+    "water",
+    "paper",
+    "number",
+    "order",
+    "matter",
+    "letter",
+    "member",
+    "power",
+    "border",
+    "center",
+    "centre",
+    "corner",
+    "character",
+    "chapter",
+    "winter",
+    "summer",
+    "error",
+    "floor",
+    "door",
+    "mirror",
+    "colour",
+    "color",
+    "honour",
+    "honor",
+    "labour",
+    "labor",
+    "favour",
+    "favor",
+    "behaviour",
+    "behavior",
+    "interior",
+    "exterior",
+    "superior",
+    "inferior",
+    "prior",
+    "minor",
+    "major",
+    "manner",
+    "dinner",
+    "river",
+    "silver",
+    "copper",
+    "timber",
+    "weather",
+    "feather",
+    "leather",
+    "shoulder",
+    "finger",
+    "hunger",
+    "anger",
+    "danger",
+    "fever",
+    "cancer",
+    "theater",
+    "theatre",
+    "meter",
+    "metre",
+    "liter",
+    "litre",
+    "quarter",
+    "register",
+    "chamber",
+    "powder",
+    "barrier",
+    "cluster",
+    "filter",
+    "folder",
+    "header",
+    "footer",
+    "buffer",
+    "pointer",
+    "parameter",
+    "counter",
+    "marker",
+    "container",
+    "layer",
+    "monster",
+    "disaster",
+    "banner",
+    "answer",
+    "cover",
+    "offer",
+    "vapor",
+    "vapour",
+    "rumor",
+    "rumour",
+    "humor",
+    "humour",
+    "horror",
+    "terror",
+    "tremor",
+    "valor",
+    "vigor",
+    "rigor",
+    "odor",
+    "harbour",
+    "harbor",
+    "flavour",
+    "flavor",
+    "factor",
+    "sector",
+    "vector",
+    "tensor",
+    "motor",
+    "rotor",
+    "sensor",
+    "monitor",
+    "elephant",
+    "infant",
+    "plant",
+    "giant",
+    "servant",
+    "restaurant",
+    "instant",
+    "constant",
+    "variant",
+    "quadrant",
+    "pleasant",
+    "distant",
+    "important",
+    "relevant",
+    "elegant",
+    "abundant",
+    "brilliant",
+    "vibrant",
+    "tolerant",
+    "significant",
+    "dominant",
+    "redundant",
+    "woman",
+    "human",
+    "german",
+    "roman",
+    "ottoman",
+    "talisman",
+    "caiman",
+];
+
 /// Whether `text`'s last word (its last run of ASCII letters) is a small-letter word of five
-/// letters or more with an agent's suffix ("glassblower", "zoologist"; not "Miller", a name).
+/// letters or more with an agent's suffix ("glassblower", "zoologist"; not "Miller", a name,
+/// nor "cheaper", a comparative).
 fn is_agent_noun(text: &str) -> bool {
     text.split(|c: char| !c.is_ascii_alphabetic())
         .rfind(|w| !w.is_empty())
@@ -721,7 +1059,18 @@ fn is_agent_noun(text: &str) -> bool {
             w.len() >= 5
                 && w.bytes().all(|b| b.is_ascii_lowercase())
                 && AGENT_SUFFIXES.iter().any(|s| w.ends_with(s))
+                && !NOT_AGENTS.contains(&w)
         })
+}
+
+/// Whether `text` has a copula inside it, past its first word and before its last ("Brinve
+/// was a celebrated painter", not "was" alone or "is_dir").
+fn holds_a_clause(text: &str) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words.len() >= 3
+        && words[1..words.len() - 1]
+            .iter()
+            .any(|w| matches!(*w, "is" | "are" | "was" | "were"))
 }
 
 /// Whether the span `start..end` of `text` has a capitalised word right beside it, one space
@@ -804,6 +1153,63 @@ mod tests {
         assert!(!span("GNOME Project"), "\"the\" is a function word");
         assert!(span("Purdue"));
         assert!(!span("Purdue University"));
+    }
+
+    #[test]
+    fn the_question_s_predicate_beside_a_span_is_found_in_its_clause() {
+        let beside = |question: &str, title: &str, text: &str, span: &str| {
+            let view = PassageView {
+                words: ViewWord::all(text),
+                sentences: Vec::new(),
+                title: stems(title),
+            };
+            let at = text.find(span).unwrap();
+            let first = view.words.iter().position(|w| w.start >= at).unwrap();
+            let last = view
+                .words
+                .iter()
+                .rposition(|w| w.end <= at + span.len())
+                .unwrap();
+            Question::new(question).predicate_beside(&view, first, last)
+        };
+        let work = "Which organisation did Urskogo Vorar work for?";
+        let life = "He was admired by Keshasro Ekvu. He worked for the Mozeny Trading Company.";
+        assert_eq!(
+            beside(work, "Urskogo Vorar", life, "Mozeny Trading Company"),
+            (true, false)
+        );
+        assert_eq!(
+            beside(work, "Urskogo Vorar", life, "Keshasro Ekvu"),
+            (false, false),
+            "the clause ends after the name; \"admired\" is not asked about"
+        );
+        let founder = "Who was the founder of the Kivrun Society?";
+        let society = "Kavi Fenrovu founded the society. It was led by Nydorlo Garauva.";
+        assert_eq!(
+            beside(founder, "Kivrun Society", society, "Kavi Fenrovu"),
+            (false, true)
+        );
+        // The question's name beside a span is not its relation.
+        let letters = "Nyquani's letters reveal a stubborn temperament.";
+        assert_eq!(
+            beside(
+                "For which organisation did Zelya Nyquani work?",
+                "Zelya Nyquani",
+                letters,
+                "letters"
+            ),
+            (false, false)
+        );
+        // Nor is a word of the document's title ("river" of "Dulgo River").
+        let rise = "Where does the Dulgo River rise?";
+        let river = "The river rises in Astob. Kesk river towns trade grain.";
+        assert_eq!(beside(rise, "Dulgo River", river, "Astob"), (true, false));
+        assert_eq!(beside(rise, "Dulgo River", river, "Kesk"), (false, false));
+        assert!(holds_a_clause(
+            "Teipelsa Brinve was a little-known historian"
+        ));
+        assert!(!holds_a_clause("was a historian"));
+        assert!(!holds_a_clause("historian"));
     }
 
     #[test]
@@ -931,10 +1337,18 @@ mod tests {
             "1877",
             "virtuoso",
             "order of the day",
+            "displaced by cheaper",
+            "however",
+            "the river",
         ] {
             assert!(!is_agent_noun(not), "{not}");
         }
-        assert_eq!(names().len(), SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 9);
+        assert_eq!(
+            names().len(),
+            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 12
+        );
+        assert_eq!(names()[BESIDE], "question_predicate_just_before");
+        assert_eq!(names()[CLAUSE], "holds_a_clause");
         assert_eq!(names()[CUT_NAME], "cuts_a_name");
         assert_eq!(names()[OPTION_ARGUMENT], "option_with_its_argument");
         assert_eq!(
