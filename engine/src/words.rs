@@ -1,4 +1,5 @@
-//! Function words: what neither starts an answer nor says what a question asks about.
+//! Function words: what neither starts an answer nor says what a question asks about; and
+//! words that look like what they are not.
 
 /// Words a short answer does not start with: English function words (articles, pronouns,
 /// prepositions, auxiliaries, conjunctions, sentence adverbs). A small model copying a passage
@@ -145,4 +146,44 @@ pub const NON_ANSWER_STARTS: &[&str] = &[
     "yet",
     "you",
     "your",
+];
+
+/// Common English words with an agent's suffix that name no one who does something: function
+/// words, the comparatives of common adjectives ("cheaper", "older"), and frequent nouns of
+/// things or states.
+#[rustfmt::skip]
+pub const NOT_AGENTS: &[&str] = &[
+    // Function words and adverbs.
+    "after", "another", "either", "neither", "whether", "rather", "however", "never", "whenever",
+    "wherever", "whatever", "whoever", "over", "under", "other", "together", "further", "later",
+    "earlier", "former", "latter", "upper", "inner", "outer", "hither", "thither", "ever",
+    "forever", "moreover", "wherefore", "therefore",
+    // Comparatives of common adjectives.
+    "cheaper", "dearer", "greater", "larger", "smaller", "older", "elder", "younger", "longer",
+    "shorter", "higher", "lower", "faster", "slower", "better", "bigger", "wider", "narrower",
+    "deeper", "shallower", "easier", "harder", "stronger", "weaker", "richer", "poorer", "closer",
+    "newer", "simpler", "safer", "lighter", "heavier", "darker", "brighter", "clearer", "quicker",
+    "fewer", "thicker", "thinner", "warmer", "colder", "cooler", "hotter", "drier", "wetter",
+    "louder", "quieter", "softer", "sooner", "nearer", "farther", "happier", "busier", "healthier",
+    "wealthier", "smarter", "cleaner", "fresher", "finer", "grander", "kinder", "broader",
+    "steeper", "sharper", "tighter", "looser", "taller", "fuller", "plainer", "purer", "rarer",
+    "riskier", "costlier", "likelier", "sturdier", "tougher", "rougher", "smoother", "calmer",
+    "denser", "wiser", "braver", "prouder", "humbler", "gentler", "nobler", "abler",
+    // Frequent nouns of things, states and measures.
+    "water", "paper", "number", "order", "matter", "letter", "member", "power", "border", "center",
+    "centre", "corner", "character", "chapter", "winter", "summer", "error", "floor", "door",
+    "mirror", "colour", "color", "honour", "honor", "labour", "labor", "favour", "favor",
+    "behaviour", "behavior", "interior", "exterior", "superior", "inferior", "prior", "minor",
+    "major", "manner", "dinner", "river", "silver", "copper", "timber", "weather", "feather",
+    "leather", "shoulder", "finger", "hunger", "anger", "danger", "fever", "cancer", "theater",
+    "theatre", "meter", "metre", "liter", "litre", "quarter", "register", "chamber", "powder",
+    "barrier", "cluster", "filter", "folder", "header", "footer", "buffer", "pointer", "parameter",
+    "counter", "marker", "container", "layer", "monster", "disaster", "banner", "answer", "cover",
+    "offer", "vapor", "vapour", "rumor", "rumour", "humor", "humour", "horror", "terror", "tremor",
+    "valor", "vigor", "rigor", "odor", "harbour", "harbor", "flavour", "flavor", "factor",
+    "sector", "vector", "tensor", "motor", "rotor", "sensor", "monitor", "elephant", "infant",
+    "plant", "giant", "restaurant", "instant", "constant", "variant", "quadrant",
+    "pleasant", "distant", "important", "relevant", "elegant", "abundant", "brilliant", "vibrant",
+    "tolerant", "significant", "dominant", "redundant", "woman", "human", "german", "roman",
+    "ottoman", "talisman", "caiman",
 ];

@@ -10,7 +10,7 @@ use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
 use super::candidates::{is_abbreviation, words, Candidate, RangeEnd};
-use crate::words::NON_ANSWER_STARTS;
+use crate::words::{NON_ANSWER_STARTS, NOT_AGENTS};
 
 /// Words of the question a candidate should be near: within this many words either side.
 const WINDOW: usize = 10;
@@ -377,6 +377,7 @@ pub fn names() -> Vec<String> {
     n.push("question_predicate_just_before".into());
     n.push("question_predicate_just_after".into());
     n.push("holds_a_clause".into());
+    n.push("cuts_a_phrase".into());
     n
 }
 
@@ -438,6 +439,10 @@ const BESIDE: usize = OPTION_ARGUMENT + 1;
 /// Index of `holds_a_clause`: a copula inside the span ("Teipelsa Brinve was a little-known
 /// historian"): a statement, where a short answer is the phrase it states.
 const CLAUSE: usize = BESIDE + 2;
+/// Index of `cuts_a_phrase`: a span of small-letter words that a small-letter content word
+/// goes on from, one space away ("lighting" of "lighting mine galleries", "cheaper" of
+/// "cheaper alternatives"): the phrase goes on past it, as a name does past a cut name.
+const CUT_PHRASE: usize = CLAUSE + 1;
 
 /// Words passed over to the nearest content word beside a span (function words: "worked for
 /// the [X]" reaches "worked").
@@ -757,7 +762,9 @@ pub fn features(
                 (shape == Shape::Name as usize && cuts_a_name(source, c.start, c.end)) as u8 as f32;
             f[OPTION_ARGUMENT] = is_option_with_argument(c.text(hits)) as u8 as f32;
             f[CLAUSE] = holds_a_clause(c.text(hits)) as u8 as f32;
-            debug_assert_eq!(CLAUSE + 1, n);
+            f[CUT_PHRASE] =
+                (shape == Shape::Words as usize && cuts_a_phrase(source, c.end)) as u8 as f32;
+            debug_assert_eq!(CUT_PHRASE + 1, n);
             f
         })
         .collect()
@@ -784,269 +791,6 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
 /// Suffixes of English nouns of agents: -er, -or, -ist, -ian, -eer, -ant, -man, -smith, -wright.
 const AGENT_SUFFIXES: &[&str] = &[
     "er", "or", "ist", "ian", "eer", "ant", "man", "smith", "wright",
-];
-
-/// Common English words with an agent's suffix that name no one who does something: function
-/// words, the comparatives of common adjectives ("cheaper", "older"), and frequent nouns of
-/// things or states.
-const NOT_AGENTS: &[&str] = &[
-    // Function words and adverbs.
-    "after",
-    "another",
-    "either",
-    "neither",
-    "whether",
-    "rather",
-    "however",
-    "never",
-    "whenever",
-    "wherever",
-    "whatever",
-    "whoever",
-    "over",
-    "under",
-    "other",
-    "together",
-    "further",
-    "later",
-    "earlier",
-    "former",
-    "latter",
-    "upper",
-    "inner",
-    "outer",
-    "hither",
-    "thither",
-    "ever",
-    "forever",
-    "moreover",
-    "wherefore",
-    "therefore",
-    // Comparatives of common adjectives.
-    "cheaper",
-    "dearer",
-    "greater",
-    "larger",
-    "smaller",
-    "older",
-    "elder",
-    "younger",
-    "longer",
-    "shorter",
-    "higher",
-    "lower",
-    "faster",
-    "slower",
-    "better",
-    "bigger",
-    "wider",
-    "narrower",
-    "deeper",
-    "shallower",
-    "easier",
-    "harder",
-    "stronger",
-    "weaker",
-    "richer",
-    "poorer",
-    "closer",
-    "newer",
-    "simpler",
-    "safer",
-    "lighter",
-    "heavier",
-    "darker",
-    "brighter",
-    "clearer",
-    "quicker",
-    "fewer",
-    "thicker",
-    "thinner",
-    "warmer",
-    "colder",
-    "cooler",
-    "hotter",
-    "drier",
-    "wetter",
-    "louder",
-    "quieter",
-    "softer",
-    "sooner",
-    "nearer",
-    "farther",
-    "happier",
-    "busier",
-    "healthier",
-    "wealthier",
-    "smarter",
-    "cleaner",
-    "fresher",
-    "finer",
-    "grander",
-    "kinder",
-    "broader",
-    "steeper",
-    "sharper",
-    "tighter",
-    "looser",
-    "taller",
-    "fuller",
-    "plainer",
-    "purer",
-    "rarer",
-    "riskier",
-    "costlier",
-    "likelier",
-    "sturdier",
-    "tougher",
-    "rougher",
-    "smoother",
-    "calmer",
-    "denser",
-    "wiser",
-    "braver",
-    "prouder",
-    "humbler",
-    "gentler",
-    "nobler",
-    "abler",
-    // Frequent nouns of things, states and measures.
-    "water",
-    "paper",
-    "number",
-    "order",
-    "matter",
-    "letter",
-    "member",
-    "power",
-    "border",
-    "center",
-    "centre",
-    "corner",
-    "character",
-    "chapter",
-    "winter",
-    "summer",
-    "error",
-    "floor",
-    "door",
-    "mirror",
-    "colour",
-    "color",
-    "honour",
-    "honor",
-    "labour",
-    "labor",
-    "favour",
-    "favor",
-    "behaviour",
-    "behavior",
-    "interior",
-    "exterior",
-    "superior",
-    "inferior",
-    "prior",
-    "minor",
-    "major",
-    "manner",
-    "dinner",
-    "river",
-    "silver",
-    "copper",
-    "timber",
-    "weather",
-    "feather",
-    "leather",
-    "shoulder",
-    "finger",
-    "hunger",
-    "anger",
-    "danger",
-    "fever",
-    "cancer",
-    "theater",
-    "theatre",
-    "meter",
-    "metre",
-    "liter",
-    "litre",
-    "quarter",
-    "register",
-    "chamber",
-    "powder",
-    "barrier",
-    "cluster",
-    "filter",
-    "folder",
-    "header",
-    "footer",
-    "buffer",
-    "pointer",
-    "parameter",
-    "counter",
-    "marker",
-    "container",
-    "layer",
-    "monster",
-    "disaster",
-    "banner",
-    "answer",
-    "cover",
-    "offer",
-    "vapor",
-    "vapour",
-    "rumor",
-    "rumour",
-    "humor",
-    "humour",
-    "horror",
-    "terror",
-    "tremor",
-    "valor",
-    "vigor",
-    "rigor",
-    "odor",
-    "harbour",
-    "harbor",
-    "flavour",
-    "flavor",
-    "factor",
-    "sector",
-    "vector",
-    "tensor",
-    "motor",
-    "rotor",
-    "sensor",
-    "monitor",
-    "elephant",
-    "infant",
-    "plant",
-    "giant",
-    "servant",
-    "restaurant",
-    "instant",
-    "constant",
-    "variant",
-    "quadrant",
-    "pleasant",
-    "distant",
-    "important",
-    "relevant",
-    "elegant",
-    "abundant",
-    "brilliant",
-    "vibrant",
-    "tolerant",
-    "significant",
-    "dominant",
-    "redundant",
-    "woman",
-    "human",
-    "german",
-    "roman",
-    "ottoman",
-    "talisman",
-    "caiman",
 ];
 
 /// Whether `text`'s last word (its last run of ASCII letters) is a small-letter word of five
@@ -1093,6 +837,22 @@ fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
         .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
         .is_some_and(capitalised);
     before || after
+}
+
+/// Whether a small-letter content word follows byte `end` of `text`, one space away ("mine"
+/// after "lighting" in "lighting mine galleries"; not "for" nor "Othtu", nor a word after a
+/// comma).
+fn cuts_a_phrase(text: &str, end: usize) -> bool {
+    let ends_in_a_letter = text[..end].ends_with(char::is_alphanumeric);
+    let next = text[end..]
+        .strip_prefix(' ')
+        .and_then(|a| a.split(char::is_whitespace).next())
+        .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
+        .unwrap_or("");
+    ends_in_a_letter
+        && next.starts_with(|c: char| c.is_lowercase())
+        && next.chars().all(|c| c.is_alphabetic() || c == '-')
+        && !NON_ANSWER_STARTS.contains(&next)
 }
 
 /// Whether `text` is a command-line option followed by its argument ("--context=N",
@@ -1205,6 +965,16 @@ mod tests {
         let river = "The river rises in Astob. Kesk river towns trade grain.";
         assert_eq!(beside(rise, "Dulgo River", river, "Astob"), (true, false));
         assert_eq!(beside(rise, "Dulgo River", river, "Kesk"), (false, false));
+        let galleries = "It was used for lighting mine galleries, in 1850 and after.";
+        let cut = |span: &str| {
+            let at = galleries.find(span).unwrap();
+            cuts_a_phrase(galleries, at + span.len())
+        };
+        assert!(cut("lighting"));
+        assert!(cut("lighting mine"));
+        assert!(!cut("lighting mine galleries"), "a comma ends it");
+        assert!(!cut("It was used"), "\"for\" is a function word");
+        assert!(!cut("in 1850 and"), "the next word is a function word");
         assert!(holds_a_clause(
             "Teipelsa Brinve was a little-known historian"
         ));
@@ -1345,8 +1115,9 @@ mod tests {
         }
         assert_eq!(
             names().len(),
-            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 12
+            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 13
         );
+        assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
         assert_eq!(names()[BESIDE], "question_predicate_just_before");
         assert_eq!(names()[CLAUSE], "holds_a_clause");
         assert_eq!(names()[CUT_NAME], "cuts_a_name");
