@@ -563,7 +563,7 @@ impl PromptStyle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::answer::features::wants_number;
+    use crate::answer::asks::wants_number;
 
     /// A stable order gives the same prompt whatever the passages' ranks; by rank, the best
     /// passage ends the documents (best last) or opens them.

@@ -809,7 +809,7 @@ impl Pipeline {
                 .span_source(&texts)?
                 .with_end_bias(req.span_end_bias)
                 .avoiding_start_words(&question_words);
-            if let Some(digit) = crate::answer::features::wants_number(&req.question) {
+            if let Some(digit) = crate::answer::asks::wants_number(&req.question) {
                 source = source.starting_with_digit(digit);
             }
             let source = std::sync::Arc::new(source);

@@ -7,6 +7,7 @@
 //! and the text alone (the extractive reader's answer, and the shortlist); `full` adds the
 //! generative reader's likelihood of each shortlisted span as the answer.
 
+pub mod asks;
 pub mod candidates;
 pub mod features;
 pub mod relation;
@@ -141,7 +142,7 @@ impl Shortlist {
         // dev dumps (top-1, records / man pages / prose): leaving out only these 0.780 /
         // 0.533 / 0.317; every span made of question words 0.773 / 0.447 / 0.261; none
         // 0.767 / 0.507 / 0.289.
-        // A span that cannot be the kind of answer asked for ([`features::Asks::rules_out`])
+        // A span that cannot be the kind of answer asked for ([`asks::Asks::rules_out`])
         // is left out too, unless nothing else is left.
         let fits = |i: &usize| !q.asks().rules_out(candidates[*i].text(hits));
         let typed = by_score.iter().any(fits);

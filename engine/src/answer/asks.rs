@@ -1,0 +1,277 @@
+//! What kind of answer a question asks for, read from its question words and the noun
+//! after them, as the coarse classes of question classification do (Li and Roth, 2002).
+
+/// What a question asks for, from its question words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Asks {
+    /// A person or an organisation ("who", "whom", "whose").
+    Who,
+    /// A place, a location or an address ("where").
+    Where,
+    /// A year ("what year", "which year").
+    Year,
+    /// A time ("when", "what date").
+    When,
+    /// A quantity or a version ("how many", "how long", "what version", ...).
+    Number,
+    /// What someone or something is or does, in common words: an occupation ("what was her
+    /// profession", "what did he do for a living") or a purpose ("what is it used for").
+    Description,
+    /// Anything else ("what", "which", "name the ...").
+    Other,
+}
+
+impl Asks {
+    /// The kind of answer `question` asks for.
+    pub fn of(question: &str) -> Self {
+        let q = question.to_lowercase();
+        let words: Vec<&str> = q
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .collect();
+        let has = |pair: &[&str]| words.windows(pair.len()).any(|w| w == pair);
+        // The head noun after a question word, past a copula and an article ("what was the
+        // birthplace of ...": "birthplace"), as question classifiers read it.
+        let follows = |lead: &[&str], nouns: &[&str]| {
+            words.iter().enumerate().any(|(i, w)| {
+                lead.contains(w)
+                    && words[i + 1..]
+                        .iter()
+                        .find(|n| {
+                            !matches!(**n, "is" | "was" | "are" | "were" | "the" | "a" | "an")
+                        })
+                        .is_some_and(|n| nouns.contains(n))
+            })
+        };
+        // Or the noun after a possessive in a question that starts with one ("What was Gore's
+        // year of birth?", "What was Ada's birthplace?").
+        let possessed = |nouns: &[&str]| {
+            matches!(words.first(), Some(&"what" | &"which"))
+                && words
+                    .windows(2)
+                    .any(|w| w[0] == "s" && nouns.contains(&w[1]))
+        };
+        let asked = |nouns: &[&str]| follows(&["what", "which"], nouns) || possessed(nouns);
+        if asked(&["year"]) {
+            return Asks::Year;
+        }
+        if asked(&["date", "day", "month", "century"]) {
+            return Asks::When;
+        }
+        let quantities = [
+            "many", "much", "long", "old", "big", "large", "high", "far", "often", "wide",
+        ];
+        if follows(&["how"], &quantities) || asked(QUANTITY_NOUNS) {
+            return Asks::Number;
+        }
+        // An occupation or a purpose: the words that ask for one in any English question.
+        if words.iter().any(|w| DESCRIPTION_NOUNS.contains(w))
+            || has(&["for", "a", "living"])
+            || has(&["line", "of", "work"])
+            || has(&["kind", "of", "work"])
+            || has(&["type", "of", "work"])
+            // "What was her calling?", not "which calling convention".
+            || words.last() == Some(&"calling")
+            || words.ends_with(&["used", "for"])
+        {
+            return Asks::Description;
+        }
+        // "Which town ...", "at what place ...": the noun after the question word says the
+        // answer's type, as in the coarse classes of question classification (Li and Roth,
+        // 2002: HUMAN, LOCATION).
+        // A nationality is a country's, named by it or by its adjective ("United States",
+        // "Swedish"): the LOCATION class's country, not a person.
+        if asked(PLACE_NOUNS) || words.contains(&"nationality") {
+            return Asks::Where;
+        }
+        if has(&["who"]) || has(&["whom"]) || has(&["whose"]) || asked(AGENT_NOUNS) {
+            return Asks::Who;
+        }
+        if has(&["when"]) {
+            return Asks::When;
+        }
+        if has(&["where"]) {
+            return Asks::Where;
+        }
+        Asks::Other
+    }
+
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether this kind of answer is a number (`Some(true)`: a quantity, a version or a
+    /// year), is not one (`Some(false)`: a person, an organisation, a place, a trade or a
+    /// purpose), or may be either (`None`: a time, anything else).
+    pub fn is_a_number(self) -> Option<bool> {
+        match self {
+            Asks::Number | Asks::Year => Some(true),
+            Asks::Who | Asks::Where | Asks::Description => Some(false),
+            Asks::When | Asks::Other => None,
+        }
+    }
+
+    /// Whether a span of `text` cannot be this kind of answer: a bare numeral ("1740",
+    /// "1808-1879", "3.5") names no person, organisation, place or trade. The features weigh
+    /// a number's shape against the question already; this is the rule they only lean to, so
+    /// that a year in "born in 1740" is not where someone was born however well its words fit.
+    pub fn rules_out(self, text: &str) -> bool {
+        self.is_a_number() == Some(false)
+            && text.starts_with(|c: char| c.is_ascii_digit())
+            && text
+                .chars()
+                .all(|c| c.is_ascii_digit() || matches!(c, '.' | ',' | ':' | '/' | '-' | '–'))
+    }
+
+    /// Words that introduce this kind of answer in running text ("designed by N", "born in P",
+    /// "worked as a T", "used for V-ing"): the word before a candidate (past an article) is
+    /// one of them.
+    pub(super) fn cues(self) -> &'static [&'static str] {
+        match self {
+            Asks::Who => &["by"],
+            Asks::Where => &["in", "at", "from", "near"],
+            Asks::Year | Asks::When => &["in", "on", "since", "until"],
+            Asks::Number => &[],
+            Asks::Description => &["as", "for", "is", "was", "are", "were"],
+            Asks::Other => &[],
+        }
+    }
+}
+
+/// Nouns that make "which/what N" ask for a quantity (the NUMERIC class of question
+/// classification).
+const QUANTITY_NOUNS: &[&str] = &[
+    "version",
+    "number",
+    "size",
+    "percentage",
+    "amount",
+    "port",
+    "length",
+    "height",
+    "depth",
+    "width",
+    "distance",
+    "population",
+    "elevation",
+    "area",
+    "weight",
+    "price",
+    "cost",
+    "age",
+];
+
+/// Nouns that ask what someone does or what something is for.
+const DESCRIPTION_NOUNS: &[&str] = &["profession", "occupation", "trade", "vocation", "purpose"];
+
+/// Nouns that make "which/what N" ask for a place.
+const PLACE_NOUNS: &[&str] = &[
+    "place",
+    "birthplace",
+    "hometown",
+    "headquarters",
+    "town",
+    "city",
+    "country",
+    "village",
+    "location",
+    "region",
+    "county",
+    "province",
+    "continent",
+    "island",
+    "capital",
+];
+
+/// Nouns that make "which/what N" ask for a person or an organisation.
+const AGENT_NOUNS: &[&str] = &[
+    "person",
+    "people",
+    "man",
+    "woman",
+    "author",
+    "organisation",
+    "organization",
+    "company",
+    "firm",
+    "team",
+    "institution",
+    "inventor",
+    "founder",
+    "designer",
+    "developer",
+];
+
+/// Whether the question asks for a number (`Some(true)`: a quantity, a version or a year,
+/// [`Asks`]), for something that is not one (`Some(false)`: who,
+/// where), or cannot be told (`None`). A copied answer then starts with a digit or not.
+pub fn wants_number(question: &str) -> Option<bool> {
+    Asks::of(question).is_a_number()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_numeral_is_no_person_place_or_trade() {
+        for asks in [Asks::Who, Asks::Where, Asks::Description] {
+            for numeral in ["1740", "1808-1879", "3.5", "10–20", "12:30"] {
+                assert!(asks.rules_out(numeral), "{asks:?} {numeral}");
+            }
+            for answer in ["Othtu", "1740s", "10 Downing Street", "painter", "3M"] {
+                assert!(!asks.rules_out(answer), "{asks:?} {answer}");
+            }
+        }
+        for asks in [Asks::Year, Asks::When, Asks::Number, Asks::Other] {
+            assert!(!asks.rules_out("1740"), "{asks:?}");
+        }
+    }
+
+    #[test]
+    fn questions_say_what_they_ask_for() {
+        assert_eq!(Asks::of("Who wrote serde?"), Asks::Who);
+        assert_eq!(Asks::of("In what year was it founded?"), Asks::Year);
+        assert_eq!(Asks::of("When was it founded?"), Asks::When);
+        assert_eq!(Asks::of("How many pages does it have?"), Asks::Number);
+        assert_eq!(
+            Asks::of("Which version of Rust does it need?"),
+            Asks::Number
+        );
+        assert_eq!(Asks::of("Where can I find it on the web?"), Asks::Where);
+        assert_eq!(Asks::of("Which option copies recursively?"), Asks::Other);
+        assert_eq!(Asks::of("In which town was she born?"), Asks::Where);
+        assert_eq!(Asks::of("At what place was it built?"), Asks::Where);
+        assert_eq!(Asks::of("For which company did he work?"), Asks::Who);
+        assert_eq!(Asks::of("Which person or organisation made it?"), Asks::Who);
+        // Words with a technical sense ("which state", "which group") stay open.
+        assert_eq!(Asks::of("Which group owns the socket?"), Asks::Other);
+        // The head noun past a copula and an article.
+        assert_eq!(Asks::of("What was the birthplace of Ada?"), Asks::Where);
+        assert_eq!(Asks::of("What is the length of the Rhine?"), Asks::Number);
+        assert_eq!(
+            Asks::of("What did Knuth do for a living?"),
+            Asks::Description
+        );
+        assert_eq!(Asks::of("What was Zuse's profession?"), Asks::Description);
+        assert_eq!(Asks::of("What is a buffer used for?"), Asks::Description);
+        assert_eq!(Asks::of("What was Blok's calling?"), Asks::Description);
+        assert_eq!(
+            Asks::of("What kind of work did Seurat do?"),
+            Asks::Description
+        );
+        assert_eq!(Asks::of("Which calling convention is it?"), Asks::Other);
+        assert_eq!(Asks::of("What nationality was Tito?"), Asks::Where);
+        assert_eq!(Asks::of("What was Gore's nationality?"), Asks::Where);
+        assert_eq!(Asks::of("What was Gore's year of birth?"), Asks::Year);
+        assert_eq!(Asks::of("What was Ada's birthplace?"), Asks::Where);
+        assert_eq!(Asks::of("What is serde's version?"), Asks::Number);
+        assert_eq!(Asks::of("Who is the crate's author?"), Asks::Who);
+        // A term asked for by what it is used for is not a purpose.
+        assert_eq!(Asks::of("What term is used for the fn type?"), Asks::Other);
+        assert_eq!(
+            Asks::Description.cues(),
+            ["as", "for", "is", "was", "are", "were"]
+        );
+    }
+}
