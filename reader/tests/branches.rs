@@ -82,6 +82,35 @@ fn branches_equal_each_branch_read_alone_after_the_prompt() {
 }
 
 #[test]
+fn branches_sharing_a_prefix_equal_each_branch_read_alone() {
+    // A prefix tree reads "4 8" once for the first three branches; each still gets its own
+    // rows, as if read alone, whether its prefix is another branch, a part of one, or the
+    // same branch twice.
+    let model = load_f32("llama3-rope-tiny");
+    let prompt: Vec<u32> = (0..21).map(|i| (i * 5 + 2) % 60).collect();
+    let branches: Vec<&[u32]> = vec![&[4, 8, 15], &[4, 8], &[4, 9, 15], &[8, 4], &[4, 8, 15]];
+    let mut cache = Cache::new(&model);
+    rows(&model, &mut cache, &prompt);
+    let got: Vec<Vec<f32>> = model
+        .forward_branches(&branches, &mut cache)
+        .unwrap()
+        .to_vec2()
+        .unwrap();
+    assert_eq!(got.len(), 13);
+    let mut row = 0;
+    for branch in &branches {
+        let mut alone = Cache::new(&model);
+        rows(&model, &mut alone, &prompt);
+        for (j, want) in rows(&model, &mut alone, branch).iter().enumerate() {
+            let d = close(&got[row + j], want);
+            assert!(d < TOL, "branch {branch:?} row {j} differs by {d}");
+        }
+        row += branch.len();
+    }
+    assert_eq!(cache.seq_len(), prompt.len());
+}
+
+#[test]
 fn branches_after_an_empty_cache_start_the_sequence() {
     let model = load_f32("llama3-rope-tiny");
     let branches: Vec<&[u32]> = vec![&[4, 8, 15], &[16, 23]];
