@@ -32,6 +32,27 @@ fn close(a: &[f32], b: &[f32]) -> f32 {
         .fold(0.0, f32::max)
 }
 
+/// Asserts that `got`, the rows of a branches pass, hold each branch's rows as it gives them
+/// read alone after `prompt`.
+fn each_as_read_alone(
+    model: &Llama,
+    prompt: &[u32],
+    branches: &[&[u32]],
+    got: &[Vec<f32>],
+    name: &str,
+) {
+    let mut row = 0;
+    for branch in branches {
+        let mut alone = Cache::new(model);
+        rows(model, &mut alone, prompt);
+        for (j, want) in rows(model, &mut alone, branch).iter().enumerate() {
+            let d = close(&got[row + j], want);
+            assert!(d < TOL, "{name}: branch {branch:?} row {j} differs by {d}");
+        }
+        row += branch.len();
+    }
+}
+
 #[test]
 fn branches_equal_each_branch_read_alone_after_the_prompt() {
     for name in [
@@ -58,16 +79,7 @@ fn branches_equal_each_branch_read_alone_after_the_prompt() {
             .unwrap();
         assert_eq!(got.len(), branches.iter().map(Vec::len).sum::<usize>());
         assert_eq!(cache.seq_len(), prompt.len(), "{name}: the cache grew");
-        let mut row = 0;
-        for branch in &branches {
-            let mut alone = Cache::new(&model);
-            rows(&model, &mut alone, &prompt);
-            for (j, want) in rows(&model, &mut alone, branch).iter().enumerate() {
-                let d = close(&got[row + j], want);
-                assert!(d < TOL, "{name}: branch row {j} differs by {d}");
-            }
-            row += branch.len();
-        }
+        each_as_read_alone(&model, &prompt, &slices, &got, name);
         // The cache reads on as if the branches had never been read.
         let next = [(2 * v / 3).max(3)];
         let mut fresh = Cache::new(&model);
@@ -97,16 +109,7 @@ fn branches_sharing_a_prefix_equal_each_branch_read_alone() {
         .to_vec2()
         .unwrap();
     assert_eq!(got.len(), 13);
-    let mut row = 0;
-    for branch in &branches {
-        let mut alone = Cache::new(&model);
-        rows(&model, &mut alone, &prompt);
-        for (j, want) in rows(&model, &mut alone, branch).iter().enumerate() {
-            let d = close(&got[row + j], want);
-            assert!(d < TOL, "branch {branch:?} row {j} differs by {d}");
-        }
-        row += branch.len();
-    }
+    each_as_read_alone(&model, &prompt, &branches, &got, "llama3-rope-tiny");
     assert_eq!(cache.seq_len(), prompt.len());
 }
 

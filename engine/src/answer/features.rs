@@ -631,12 +631,17 @@ fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
         .filter(|b| !b.ends_with(char::is_whitespace))
         .and_then(|b| b.rsplit(char::is_whitespace).next())
         .is_some_and(capitalised);
-    let after = text[end..]
+    before || next_word(text, end).is_some_and(capitalised)
+}
+
+/// The word one space after byte `end` of `text`, its closing punctuation left off ("mine" in
+/// "lighting| mine galleries", "Project" in "GNOME| Project."); none past a line break, two
+/// spaces or punctuation.
+fn next_word(text: &str, end: usize) -> Option<&str> {
+    text[end..]
         .strip_prefix(' ')
         .and_then(|a| a.split(char::is_whitespace).next())
         .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
-        .is_some_and(capitalised);
-    before || after
 }
 
 /// Whether a small-letter content word follows byte `end` of `text`, one space away ("mine"
@@ -644,11 +649,7 @@ fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
 /// comma).
 fn cuts_a_phrase(text: &str, end: usize) -> bool {
     let ends_in_a_letter = text[..end].ends_with(char::is_alphanumeric);
-    let next = text[end..]
-        .strip_prefix(' ')
-        .and_then(|a| a.split(char::is_whitespace).next())
-        .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
-        .unwrap_or("");
+    let next = next_word(text, end).unwrap_or("");
     ends_in_a_letter
         && next.starts_with(|c: char| c.is_lowercase())
         && next.chars().all(|c| c.is_alphabetic() || c == '-')

@@ -87,13 +87,12 @@ impl Llama {
                 kv: kv_alloc,
             })
             .collect();
-        let ids = tree.tokens.clone();
         let fused = self.fused_kernels;
         let rope = self
             .decoder
             .rope
             .rotary(&[positions], fused, self.dtype, &self.device)?;
-        let ids = Tensor::from_vec(ids, (1, s), &self.device)?;
+        let ids = Tensor::from_slice(&tree.tokens, (1, s), &self.device)?;
         let n_heads = self.cfg.num_attention_heads;
         let mut x = self.decoder.embed_tokens.forward(&ids)?;
         let mut outcome = Ok(());
