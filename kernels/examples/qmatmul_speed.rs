@@ -35,18 +35,28 @@ fn main() {
             }
         }
         let m = QMatrix::from_ggml(format, rows, cols, &data).expect("valid blocks");
-        for n in [1, 4, 16] {
+        // Chunks of many rows on AMX tiles too, where the CPU has them (bf16).
+        let amx = m.fits_amx();
+        for (n, on_amx) in [(1, false), (4, false), (16, false), (128, false)]
+            .into_iter()
+            .chain([(16, true), (128, true)].into_iter().filter(|_| amx))
+        {
             let x: Vec<f32> = (0..n * cols)
                 .map(|i| ((i % 17) as f32 - 8.0) / 8.0)
                 .collect();
             let reps = (2_000_000_000 / (rows * cols * n)).max(3);
             let t = Instant::now();
             for _ in 0..reps {
-                std::hint::black_box(m.matmul_with(&x, kernel));
+                if on_amx {
+                    std::hint::black_box(m.matmul_amx(&x));
+                } else {
+                    std::hint::black_box(m.matmul_with(&x, kernel));
+                }
             }
             let s = t.elapsed().as_secs_f64() / reps as f64;
+            let on = if on_amx { " on AMX tiles" } else { "" };
             println!(
-                "{format:?} ({rows}, {cols}) x {n} rows: {:.3} ms, {:.1} GMAC/s, {:.1} GB/s of weights",
+                "{format:?} ({rows}, {cols}) x {n} rows{on}: {:.3} ms, {:.1} GMAC/s, {:.1} GB/s of weights",
                 s * 1e3,
                 (rows * cols * n) as f64 / s / 1e9,
                 m.bytes() as f64 / s / 1e9

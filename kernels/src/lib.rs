@@ -39,7 +39,7 @@ pub use ops::{attention, attention_many, rms_norm_residual, rope_qk, RopeParams}
 pub use pattern::{
     effective_shift, key_range, scca_rules, visible, HeadRule, Pattern, SccaKind, TILE,
 };
-pub use qmatmul_op::qmatmul;
+pub use qmatmul_op::{qmatmul, qmatmul_amx};
 
 /// Whether CUDA attention on bf16 or f16 runs on tensor cores (attention_mma.cu) for prefill
 /// and cross-attention with a head width of 64 or 128: set by [`set_tensor_core_attention`],

@@ -9,7 +9,8 @@ use candle_core::{bail, CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use crate::cpu::qmatmul::QMatrix;
 use crate::ops::{cpu_f32_at, cpu_from_f32};
 
-struct QMatMulOp(Arc<QMatrix>);
+/// The matrix, and whether the product runs on AMX tiles.
+struct QMatMulOp(Arc<QMatrix>, bool);
 
 impl CustomOp1 for QMatMulOp {
     fn name(&self) -> &'static str {
@@ -30,9 +31,23 @@ impl CustomOp1 for QMatMulOp {
                 m.cols()
             );
         }
+        let product = |x: &[f32]| {
+            if self.1 {
+                m.matmul_amx(x)
+            } else {
+                Some(m.matmul(x))
+            }
+        };
         let y = match s {
-            CpuStorage::F32(v) => m.matmul(&v[a..b]),
-            _ => m.matmul(&cpu_f32_at(s, a, b - a)?),
+            CpuStorage::F32(v) => product(&v[a..b]),
+            _ => product(&cpu_f32_at(s, a, b - a)?),
+        };
+        let Some(y) = y else {
+            bail!(
+                "capstan-qmatmul: no AMX tiles for a ({}, {}) matrix",
+                m.rows(),
+                m.cols()
+            )
         };
         *dims.last_mut().expect("checked above") = m.rows();
         let out = match s {
@@ -48,5 +63,18 @@ pub fn qmatmul(x: &Tensor, w: &Arc<QMatrix>) -> Result<Tensor> {
     if !x.device().is_cpu() {
         bail!("capstan-qmatmul runs on the CPU only");
     }
-    x.contiguous()?.apply_op1_no_bwd(&QMatMulOp(w.clone()))
+    x.contiguous()?
+        .apply_op1_no_bwd(&QMatMulOp(w.clone(), false))
+}
+
+/// `x W^T` on AMX tiles (`W` rounded to bf16, `x` in two bf16 parts, f32 accumulation: the product of many
+/// rows), or `None` where the CPU has none or `W` is not whole panels
+/// ([`QMatrix::matmul_amx`]).
+pub fn qmatmul_amx(x: &Tensor, w: &Arc<QMatrix>) -> Result<Option<Tensor>> {
+    if !x.device().is_cpu() || !w.fits_amx() {
+        return Ok(None);
+    }
+    x.contiguous()?
+        .apply_op1_no_bwd(&QMatMulOp(w.clone(), true))
+        .map(Some)
 }

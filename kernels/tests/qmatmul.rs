@@ -167,3 +167,37 @@ fn stacked_matrices_compute_each_part() {
         assert_eq!(&yab[i * 10 + 6..i * 10 + 10], &yb[i * 4..i * 4 + 4]);
     }
 }
+
+/// On AMX tiles every format's product is that of the bf16-rounded weights, to f32's
+/// accumulation error (the rows are carried in two bf16 parts): the panels of the layouts packed straight from their blocks (4-bit,
+/// signed bytes) and through f32 rows (5-bit) hold each weight as ggml dequantizes it.
+#[test]
+fn products_on_amx_tiles_equal_the_bf16_rounded_reference() {
+    if !capstan_kernels::cpu::amx::available() {
+        eprintln!("skipped: this CPU (or kernel) gives no AMX tiles");
+        return;
+    }
+    let bf16 = |v: f32| half::bf16::from_f32(v).to_f64();
+    let (rows, cols) = (64, 512);
+    for (dtype, format) in FORMATS {
+        let (m, w) = matrix(dtype, format, rows, cols);
+        for n in [3, 40] {
+            let x = random(n * cols, 11 + n as u64);
+            let y = m.matmul_amx(&x).expect("64 x 512 is whole panels");
+            for (i, xr) in x.chunks_exact(cols).enumerate() {
+                for r in 0..rows {
+                    let want: f64 = xr
+                        .iter()
+                        .zip(&w[r * cols..(r + 1) * cols])
+                        .map(|(&a, &b)| a as f64 * bf16(b))
+                        .sum();
+                    let got = y[i * rows + r] as f64;
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "{format:?} row {i}, output {r}: {got} against {want}"
+                    );
+                }
+            }
+        }
+    }
+}

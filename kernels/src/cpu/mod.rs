@@ -3,6 +3,7 @@
 //! accumulation, tiles outside the pattern's key range skipped) so that a GPU result can be
 //! compared with them directly.
 
+pub mod amx;
 mod blocked;
 pub mod int8;
 mod kv;

@@ -79,11 +79,18 @@ impl Llama {
             reserve: cache.reserve,
             dtype: self.kv_dtype,
         };
+        // Where the CPU has AMX tiles, all rows go in one product on them instead: each band
+        // of weights is converted to bf16 once for every row (rows are independent there too).
+        let span = if capstan_kernels::cpu::amx::available() {
+            s
+        } else {
+            TILE_SPAN
+        };
         let spans: Vec<Span> = (0..s)
-            .step_by(TILE_SPAN)
+            .step_by(span)
             .map(|start| Span {
                 start,
-                len: TILE_SPAN.min(s - start),
+                len: span.min(s - start),
                 kv: kv_alloc,
             })
             .collect();

@@ -296,8 +296,9 @@ impl ProjGroup {
     }
 }
 
-/// Rows (tokens) from which a quantized CPU matrix is dequantized for the product and run on
-/// the f32 GEMM. Set against candle's quantized kernels (issue 9); against Capstan's tiles,
+/// Rows (tokens) from which a quantized CPU matrix is multiplied on AMX tiles where the CPU has
+/// them (`capstan_kernels::qmatmul_amx`: 3-4x the quantized kernels at 128 rows, equal at 16),
+/// else dequantized for the product and run on the f32 GEMM. Set against candle's quantized kernels (issue 9); against Capstan's tiles,
 /// long chunks are 10-12% faster on the GEMM (512 and 2,048-token prompts, SmolLM2 Q4_1,
 /// docs/BENCHMARKS.md). One pass dequantizes every matrix once, whatever its rows: a pass of
 /// many short sequences (a batched prefill, a candidates' pass) is split by sequence
@@ -319,13 +320,21 @@ impl Module for Proj {
 }
 
 impl Proj {
-    /// The product on the f32 GEMM (`gemm`: a quantized matrix dequantized first) or on the
-    /// quantized kernels, whatever the rows.
+    /// The product of many rows (`gemm`: a packed quantized matrix on AMX tiles where the CPU
+    /// has them, else dequantized first for the f32 GEMM) or on the quantized kernels,
+    /// whatever the rows.
     pub(super) fn forward_on(&self, x: &Tensor, gemm: bool) -> CResult<Tensor> {
         let (y, bias) = match self {
             Proj::Dense(l) => return l.forward(x),
             Proj::Packed { weight, bias } => {
-                let y = if gemm {
+                let tiles = if gemm {
+                    capstan_kernels::qmatmul_amx(x, weight)?
+                } else {
+                    None
+                };
+                let y = if let Some(y) = tiles {
+                    y
+                } else if gemm {
                     let (r, c) = (weight.rows(), weight.cols());
                     let w = Tensor::from_vec(weight.dequantize(), (r, c), x.device())?;
                     x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?)?

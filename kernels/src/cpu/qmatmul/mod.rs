@@ -16,11 +16,13 @@
 
 mod fifth;
 mod repack;
+mod to_bf16;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
 use rayon::prelude::*;
 
+use super::amx;
 use super::OutPtr;
 
 pub use repack::GgmlFormat;
@@ -115,6 +117,10 @@ fn task_rows(rows: usize) -> usize {
 const PARALLEL_MIN: usize = 1 << 16;
 
 impl QMatrix {
+    fn new(rows: usize, cols: usize, layout: Layout) -> Self {
+        Self { rows, cols, layout }
+    }
+
     /// Output size.
     pub fn rows(&self) -> usize {
         self.rows
@@ -191,11 +197,7 @@ impl QMatrix {
                 Layout::I8 { values, scales }
             }
         };
-        Some(QMatrix {
-            rows,
-            cols: first.cols,
-            layout,
-        })
+        Some(QMatrix::new(rows, first.cols, layout))
     }
 
     /// The matrix in f32, row-major: each weight exactly as ggml dequantizes it.
@@ -246,6 +248,23 @@ impl QMatrix {
                 }
             }
         }
+    }
+
+    /// `y = x W^T` for a chunk of many rows on AMX tiles ([`amx`]: the weights rounded to
+    /// bf16, `x` in two bf16 parts, f32 accumulation), `None` where this CPU has no tiles or the shape is not
+    /// whole panels. Each weight is the f32 of [`QMatrix::dequantize`] rounded to bf16.
+    pub fn matmul_amx(&self, x: &[f32]) -> Option<Vec<f32>> {
+        if !self.fits_amx() {
+            return None;
+        }
+        Some(amx::matmul(x, self.rows, self.cols, |band, out| {
+            self.band_bf16(band, out)
+        }))
+    }
+
+    /// Whether [`QMatrix::matmul_amx`] runs here: AMX tiles, a shape of whole panels.
+    pub fn fits_amx(&self) -> bool {
+        amx::available() && amx::fits(self.rows, self.cols)
     }
 
     /// `y = x W^T`: `x` `(n, cols)` row-major, returns `(n, rows)`; on the best kernel this

@@ -179,6 +179,6 @@ impl QMatrix {
                 Layout::I8 { values, scales }
             }
         };
-        Ok(Self { rows, cols, layout })
+        Ok(Self::new(rows, cols, layout))
     }
 }
