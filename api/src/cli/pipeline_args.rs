@@ -235,7 +235,8 @@ pub enum Command {
 }
 
 /// Where `ask` keeps the prefix cache of the model at `path`: one file per model file (its
-/// path, size and modification time) and KV type, under `$CAPSTAN_HOME/prompt-cache`.
+/// path, size and modification time), KV type and product path (AMX tiles or not: their keys
+/// and values differ in the last bits), under `$CAPSTAN_HOME/prompt-cache`.
 fn prompt_store(path: &std::path::Path, model: &LanguageModel) -> Option<PrefixStore> {
     let meta = std::fs::metadata(path).ok()?;
     let modified = meta
@@ -247,12 +248,13 @@ fn prompt_store(path: &std::path::Path, model: &LanguageModel) -> Option<PrefixS
     let canonical = std::fs::canonicalize(path).ok()?;
     let m = model.model();
     let key = format!(
-        "{}|{}|{modified}|{:?}|{:?}|{:?}",
+        "{}|{}|{modified}|{:?}|{:?}|{:?}|amx {}",
         canonical.display(),
         meta.len(),
         m.kv_dtype(),
         m.dtype(),
-        m.attention()
+        m.attention(),
+        m.products_on_amx()
     );
     let bytes: Vec<u32> = key.bytes().map(u32::from).collect();
     let name = format!(

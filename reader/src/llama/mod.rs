@@ -252,6 +252,14 @@ impl Llama {
         self.cross_kv = cross_kv;
     }
 
+    /// Whether this model's products of many rows may run on AMX tiles (on a CPU that has
+    /// them, its quantized matrices do: `capstan_kernels::qmatmul_amx`); their keys and values
+    /// differ from the f32 GEMM's in the last bits, so a prefix cache kept on disk says which
+    /// it holds.
+    pub fn products_on_amx(&self) -> bool {
+        self.device.is_cpu() && capstan_kernels::cpu::amx::available()
+    }
+
     /// The element type of the self-attention KV cache: f16 for quantized weights on the CPU
     /// (as llama.cpp keeps it), the activations' dtype otherwise.
     pub fn kv_dtype(&self) -> DType {
