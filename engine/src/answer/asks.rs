@@ -112,15 +112,20 @@ impl Asks {
     }
 
     /// Whether a span of `text` cannot be this kind of answer: a bare numeral ("1740",
-    /// "1808-1879", "3.5") names no person, organisation, place or trade. The features weigh
-    /// a number's shape against the question already; this is the rule they only lean to, so
-    /// that a year in "born in 1740" is not where someone was born however well its words fit.
+    /// "1808-1879", "3.5") names no person, organisation, place or trade, and a span without
+    /// a digit is no year (every one of the 71 year questions of the dev sets has digits in its
+    /// answer). The features weigh a number's shape against the question already; this is the
+    /// rule they only lean to, so that a year in "born in 1740" is not where someone was born,
+    /// nor the place in "was born in Teiphailk" the year, however well its words fit.
     pub fn rules_out(self, text: &str) -> bool {
-        self.is_a_number() == Some(false)
-            && text.starts_with(|c: char| c.is_ascii_digit())
+        let numeral = text.starts_with(|c: char| c.is_ascii_digit())
             && text
                 .chars()
-                .all(|c| c.is_ascii_digit() || matches!(c, '.' | ',' | ':' | '/' | '-' | '–'))
+                .all(|c| c.is_ascii_digit() || matches!(c, '.' | ',' | ':' | '/' | '-' | '–'));
+        match self {
+            Asks::Year => !text.chars().any(|c| c.is_ascii_digit()),
+            _ => self.is_a_number() == Some(false) && numeral,
+        }
     }
 
     /// Words that introduce this kind of answer in running text ("designed by N", "born in P",
@@ -214,7 +219,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_numeral_is_no_person_place_or_trade() {
+    fn a_numeral_is_no_person_place_or_trade_and_a_year_has_digits() {
         for asks in [Asks::Who, Asks::Where, Asks::Description] {
             for numeral in ["1740", "1808-1879", "3.5", "10–20", "12:30"] {
                 assert!(asks.rules_out(numeral), "{asks:?} {numeral}");
@@ -225,6 +230,13 @@ mod tests {
         }
         for asks in [Asks::Year, Asks::When, Asks::Number, Asks::Other] {
             assert!(!asks.rules_out("1740"), "{asks:?}");
+        }
+        for year in ["1740", "44 BC", "the 1740s", "c. 1700"] {
+            assert!(!Asks::Year.rules_out(year), "{year}");
+        }
+        for word in ["Teiphailk", "never", "the following spring"] {
+            assert!(Asks::Year.rules_out(word), "{word}");
+            assert!(!Asks::When.rules_out(word), "{word}");
         }
     }
 
