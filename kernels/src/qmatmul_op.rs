@@ -9,8 +9,16 @@ use candle_core::{bail, CpuStorage, CustomOp1, Layout, Result, Shape, Tensor};
 use crate::cpu::qmatmul::QMatrix;
 use crate::ops::{cpu_f32_at, cpu_from_f32};
 
-/// The matrix, and whether the product runs on AMX tiles.
-struct QMatMulOp(Arc<QMatrix>, bool);
+/// Which kernels multiply.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Product {
+    /// The quantized kernels ([`QMatrix::matmul`]).
+    Quantized,
+    /// AMX tiles ([`QMatrix::matmul_amx`]).
+    Amx,
+}
+
+struct QMatMulOp(Arc<QMatrix>, Product);
 
 impl CustomOp1 for QMatMulOp {
     fn name(&self) -> &'static str {
@@ -31,12 +39,9 @@ impl CustomOp1 for QMatMulOp {
                 m.cols()
             );
         }
-        let product = |x: &[f32]| {
-            if self.1 {
-                m.matmul_amx(x)
-            } else {
-                Some(m.matmul(x))
-            }
+        let product = |x: &[f32]| match self.1 {
+            Product::Amx => m.matmul_amx(x),
+            Product::Quantized => Some(m.matmul(x)),
         };
         let y = match s {
             CpuStorage::F32(v) => product(&v[a..b]),
@@ -64,17 +69,17 @@ pub fn qmatmul(x: &Tensor, w: &Arc<QMatrix>) -> Result<Tensor> {
         bail!("capstan-qmatmul runs on the CPU only");
     }
     x.contiguous()?
-        .apply_op1_no_bwd(&QMatMulOp(w.clone(), false))
+        .apply_op1_no_bwd(&QMatMulOp(w.clone(), Product::Quantized))
 }
 
-/// `x W^T` on AMX tiles (`W` rounded to bf16, `x` in two bf16 parts, f32 accumulation: the product of many
-/// rows), or `None` where the CPU has none or `W` is not whole panels
+/// `x W^T` on AMX tiles (`W` rounded to bf16, `x` in two bf16 parts, f32 accumulation: the
+/// product of many rows), or `None` where the CPU has none or `W` is not whole panels
 /// ([`QMatrix::matmul_amx`]).
 pub fn qmatmul_amx(x: &Tensor, w: &Arc<QMatrix>) -> Result<Option<Tensor>> {
     if !x.device().is_cpu() || !w.fits_amx() {
         return Ok(None);
     }
     x.contiguous()?
-        .apply_op1_no_bwd(&QMatMulOp(w.clone(), true))
+        .apply_op1_no_bwd(&QMatMulOp(w.clone(), Product::Amx))
         .map(Some)
 }

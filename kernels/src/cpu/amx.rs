@@ -329,7 +329,8 @@ mod tests {
     }
 
     /// The tiles' products equal the f64 products of the rows and the bf16-rounded weights to
-    /// f32's accumulation error (the rows are carried in two bf16 parts), for row counts that fill no tile, one, and several with padding.
+    /// f32's accumulation error (the rows are carried in two bf16 parts), for row counts that
+    /// fill no tile, one, and several with padding.
     #[test]
     fn tile_products_equal_the_rounded_reference() {
         if !available() {

@@ -251,8 +251,9 @@ impl QMatrix {
     }
 
     /// `y = x W^T` for a chunk of many rows on AMX tiles ([`amx`]: the weights rounded to
-    /// bf16, `x` in two bf16 parts, f32 accumulation), `None` where this CPU has no tiles or the shape is not
-    /// whole panels. Each weight is the f32 of [`QMatrix::dequantize`] rounded to bf16.
+    /// bf16, `x` in two bf16 parts, f32 accumulation), `None` where this CPU has no tiles or
+    /// the shape is not whole panels. Each weight is the f32 of [`QMatrix::dequantize`]
+    /// rounded to bf16.
     pub fn matmul_amx(&self, x: &[f32]) -> Option<Vec<f32>> {
         if !self.fits_amx() {
             return None;
