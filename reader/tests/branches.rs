@@ -25,6 +25,15 @@ fn rows(model: &Llama, cache: &mut Cache, tokens: &[u32]) -> Vec<Vec<f32>> {
         .unwrap()
 }
 
+/// The rows of a branches pass after what `cache` holds.
+fn branch_rows(model: &Llama, branches: &[&[u32]], cache: &mut Cache) -> Vec<Vec<f32>> {
+    model
+        .forward_branches(branches, cache)
+        .unwrap()
+        .to_vec2()
+        .unwrap()
+}
+
 fn close(a: &[f32], b: &[f32]) -> f32 {
     a.iter()
         .zip(b)
@@ -72,11 +81,7 @@ fn branches_equal_each_branch_read_alone_after_the_prompt() {
         let mut cache = Cache::new(&model);
         rows(&model, &mut cache, &prompt);
         let slices: Vec<&[u32]> = branches.iter().map(Vec::as_slice).collect();
-        let got: Vec<Vec<f32>> = model
-            .forward_branches(&slices, &mut cache)
-            .unwrap()
-            .to_vec2()
-            .unwrap();
+        let got = branch_rows(&model, &slices, &mut cache);
         assert_eq!(got.len(), branches.iter().map(Vec::len).sum::<usize>());
         assert_eq!(cache.seq_len(), prompt.len(), "{name}: the cache grew");
         each_as_read_alone(&model, &prompt, &slices, &got, name);
@@ -103,11 +108,7 @@ fn branches_sharing_a_prefix_equal_each_branch_read_alone() {
     let branches: Vec<&[u32]> = vec![&[4, 8, 15], &[4, 8], &[4, 9, 15], &[8, 4], &[4, 8, 15]];
     let mut cache = Cache::new(&model);
     rows(&model, &mut cache, &prompt);
-    let got: Vec<Vec<f32>> = model
-        .forward_branches(&branches, &mut cache)
-        .unwrap()
-        .to_vec2()
-        .unwrap();
+    let got = branch_rows(&model, &branches, &mut cache);
     assert_eq!(got.len(), 13);
     each_as_read_alone(&model, &prompt, &branches, &got, "llama3-rope-tiny");
     assert_eq!(cache.seq_len(), prompt.len());
@@ -118,11 +119,7 @@ fn branches_after_an_empty_cache_start_the_sequence() {
     let model = load_f32("llama3-rope-tiny");
     let branches: Vec<&[u32]> = vec![&[4, 8, 15], &[16, 23]];
     let mut cache = Cache::new(&model);
-    let got: Vec<Vec<f32>> = model
-        .forward_branches(&branches, &mut cache)
-        .unwrap()
-        .to_vec2()
-        .unwrap();
+    let got = branch_rows(&model, &branches, &mut cache);
     assert_eq!(cache.seq_len(), 0);
     let alone = rows(&model, &mut Cache::new(&model), branches[1]);
     assert!(close(&got[3], &alone[0]) < TOL && close(&got[4], &alone[1]) < TOL);

@@ -324,6 +324,18 @@ mod tests {
             .collect()
     }
 
+    /// `x W^T` on the tiles for a row-major f32 `w`.
+    fn product(x: &[f32], w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        matmul(x, rows, cols, |b, out| {
+            band_from_f32(
+                cols,
+                b,
+                |start, f| f.copy_from_slice(&w[start..start + f.len()]),
+                out,
+            )
+        })
+    }
+
     fn round(v: f32) -> f64 {
         bf16::from_f32(v).to_f64()
     }
@@ -339,19 +351,9 @@ mod tests {
         }
         let (rows, cols) = (64, 96);
         let w = matrix(rows, cols, 7);
-        let product = |x: &[f32]| {
-            matmul(x, rows, cols, |b, out| {
-                band_from_f32(
-                    cols,
-                    b,
-                    |start, f| f.copy_from_slice(&w[start..start + f.len()]),
-                    out,
-                )
-            })
-        };
         for n in [1, 16, 33, 70] {
             let x = matrix(n, cols, 11 + n as u32);
-            let y = product(&x);
+            let y = product(&x, &w, rows, cols);
             assert_eq!(y.len(), n * rows);
             for i in 0..n {
                 for j in 0..rows {
@@ -377,20 +379,10 @@ mod tests {
         }
         let (rows, cols) = (32, 64);
         let w = matrix(rows, cols, 3);
-        let product = |x: &[f32]| {
-            matmul(x, rows, cols, |b, out| {
-                band_from_f32(
-                    cols,
-                    b,
-                    |start, f| f.copy_from_slice(&w[start..start + f.len()]),
-                    out,
-                )
-            })
-        };
         let x = matrix(40, cols, 5);
-        let all = product(&x);
+        let all = product(&x, &w, rows, cols);
         for i in [0, 17, 39] {
-            let alone = product(&x[i * cols..(i + 1) * cols]);
+            let alone = product(&x[i * cols..(i + 1) * cols], &w, rows, cols);
             assert_eq!(alone, all[i * rows..(i + 1) * rows]);
         }
     }

@@ -327,19 +327,14 @@ impl Proj {
         let (y, bias) = match self {
             Proj::Dense(l) => return l.forward(x),
             Proj::Packed { weight, bias } => {
-                let tiles = if gemm {
-                    capstan_kernels::qmatmul_amx(x, weight)?
-                } else {
-                    None
-                };
-                let y = if let Some(y) = tiles {
+                let y = if !gemm {
+                    capstan_kernels::qmatmul(x, weight)?
+                } else if let Some(y) = capstan_kernels::qmatmul_amx(x, weight)? {
                     y
-                } else if gemm {
+                } else {
                     let (r, c) = (weight.rows(), weight.cols());
                     let w = Tensor::from_vec(weight.dequantize(), (r, c), x.device())?;
                     x.broadcast_matmul(&w.to_dtype(x.dtype())?.t()?)?
-                } else {
-                    capstan_kernels::qmatmul(x, weight)?
                 };
                 (y, bias)
             }

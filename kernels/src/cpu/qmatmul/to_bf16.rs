@@ -53,14 +53,35 @@ mod x86 {
         )
     }
 
-    /// The 32 f32 values `lo` (elements 0–15) and `hi` (16–31) rounded to bf16 and written as
-    /// pairs down the column `row` of panel `block` of `out`.
+    /// Band `band` of a matrix of `cols` columns into `out`, block by block: `block(b)` gives
+    /// the 32 f32 values of the matrix's block `b` (elements 0–15, then 16–31), rounded to
+    /// bf16 and written as pairs down its row's column of its panel.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512 F and BF16; `block` is called for the band's blocks only.
     #[target_feature(enable = "avx512f,avx512bf16")]
-    unsafe fn scatter(lo: __m512, hi: __m512, out: &mut [u32], block: usize, row: usize) {
-        let pairs: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
-        assert!(block * PANEL_PAIRS + 240 + row < out.len());
-        let base = out.as_mut_ptr().add(block * PANEL_PAIRS + row) as *mut i32;
-        _mm512_i32scatter_epi32::<4>(base, lines(), pairs);
+    unsafe fn each_block(
+        cols: usize,
+        band: usize,
+        out: &mut [u32],
+        mut block: impl FnMut(usize) -> (__m512, __m512),
+    ) {
+        let blocks = cols / BLOCK;
+        assert!(out.len() >= blocks * PANEL_PAIRS);
+        for r in 0..BAND {
+            let first = (band * BAND + r) * blocks;
+            for k in 0..blocks {
+                let (lo, hi) = block(first + k);
+                let pairs: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                let base = out.as_mut_ptr().add(k * PANEL_PAIRS + r) as *mut i32;
+                _mm512_i32scatter_epi32::<4>(base, lines(), pairs);
+            }
+        }
+    }
+
+    /// Blocks past the last of band `band` (of `cols` columns).
+    fn blocks_to_end_of(band: usize, cols: usize) -> usize {
+        (band + 1) * BAND * (cols / BLOCK)
     }
 
     /// Band `band` of a [`super::Layout::U4`] matrix without fifth bits: `w = scale q + offset`
@@ -78,24 +99,21 @@ mod x86 {
         band: usize,
         out: &mut [u32],
     ) {
-        let blocks = cols / BLOCK;
+        let end = blocks_to_end_of(band, cols);
+        assert!(end * 16 <= nibbles.len() && end <= scales.len() && end <= offsets.len());
         let low = _mm_set1_epi8(0x0f);
-        for r in 0..BAND {
-            let first = (band * BAND + r) * blocks;
-            for k in 0..blocks {
-                let b = first + k;
-                assert!(b * 16 + 16 <= nibbles.len() && b < scales.len() && b < offsets.len());
-                let bytes = _mm_loadu_si128(nibbles.as_ptr().add(b * 16) as *const __m128i);
-                let q_lo = _mm_and_si128(bytes, low);
-                let q_hi = _mm_and_si128(_mm_srli_epi16::<4>(bytes), low);
-                let (s, m) = (_mm512_set1_ps(scales[b]), _mm512_set1_ps(offsets[b]));
-                let value = |q: __m128i| {
-                    let q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
-                    _mm512_add_ps(_mm512_mul_ps(s, q), m)
-                };
-                scatter(value(q_lo), value(q_hi), out, k, r);
-            }
-        }
+        each_block(cols, band, out, |b| {
+            let bytes = _mm_loadu_si128(nibbles.as_ptr().add(b * 16) as *const __m128i);
+            let (s, m) = (_mm512_set1_ps(scales[b]), _mm512_set1_ps(offsets[b]));
+            let value = |q: __m128i| {
+                let q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q));
+                _mm512_add_ps(_mm512_mul_ps(s, q), m)
+            };
+            (
+                value(_mm_and_si128(bytes, low)),
+                value(_mm_and_si128(_mm_srli_epi16::<4>(bytes), low)),
+            )
+        })
     }
 
     /// Band `band` of a [`super::Layout::I8`] matrix: `w = scale q`, a scale per 16 weights.
@@ -110,20 +128,16 @@ mod x86 {
         band: usize,
         out: &mut [u32],
     ) {
-        let blocks = cols / BLOCK;
-        for r in 0..BAND {
-            let first = (band * BAND + r) * blocks;
-            for k in 0..blocks {
-                let b = first + k;
-                assert!(b * BLOCK + BLOCK <= values.len() && 2 * b + 1 < scales.len());
-                let at = values.as_ptr().add(b * BLOCK);
-                let value = |half: usize| {
-                    let q = _mm_loadu_si128(at.add(16 * half) as *const __m128i);
-                    let q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q));
-                    _mm512_mul_ps(_mm512_set1_ps(scales[2 * b + half]), q)
-                };
-                scatter(value(0), value(1), out, k, r);
-            }
-        }
+        let end = blocks_to_end_of(band, cols);
+        assert!(end * BLOCK <= values.len() && 2 * end <= scales.len());
+        each_block(cols, band, out, |b| {
+            let value = |half: usize| {
+                let at = values.as_ptr().add(b * BLOCK + 16 * half);
+                let q =
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(at as *const __m128i)));
+                _mm512_mul_ps(_mm512_set1_ps(scales[2 * b + half]), q)
+            };
+            (value(0), value(1))
+        })
     }
 }
