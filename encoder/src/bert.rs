@@ -12,10 +12,12 @@
 
 use candle_core::{bail, DType, Result, Tensor};
 use candle_nn::VarBuilder;
-use capstan_kernels::cpu::int8::Int8Matrix;
+use capstan_kernels::cpu::int8::{Int8Matrix, Int8Parts};
 use capstan_kernels::cpu::math::{self, sum};
 use rayon::prelude::*;
 use serde::Deserialize;
+
+use crate::int8_cache::{ArrayReader, ArrayWriter};
 
 /// The activation of the intermediate layer (`hidden_act` in config.json).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -100,6 +102,9 @@ fn transpose(m: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     t
 }
 
+/// What reading a cached int8 model gives: the error names the array that is wrong.
+type ReadResult<T> = std::result::Result<T, String>;
+
 /// `nn.Linear`: `y = x Wᵀ + b`.
 struct Linear {
     weights: LinearWeights,
@@ -142,6 +147,55 @@ impl Linear {
 
     fn load(vb: VarBuilder, n_in: usize, n_out: usize) -> Result<Self> {
         Self::load_concat(&[vb], n_in, n_out)
+    }
+
+    /// Writes an int8 layer's arrays (`false` for an f32 one: nothing is written).
+    fn write_int8(&self, w: &mut ArrayWriter) -> bool {
+        let LinearWeights::Int8(m) = &self.weights else {
+            return false;
+        };
+        let parts = m.parts();
+        w.f32s(&self.bias);
+        w.u64(parts.rows as u64);
+        w.u64(parts.cols as u64);
+        w.i8s(parts.packed);
+        w.f32s(parts.scales);
+        w.i32s(parts.offsets);
+        w.u64(parts.input_scale.is_some() as u64);
+        w.f32s(parts.input_scale.unwrap_or(&[]));
+        true
+    }
+
+    /// Reads back what [`Linear::write_int8`] wrote for a layer of this shape.
+    fn read_int8(r: &mut ArrayReader, n_in: usize, n_out: usize, what: &str) -> ReadResult<Self> {
+        let bias = r.f32s(Some(n_out), &format!("{what} bias"))?;
+        let rows = r.u64(what)? as usize;
+        let cols = r.u64(what)? as usize;
+        if (rows, cols) != (n_out, n_in) {
+            return Err(format!(
+                "{what}: ({rows}, {cols}) where the config asks ({n_out}, {n_in})"
+            ));
+        }
+        let packed = r.i8s(&format!("{what} weights"))?;
+        let scales = r.f32s(None, &format!("{what} scales"))?;
+        let offsets = r.i32s(&format!("{what} offsets"))?;
+        let smoothed = r.u64(what)? == 1;
+        let input_scale = r.f32s(None, &format!("{what} input scales"))?;
+        let m = Int8Matrix::from_parts(Int8Parts {
+            rows,
+            cols,
+            packed: &packed,
+            scales: &scales,
+            offsets: &offsets,
+            input_scale: smoothed.then_some(input_scale.as_slice()),
+        })
+        .map_err(|e| format!("{what}: {e}"))?;
+        Ok(Self {
+            weights: LinearWeights::Int8(m),
+            bias,
+            n_in,
+            n_out,
+        })
     }
 
     /// Quantizes the weights to int8 per output channel, smoothed
@@ -298,6 +352,19 @@ impl LayerNorm {
         Ok(Self {
             weight: flat(&vb.get(size, "weight")?)?,
             bias: flat(&vb.get(size, "bias")?)?,
+            eps: eps as f32,
+        })
+    }
+
+    fn write(&self, w: &mut ArrayWriter) {
+        w.f32s(&self.weight);
+        w.f32s(&self.bias);
+    }
+
+    fn read(r: &mut ArrayReader, size: usize, eps: f64, what: &str) -> ReadResult<Self> {
+        Ok(Self {
+            weight: r.f32s(Some(size), &format!("{what} weight"))?,
+            bias: r.f32s(Some(size), &format!("{what} bias"))?,
             eps: eps as f32,
         })
     }
@@ -648,6 +715,81 @@ impl BertModel {
             }
         }
         Ok(())
+    }
+
+    /// An int8 model's arrays in the order [`BertModel::read_int8`] reads them; `None` for an
+    /// f32 model (only the int8 form costs a calibration pass to build).
+    pub(crate) fn write_int8(&self) -> Option<Vec<u8>> {
+        let mut w = ArrayWriter::default();
+        let e = &self.embeddings;
+        w.f32s(&e.word);
+        w.f32s(&e.position);
+        w.f32s(&e.token_type0);
+        e.layer_norm.write(&mut w);
+        for layer in &self.layers {
+            let (a, f) = (&layer.attention, &layer.feed_forward);
+            let written = a.qkv.write_int8(&mut w)
+                && a.output.write_int8(&mut w)
+                && f.intermediate.write_int8(&mut w)
+                && f.output.write_int8(&mut w);
+            if !written {
+                return None;
+            }
+            a.layer_norm.write(&mut w);
+            f.layer_norm.write(&mut w);
+        }
+        Some(w.out)
+    }
+
+    /// The int8 model [`BertModel::write_int8`] wrote for a checkpoint of config `cfg`; every
+    /// array's length is checked against the config.
+    pub(crate) fn read_int8(bytes: &[u8], cfg: &Config) -> ReadResult<Self> {
+        let (h, i) = (cfg.hidden_size, cfg.intermediate_size);
+        if cfg.num_attention_heads == 0 || !h.is_multiple_of(cfg.num_attention_heads) {
+            return Err(format!("hidden_size {h} is not a multiple of the heads"));
+        }
+        let eps = cfg.layer_norm_eps;
+        let mut r = ArrayReader::new(bytes);
+        let embeddings = Embeddings {
+            word: r.f32s(Some(cfg.vocab_size * h), "word embeddings")?,
+            position: r.f32s(Some(cfg.max_position_embeddings * h), "position embeddings")?,
+            token_type0: r.f32s(Some(h), "token type embeddings")?,
+            layer_norm: LayerNorm::read(&mut r, h, eps, "embeddings LayerNorm")?,
+            vocab_size: cfg.vocab_size,
+            max_positions: cfg.max_position_embeddings,
+            hidden: h,
+        };
+        let mut layers = Vec::with_capacity(cfg.num_hidden_layers);
+        for l in 0..cfg.num_hidden_layers {
+            let qkv = Linear::read_int8(&mut r, h, 3 * h, &format!("layer {l} qkv"))?;
+            let output = Linear::read_int8(&mut r, h, h, &format!("layer {l} attention output"))?;
+            let intermediate = Linear::read_int8(&mut r, h, i, &format!("layer {l} intermediate"))?;
+            let ff_output = Linear::read_int8(&mut r, i, h, &format!("layer {l} output"))?;
+            let attention_norm = LayerNorm::read(&mut r, h, eps, &format!("layer {l} LayerNorm"))?;
+            let output_norm = LayerNorm::read(&mut r, h, eps, &format!("layer {l} LayerNorm"))?;
+            layers.push(Layer {
+                attention: Attention {
+                    qkv,
+                    output,
+                    layer_norm: attention_norm,
+                    heads: cfg.num_attention_heads,
+                    head_dim: h / cfg.num_attention_heads,
+                },
+                feed_forward: FeedForward {
+                    intermediate,
+                    output: ff_output,
+                    layer_norm: output_norm,
+                    act: cfg.hidden_act,
+                },
+            });
+        }
+        r.finish()?;
+        Ok(Self {
+            embeddings,
+            layers,
+            hidden: h,
+            intermediate: i,
+        })
     }
 
     /// Runs the encoder over `seqs` packed end to end (no padding, so no

@@ -19,6 +19,7 @@ use tokenizers::{Tokenizer, TruncationParams};
 
 use crate::bert::{BertModel, Config as BertConfig};
 use crate::error::{Error, Result};
+use crate::int8_cache::CacheFile;
 use crate::padded_bert::PaddedBert;
 
 /// How token states become one vector (sentence-transformers' pooling modes).
@@ -58,6 +59,8 @@ pub struct EncoderInfo {
 /// A loaded dense encoder. Immutable; share it behind an `Arc`.
 pub struct Encoder {
     model: Model,
+    /// Whether the int8 model was read from the encoder cache ([`crate::int8_cache`]).
+    int8_cached: bool,
     tokenizer: Tokenizer,
     pad_id: u32,
     info: EncoderInfo,
@@ -245,38 +248,68 @@ impl Encoder {
         let dtype = precision.load_dtype();
         let safetensors = dir.join("model.safetensors");
         let pth = dir.join("pytorch_model.bin");
-        let vb = if safetensors.is_file() {
-            // SAFETY: the file is memory-mapped read-only; Capstan never writes model files.
-            unsafe { VarBuilder::from_mmaped_safetensors(&[&safetensors], dtype, device) }
-                .map_err(|e| err(format!("model.safetensors: {e}")))?
-        } else if pth.is_file() {
-            VarBuilder::from_pth(&pth, dtype, device)
-                .map_err(|e| err(format!("pytorch_model.bin: {e}")))?
-        } else {
-            return Err(err(
-                "neither model.safetensors nor pytorch_model.bin is present".into(),
-            ));
-        };
-        let model = if packed {
-            let mut model =
-                BertModel::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?;
-            if precision == EncoderPrecision::Int8 {
-                let calibration = tokenizer
-                    .encode_batch(CALIBRATION_TEXT.to_vec(), true)
-                    .map_err(|e| err(format!("tokenizing the calibration text: {e}")))?;
-                let ids: Vec<&[u32]> = calibration.iter().map(|e| e.get_ids()).collect();
-                model
-                    .quantize_int8(&ids)
-                    .map_err(|e| err(format!("calibrating int8: {e}")))?;
+        let open_weights = || {
+            if safetensors.is_file() {
+                // SAFETY: the file is memory-mapped read-only; Capstan never writes model files.
+                unsafe { VarBuilder::from_mmaped_safetensors(&[&safetensors], dtype, device) }
+                    .map_err(|e| err(format!("model.safetensors: {e}")))
+            } else if pth.is_file() {
+                VarBuilder::from_pth(&pth, dtype, device)
+                    .map_err(|e| err(format!("pytorch_model.bin: {e}")))
+            } else {
+                Err(err(
+                    "neither model.safetensors nor pytorch_model.bin is present".into(),
+                ))
             }
+        };
+        let mut int8_cached = false;
+        let model = if packed && precision == EncoderPrecision::Int8 {
+            let weights = if safetensors.is_file() {
+                &safetensors
+            } else {
+                &pth
+            };
+            let cache = CacheFile::for_checkpoint(weights, &config_sha256, CALIBRATION_TEXT);
+            let cached = cache
+                .as_ref()
+                .and_then(CacheFile::read)
+                .and_then(|payload| BertModel::read_int8(payload.bytes(), &config).ok());
+            int8_cached = cached.is_some();
+            let model = match cached {
+                Some(model) => model,
+                None => {
+                    let mut model = BertModel::load(open_weights()?, &config)
+                        .map_err(|e| err(format!("weights: {e}")))?;
+                    let calibration = tokenizer
+                        .encode_batch(CALIBRATION_TEXT.to_vec(), true)
+                        .map_err(|e| err(format!("tokenizing the calibration text: {e}")))?;
+                    let ids: Vec<&[u32]> = calibration.iter().map(|e| e.get_ids()).collect();
+                    model
+                        .quantize_int8(&ids)
+                        .map_err(|e| err(format!("calibrating int8: {e}")))?;
+                    if let (Some(cache), Some(bytes)) = (&cache, model.write_int8()) {
+                        cache.write(&bytes);
+                    }
+                    model
+                }
+            };
             Model::Cpu(model)
+        } else if packed {
+            Model::Cpu(
+                BertModel::load(open_weights()?, &config)
+                    .map_err(|e| err(format!("weights: {e}")))?,
+            )
         } else {
             let config: CandleBertConfig = serde_json::from_slice(&config_bytes)
                 .map_err(|e| err(format!("config.json is not a BERT config: {e}")))?;
-            Model::Candle(PaddedBert::load(vb, &config).map_err(|e| err(format!("weights: {e}")))?)
+            Model::Candle(
+                PaddedBert::load(open_weights()?, &config)
+                    .map_err(|e| err(format!("weights: {e}")))?,
+            )
         };
         Ok(Self {
             model,
+            int8_cached,
             tokenizer,
             pad_id: config.pad_token_id as u32,
             info: EncoderInfo {
@@ -295,6 +328,12 @@ impl Encoder {
     /// What identifies this encoder.
     pub fn info(&self) -> &EncoderInfo {
         &self.info
+    }
+
+    /// Whether this int8 encoder was read back from `$CAPSTAN_HOME/encoder-cache` rather than
+    /// quantized afresh (the same arrays either way).
+    pub fn int8_from_cache(&self) -> bool {
+        self.int8_cached
     }
 
     /// Vector dimension.

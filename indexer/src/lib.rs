@@ -46,7 +46,7 @@ pub use document::{
 };
 // The encoder the index is built with (its own crate, which the reader shares).
 pub use capstan_encoder::{
-    sentence_embedding_text, sentence_spans, Encoder, EncoderInfo, EncoderOptions,
+    capstan_home, sentence_embedding_text, sentence_spans, Encoder, EncoderInfo, EncoderOptions,
     EncoderPrecision, Pooling,
 };
 pub use changes::{append, build, compact, delete, ChangeSummary, IndexSettings};

@@ -9,10 +9,9 @@
 //! are not permuted (llama.cpp runs them with the rotate-half layout).
 
 use std::borrow::Cow;
-use std::fs::File;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use candle_core::quantized::{QStorage, QTensor};
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Shape, Tensor};
 use candle_nn::var_builder::SimpleBackend;
 
@@ -21,10 +20,12 @@ use crate::config::LlamaConfig;
 
 type CResult<T> = candle_core::Result<T>;
 
-/// A GGUF file's tensors, read on demand.
+/// A GGUF file's tensors, read on demand from a read-only map of the file: a tensor repacked
+/// for the CPU is read once, from the page cache, instead of being copied into a buffer first
+/// (fresh memory costs a page fault a page, a third of a one-shot `ask`'s model load).
 pub(crate) struct GgufWeights {
     gguf: Arc<GgufFile>,
-    file: Mutex<File>,
+    map: memmap2::Mmap,
     heads: usize,
     kv_heads: usize,
 }
@@ -70,11 +71,17 @@ impl GgufWeights {
     /// `cfg`: the file's [`GgufFile::config`] (it names the heads of the permuted rows).
     pub(crate) fn new(gguf: Arc<GgufFile>, cfg: &LlamaConfig) -> crate::Result<Self> {
         let file = super::open_reader(gguf.path())?;
+        // SAFETY: read-only; Capstan never writes model files, and a file changed under the
+        // map gives other weights, never unsafety beyond what any reader of a map accepts.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|cause| crate::Error::Io {
+            path: gguf.path().to_path_buf(),
+            cause,
+        })?;
         Ok(Self {
             heads: cfg.num_attention_heads,
             kv_heads: cfg.kv_heads(),
             gguf,
-            file: Mutex::new(file),
+            map,
         })
     }
 
@@ -98,39 +105,54 @@ impl GgufWeights {
 
     /// The tensor `hf_name` as stored (quantized), rows in Hugging Face order, on `device`.
     pub(crate) fn qtensor(&self, hf_name: &str, device: &Device) -> CResult<QTensor> {
+        let stored = self.stored(hf_name)?;
+        let storage = QStorage::from_data(stored.bytes, device, stored.dtype)?;
+        QTensor::new(storage, stored.shape)
+    }
+
+    /// The bytes of the tensor `hf_name` as stored, rows in Hugging Face order: borrowed from
+    /// the file's map, or for llama.cpp's permuted rows reordered into a new buffer.
+    pub(crate) fn stored(&self, hf_name: &str) -> CResult<StoredTensor<'_>> {
         let missing = || candle_core::Error::CannotFindTensor {
             path: hf_name.to_string(),
         };
         let name = gguf_name(hf_name).ok_or_else(missing)?;
         let content = self.gguf.content();
         let info = content.tensor_infos.get(&name).ok_or_else(missing)?;
-        let context = |e: candle_core::Error| {
+        let context = |message: String| {
             candle_core::Error::Msg(format!(
-                "{}: tensor {name}: {e}",
+                "{}: tensor {name}: {message}",
                 self.gguf.path().display()
             ))
         };
-        let mut file = self
-            .file
-            .lock()
-            .map_err(|_| candle_core::Error::Msg("GGUF reader lock poisoned".into()))?;
-        let Some(heads) = self.permuted_heads(&name) else {
-            return info
-                .read(&mut *file, content.tensor_data_offset, device)
-                .map_err(context);
-        };
-        let cpu = info
-            .read(&mut *file, content.tensor_data_offset, &Device::Cpu)
-            .map_err(context)?;
-        drop(file);
-        let rows = info.shape.dims()[0];
-        let data = cpu.data()?;
-        let row_bytes = data.len() / rows;
-        if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
-            return Err(context(candle_core::Error::Msg(format!(
-                "{rows} rows do not split into {heads} heads of even size"
-            ))));
+        let elements = info.shape.elem_count();
+        let block = info.ggml_dtype.block_size();
+        if !elements.is_multiple_of(block) {
+            return Err(context(format!(
+                "{elements} values are not whole blocks of {block}"
+            )));
         }
+        let len = elements / block * info.ggml_dtype.type_size();
+        let start = (content.tensor_data_offset as usize).checked_add(info.offset as usize);
+        let data = start
+            .and_then(|a| Some(a..a.checked_add(len)?))
+            .and_then(|range| self.map.get(range))
+            .ok_or_else(|| context(format!("its {len} bytes lie past the end of the file")))?;
+        let stored = |bytes| StoredTensor {
+            dtype: info.ggml_dtype,
+            shape: info.shape.clone(),
+            bytes,
+        };
+        let Some(heads) = self.permuted_heads(&name) else {
+            return Ok(stored(Cow::Borrowed(data)));
+        };
+        let rows = info.shape.dims()[0];
+        if heads == 0 || !rows.is_multiple_of(heads) || !(rows / heads).is_multiple_of(2) {
+            return Err(context(format!(
+                "{rows} rows do not split into {heads} heads of even size"
+            )));
+        }
+        let row_bytes = data.len() / rows;
         let head = rows / heads;
         let half = head / 2;
         let mut out = Vec::with_capacity(data.len());
@@ -143,9 +165,15 @@ impl GgufWeights {
                 }
             }
         }
-        let storage = QStorage::from_data(Cow::Owned(out), device, info.ggml_dtype)?;
-        QTensor::new(storage, info.shape.clone())
+        Ok(stored(Cow::Owned(out)))
     }
+}
+
+/// A tensor's bytes as a GGUF file stores them ([`GgufWeights::stored`]).
+pub(crate) struct StoredTensor<'a> {
+    pub(crate) dtype: GgmlDType,
+    pub(crate) shape: Shape,
+    pub(crate) bytes: Cow<'a, [u8]>,
 }
 
 /// One [`GgufWeights`] serving both the dequantizing `VarBuilder` and the quantized matrices.

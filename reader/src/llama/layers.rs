@@ -4,6 +4,7 @@ use std::borrow::Cow;
 
 use candle_core::{Module, Tensor};
 use candle_nn::RmsNorm;
+use rayon::prelude::*;
 
 use capstan_kernels::{AttentionOptions, Pattern};
 
@@ -441,15 +442,30 @@ impl Stack {
         enc_hidden: Option<usize>,
     ) -> Result<Self> {
         let load = || -> CResult<(TokenEmbedding, Vec<Layer>, RmsNorm)> {
-            let embed_tokens = vb
-                .pp("embed_tokens")
-                .embedding(cfg.vocab_size, cfg.hidden_size)?;
-            let layers = (0..cfg.num_hidden_layers)
-                .map(|i| {
-                    let cross = enc_hidden.filter(|_| i >= cross_from);
-                    Layer::load(vb.pp(format!("layers.{i}")), cfg, cross)
-                })
-                .collect::<CResult<Vec<_>>>()?;
+            let embed = || {
+                vb.pp("embed_tokens")
+                    .embedding(cfg.vocab_size, cfg.hidden_size)
+            };
+            let layer = |i: usize| {
+                let cross = enc_hidden.filter(|_| i >= cross_from);
+                Layer::load(vb.pp(format!("layers.{i}")), cfg, cross)
+            };
+            // On the CPU, repacking a file's matrices is the load's work (and fresh memory's
+            // page faults): the layers load on every core, beside the embedding table.
+            let (embed_tokens, layers) = if vb.vb().device().is_cpu() {
+                let (embed, layers) = rayon::join(embed, || {
+                    (0..cfg.num_hidden_layers)
+                        .into_par_iter()
+                        .map(layer)
+                        .collect::<CResult<Vec<_>>>()
+                });
+                (embed?, layers?)
+            } else {
+                let layers = (0..cfg.num_hidden_layers)
+                    .map(layer)
+                    .collect::<CResult<Vec<_>>>();
+                (embed()?, layers?)
+            };
             let norm = vb.pp("norm").rms_norm(cfg.hidden_size, cfg.rms_norm_eps)?;
             Ok((embed_tokens, layers, norm))
         };

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{Module, Tensor};
+use candle_core::{Module, Shape, Tensor};
 use candle_nn::{Embedding, Linear, RmsNorm, VarBuilder};
 use capstan_kernels::cpu::qmatmul::{GgmlFormat, QMatrix};
 
@@ -65,7 +65,7 @@ impl<'a> Weights<'a> {
     /// stays quantized on the CPU where Capstan's layout holds its type.
     pub(crate) fn embedding(&self, vocab: usize, hidden: usize) -> CResult<TokenEmbedding> {
         if let Some(q) = &self.quantized {
-            if let Some(table) = repacked(&self.shaped_qtensor(q, vocab, hidden)?)? {
+            if let Some(table) = self.packed_matrix(q, vocab, hidden)? {
                 return Ok(TokenEmbedding::Packed {
                     table: Arc::new(table),
                 });
@@ -88,27 +88,48 @@ impl<'a> Weights<'a> {
                 self.vb.clone(),
             )?));
         };
-        let qt = self.shaped_qtensor(q, out_dim, in_dim)?;
         let bias = if bias {
             Some(self.vb.get(out_dim, "bias")?)
         } else {
             None
         };
-        Proj::quantized(qt, bias)
+        if let Some(weight) = self.packed_matrix(q, out_dim, in_dim)? {
+            return Ok(Proj::Packed {
+                weight: Arc::new(weight),
+                bias,
+            });
+        }
+        Proj::quantized(self.shaped_qtensor(q, out_dim, in_dim)?, bias)
     }
 
     /// The quantized `weight` `(rows, cols)` under this prefix, its shape checked.
     fn shaped_qtensor(&self, q: &GgufWeights, rows: usize, cols: usize) -> CResult<QTensor> {
-        let name = format!("{}.weight", self.vb.prefix());
+        let name = self.weight_name();
         let qt = q.qtensor(&name, self.vb.device())?;
-        if qt.shape().dims() != [rows, cols] {
-            return Err(candle_core::Error::UnexpectedShape {
-                msg: format!("shape mismatch for {name}"),
-                expected: (rows, cols).into(),
-                got: qt.shape().clone(),
-            });
-        }
+        expect_dims(&name, qt.shape(), rows, cols)?;
         Ok(qt)
+    }
+
+    /// The quantized `weight` `(rows, cols)` under this prefix in Capstan's CPU layout,
+    /// repacked straight from the file's bytes, where it is bound for the CPU in a type that
+    /// layout holds.
+    fn packed_matrix(&self, q: &GgufWeights, rows: usize, cols: usize) -> CResult<Option<QMatrix>> {
+        if !self.vb.device().is_cpu() {
+            return Ok(None);
+        }
+        let name = self.weight_name();
+        let stored = q.stored(&name)?;
+        expect_dims(&name, &stored.shape, rows, cols)?;
+        let Some(format) = packed_format(stored.dtype) else {
+            return Ok(None);
+        };
+        QMatrix::from_ggml(format, rows, cols, &stored.bytes)
+            .map(Some)
+            .map_err(candle_core::Error::Msg)
+    }
+
+    fn weight_name(&self) -> String {
+        format!("{}.weight", self.vb.prefix())
     }
 
     /// A projection sharing the embedding matrix (tied `lm_head`), quantized when the file is.
@@ -191,6 +212,18 @@ fn packed_format(dtype: GgmlDType) -> Option<GgmlFormat> {
         GgmlDType::Q6K => GgmlFormat::Q6K,
         _ => return None,
     })
+}
+
+/// Errors unless `shape` is `(rows, cols)`.
+fn expect_dims(name: &str, shape: &Shape, rows: usize, cols: usize) -> CResult<()> {
+    if shape.dims() != [rows, cols] {
+        return Err(candle_core::Error::UnexpectedShape {
+            msg: format!("shape mismatch for {name}"),
+            expected: (rows, cols).into(),
+            got: shape.clone(),
+        });
+    }
+    Ok(())
 }
 
 /// `qt` repacked into Capstan's CPU layout, where it lies on the CPU in a type that layout

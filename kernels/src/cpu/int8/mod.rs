@@ -52,6 +52,23 @@ pub struct Int8Matrix {
     input_scale: Option<Vec<f32>>,
 }
 
+/// An [`Int8Matrix`] as stored: its shape and packed arrays, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub struct Int8Parts<'a> {
+    /// Outputs.
+    pub rows: usize,
+    /// Inputs.
+    pub cols: usize,
+    /// The weights in the kernels' panel layout, padding included.
+    pub packed: &'a [i8],
+    /// Per output channel, padded to whole panels.
+    pub scales: &'a [f32],
+    /// `128 Σ_k q_jk` per output channel, padded likewise.
+    pub offsets: &'a [i32],
+    /// `1 / s_k` per input of a smoothed matrix.
+    pub input_scale: Option<&'a [f32]>,
+}
+
 /// Rows of `x` quantized for one product: `x_i ≈ scales[i] q_i`, each row padded with zeros
 /// to whole groups; stored plus 128 (as unsigned bytes) for the VNNI kernel.
 pub(crate) struct QuantizedRows {
@@ -148,6 +165,60 @@ impl Int8Matrix {
             }
         }
         out
+    }
+
+    /// The stored form of the matrix: what [`Int8Matrix::from_parts`] takes back.
+    pub fn parts(&self) -> Int8Parts<'_> {
+        Int8Parts {
+            rows: self.rows,
+            cols: self.cols,
+            packed: &self.packed,
+            scales: &self.scales,
+            offsets: &self.offsets,
+            input_scale: self.input_scale.as_deref(),
+        }
+    }
+
+    /// The matrix whose [`Int8Matrix::parts`] were `parts`, with every length checked
+    /// against `rows` and `cols` (a file read back may be short or for another shape).
+    pub fn from_parts(parts: Int8Parts<'_>) -> Result<Self, String> {
+        let Int8Parts {
+            rows,
+            cols,
+            packed,
+            scales,
+            offsets,
+            input_scale,
+        } = parts;
+        let groups = cols.div_ceil(GROUP);
+        let panels = rows.div_ceil(PANEL);
+        let lengths = [
+            (
+                "packed weights",
+                packed.len(),
+                panels * groups * GROUP_BYTES,
+            ),
+            ("scales", scales.len(), panels * PANEL),
+            ("offsets", offsets.len(), panels * PANEL),
+            ("input scales", input_scale.map_or(cols, <[f32]>::len), cols),
+        ];
+        for (what, got, want) in lengths {
+            if got != want {
+                return Err(format!(
+                    "{what}: {got} values where a ({rows}, {cols}) matrix has {want}"
+                ));
+            }
+        }
+        Ok(Self {
+            rows,
+            cols,
+            groups,
+            panels,
+            packed: packed.to_vec(),
+            scales: scales.to_vec(),
+            offsets: offsets.to_vec(),
+            input_scale: input_scale.map(<[f32]>::to_vec),
+        })
     }
 
     /// The quantized weight of output `j`, input `k`.
@@ -552,6 +623,36 @@ mod tests {
             m.matmul_into_with(kernel, &x, &mut y, Some(&b), false);
             assert_eq!(&y[..rows], &b[..], "{kernel:?}");
             assert_eq!(&y[rows..], &b[..], "{kernel:?}");
+        }
+    }
+
+    #[test]
+    fn a_matrix_rebuilt_from_its_parts_gives_the_same_products() {
+        let (n, rows, cols) = (3, 37, 70);
+        let x = random(n * cols, 11, 1.0);
+        let w = random(rows * cols, 12, 0.05);
+        let smoothing: Vec<f32> = (0..cols).map(|k| 0.5 + (k % 7) as f32 * 0.25).collect();
+        for m in [
+            Int8Matrix::quantize(&w, rows, cols),
+            Int8Matrix::quantize_smoothed(&w, rows, cols, &smoothing),
+        ] {
+            let back = Int8Matrix::from_parts(m.parts()).expect("whole parts");
+            let (mut want, mut got) = (vec![0f32; n * rows], vec![0f32; n * rows]);
+            m.matmul_into(&x, &mut want, None, false);
+            back.matmul_into(&x, &mut got, None, false);
+            assert!(got == want);
+            // A short array, or the parts given another shape, is refused, naming the array.
+            let packed = &m.parts().packed[1..];
+            let short = Int8Matrix::from_parts(Int8Parts {
+                packed,
+                ..m.parts()
+            });
+            assert!(short.unwrap_err().starts_with("packed weights"));
+            let wider = Int8Matrix::from_parts(Int8Parts {
+                cols: cols + 4,
+                ..m.parts()
+            });
+            assert!(wider.is_err());
         }
     }
 }
