@@ -249,16 +249,16 @@ pub enum DenseStrategy {
     Hnsw,
 }
 
-/// The passage vectors, row after row: the file mapped in place where the CPU reads its
+/// Vectors (the passages', the sentences'), row after row: the file mapped in place where the CPU reads its
 /// little-endian floats as they are (a searched index costs the pages it reads, shared with
 /// the page cache, not a private copy of the file), else read into memory.
-enum VectorRows {
+pub(crate) enum VectorRows {
     Mapped(Mmap),
     Read(Vec<f32>),
 }
 
 impl VectorRows {
-    fn as_f32(&self) -> &[f32] {
+    pub(crate) fn as_f32(&self) -> &[f32] {
         match self {
             VectorRows::Mapped(map) => {
                 // SAFETY: every bit pattern is an f32. `map_vectors` maps only files of whole
@@ -274,7 +274,7 @@ impl VectorRows {
 
 /// The vectors of `path`, mapped where the CPU is little-endian: its size checked against
 /// rows of `dim`, its bytes against `sum` (the manifest's) in place, its values finite.
-fn map_vectors(path: &Path, dim: usize, sum: Option<&FileSum>) -> Result<VectorRows> {
+pub(crate) fn map_vectors(path: &Path, dim: usize, sum: Option<&FileSum>) -> Result<VectorRows> {
     let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len() as usize;
     whole_rows(path, len, dim)?;

@@ -44,8 +44,8 @@ pub struct Index {
     /// The generation searched.
     gen: PathBuf,
     manifest: Manifest,
-    /// The sentence vectors (the extractive reader's), read and checksummed on first use.
-    sentence_vectors: std::sync::OnceLock<Vec<f32>>,
+    /// The sentence vectors (the extractive reader's), mapped and checksummed on first use.
+    sentence_vectors: std::sync::OnceLock<dense::VectorRows>,
     /// Held while the dense index or the sentence vectors are read on first use, so that
     /// requests arriving together read them once: a reader of the sentence vectors holds the
     /// file twice over while checking and converting it (570 MB for 100K passages), and eight
@@ -256,32 +256,33 @@ impl Index {
         self.store.get(ord)
     }
 
-    /// The sentence vectors, read on first use after their checksum and values are checked
-    /// (an open checks only their size: searches never read them).
+    /// The sentence vectors, mapped on first use after their checksum and values are checked
+    /// in place (an open checks only their size: searches never read them).
     fn sentence_vectors(&self) -> Result<&[f32]> {
         self.on_first_use(&self.sentence_vectors, || {
-            if let Some(sum) = self.manifest.files.get(dense::SENTENCE_VECTORS) {
-                let table: integrity::FileTable =
-                    [(dense::SENTENCE_VECTORS.to_string(), sum.clone())]
-                        .into_iter()
-                        .collect();
-                integrity::first_error(integrity::check(&self.gen, &table, Depth::Checksums))?;
-            }
+            let path = self.gen.join(dense::SENTENCE_VECTORS);
             let dim = self.manifest.encoder.dimension;
-            let v = dense::read_vectors(&self.gen, dense::SENTENCE_VECTORS, dim)?;
-            if (v.len() / dim) as u64 != self.manifest.counts.stored_sentences {
+            let sum = self.manifest.files.get(dense::SENTENCE_VECTORS);
+            let rows = if path.exists() {
+                dense::map_vectors(&path, dim, sum)?
+            } else {
+                // An index built without sentence vectors has no file: no rows (the count
+                // below tells a file gone missing from one built with them).
+                dense::VectorRows::Read(Vec::new())
+            };
+            let stored = rows.as_f32().len() / dim;
+            if stored as u64 != self.manifest.counts.stored_sentences {
                 return Err(Error::Damaged {
-                    path: self.gen.join(dense::SENTENCE_VECTORS),
+                    path,
                     message: format!(
-                        "holds {} rows, the manifest says {}",
-                        v.len() / dim,
+                        "holds {stored} rows, the manifest says {}",
                         self.manifest.counts.stored_sentences
                     ),
                 });
             }
-            Ok(v)
+            Ok(rows)
         })
-        .map(Vec::as_slice)
+        .map(dense::VectorRows::as_f32)
     }
 
     /// The sentences of a passage with their unit vectors (empty when the
