@@ -123,6 +123,36 @@ impl std::fmt::Display for EncoderPrecision {
     }
 }
 
+/// The int8 BERT of the checkpoint whose weights are `weights`: read back from the encoder
+/// cache where it holds this checkpoint's, else loaded (`load_f32`), calibrated, quantized and
+/// written to the cache. The flag says whether it came from the cache.
+fn int8_model(
+    weights: &Path,
+    config: &BertConfig,
+    config_sha256: &str,
+    tokenizer: &Tokenizer,
+    load_f32: impl FnOnce() -> Result<BertModel>,
+) -> Result<(BertModel, bool)> {
+    let cache = CacheFile::for_checkpoint(weights, config_sha256, CALIBRATION_TEXT);
+    let cached = cache
+        .as_ref()
+        .and_then(CacheFile::read)
+        .and_then(|payload| BertModel::read_int8(payload.bytes(), config).ok());
+    if let Some(model) = cached {
+        return Ok((model, true));
+    }
+    let mut model = load_f32()?;
+    let calibration = tokenizer
+        .encode_batch(CALIBRATION_TEXT.to_vec(), true)
+        .map_err(|e| candle_core::Error::Msg(format!("tokenizing the calibration text: {e}")))?;
+    let ids: Vec<&[u32]> = calibration.iter().map(|e| e.get_ids()).collect();
+    model.quantize_int8(&ids)?;
+    if let (Some(cache), Some(bytes)) = (&cache, model.write_int8()) {
+        cache.write(&bytes);
+    }
+    Ok((model, false))
+}
+
 /// How an encoder runs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EncoderOptions {
@@ -269,30 +299,14 @@ impl Encoder {
             } else {
                 &pth
             };
-            let cache = CacheFile::for_checkpoint(weights, &config_sha256, CALIBRATION_TEXT);
-            let cached = cache
-                .as_ref()
-                .and_then(CacheFile::read)
-                .and_then(|payload| BertModel::read_int8(payload.bytes(), &config).ok());
-            int8_cached = cached.is_some();
-            let model = match cached {
-                Some(model) => model,
-                None => {
-                    let mut model = BertModel::load(open_weights()?, &config)
-                        .map_err(|e| err(format!("weights: {e}")))?;
-                    let calibration = tokenizer
-                        .encode_batch(CALIBRATION_TEXT.to_vec(), true)
-                        .map_err(|e| err(format!("tokenizing the calibration text: {e}")))?;
-                    let ids: Vec<&[u32]> = calibration.iter().map(|e| e.get_ids()).collect();
-                    model
-                        .quantize_int8(&ids)
-                        .map_err(|e| err(format!("calibrating int8: {e}")))?;
-                    if let (Some(cache), Some(bytes)) = (&cache, model.write_int8()) {
-                        cache.write(&bytes);
-                    }
-                    model
-                }
-            };
+            let (model, cached) = int8_model(weights, &config, &config_sha256, &tokenizer, || {
+                BertModel::load(open_weights()?, &config).map_err(|e| err(format!("weights: {e}")))
+            })
+            .map_err(|e| match e {
+                Error::Candle(e) => err(format!("calibrating int8: {e}")),
+                e => e,
+            })?;
+            int8_cached = cached;
             Model::Cpu(model)
         } else if packed {
             Model::Cpu(
