@@ -17,6 +17,11 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_64;
 
+/// Cache files kept in the folder: writing one removes the least recently written past these
+/// (an encoder whose file went is quantized again once), so that checkpoints replaced or
+/// tried over time do not fill the disk at ~60 MB each.
+pub(crate) const KEEP_FILES: usize = 4;
+
 /// The first bytes of a cache file; the number is the format's version.
 const MAGIC: &[u8] = b"capstan int8 encoder 1\n";
 
@@ -104,7 +109,40 @@ impl CacheFile {
         tmp.1.sync_all()?;
         std::fs::rename(&tmp.0, &self.path).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp.0);
-        })
+        })?;
+        prune(dir);
+        Ok(())
+    }
+}
+
+/// Removes from `dir` the cache files past the [`KEEP_FILES`] most recently written, and
+/// temporary files an interrupted writer left more than an hour ago.
+fn prune(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let mut caches = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(modified) = entry.metadata().and_then(|m| m.modified()) else {
+            continue;
+        };
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.ends_with(".int8") {
+            caches.push((modified, path));
+        } else if name.starts_with(".tmp-")
+            && now
+                .duration_since(modified)
+                .is_ok_and(|age| age.as_secs() > 3600)
+        {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    caches.sort_by(|a, b| b.0.cmp(&a.0));
+    for (_, path) in caches.into_iter().skip(KEEP_FILES) {
+        let _ = std::fs::remove_file(path);
     }
 }
 

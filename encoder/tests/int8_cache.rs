@@ -77,6 +77,35 @@ fn the_cached_int8_encoder_equals_the_fresh_one_and_a_damaged_cache_is_rebuilt()
         assert!(again.embed(&texts).unwrap() == want);
     }
 
+    // Writing a cache file keeps the four most recently written: five older files of other
+    // checkpoints (and an interrupted writer's temporary file) around a rewrite leave the new
+    // file and three of them, the newest.
+    let long_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    let mut others = Vec::new();
+    for i in 0..5u64 {
+        let path = cache_dir.join(format!("{i:016x}.int8"));
+        std::fs::write(&path, b"another checkpoint's").unwrap();
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_modified(long_ago + std::time::Duration::from_secs(i))
+            .unwrap();
+        others.push(path);
+    }
+    let stale = cache_dir.join(".tmp-1-2");
+    std::fs::write(&stale, b"cut short").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&stale)
+        .unwrap()
+        .set_modified(long_ago)
+        .unwrap();
+    std::fs::remove_file(&files[0]).unwrap();
+    assert!(!load().int8_from_cache());
+    assert!(files[0].exists());
+    let kept: Vec<bool> = others.iter().map(|p| p.exists()).collect();
+    assert_eq!(kept, [false, false, true, true, true]);
+    assert!(!stale.exists());
+    assert!(load().int8_from_cache());
+
     // The f32 encoder neither reads nor writes the cache.
     std::fs::remove_dir_all(&cache_dir).unwrap();
     Encoder::load(&dir).unwrap();
