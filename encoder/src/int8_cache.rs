@@ -140,7 +140,7 @@ fn prune(dir: &Path) {
             let _ = std::fs::remove_file(path);
         }
     }
-    caches.sort_by(|a, b| b.0.cmp(&a.0));
+    caches.sort_by_key(|(modified, _)| std::cmp::Reverse(*modified));
     for (_, path) in caches.into_iter().skip(KEEP_FILES) {
         let _ = std::fs::remove_file(path);
     }
