@@ -37,6 +37,21 @@ pub fn capstan_home() -> PathBuf {
     home.join(".cache").join("capstan")
 }
 
+/// What identifies the file at `path` for a cache: its canonical path, size and modification
+/// time in nanoseconds (`PATH|SIZE|NANOS`; a file replaced in place gets a new time), or `None`
+/// where the file or its time cannot be read.
+pub fn file_identity(path: &Path) -> Option<String> {
+    let meta = std::fs::metadata(path).ok()?;
+    let modified = meta
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    let canonical = std::fs::canonicalize(path).ok()?;
+    Some(format!("{}|{}|{modified}", canonical.display(), meta.len()))
+}
+
 /// Where an int8 encoder's arrays are kept, and what identifies them.
 pub(crate) struct CacheFile {
     path: PathBuf,
@@ -51,18 +66,9 @@ impl CacheFile {
         config_sha256: &str,
         calibration: &[&str],
     ) -> Option<Self> {
-        let meta = std::fs::metadata(weights).ok()?;
-        let modified = meta
-            .modified()
-            .ok()?
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()?
-            .as_nanos();
-        let canonical = std::fs::canonicalize(weights).ok()?;
         let key = format!(
-            "{}|{}|{modified}|config {config_sha256}|calibration {:016x}|cpu {}",
-            canonical.display(),
-            meta.len(),
+            "{}|config {config_sha256}|calibration {:016x}|cpu {}",
+            file_identity(weights)?,
             xxh3_64(calibration.join("\n").as_bytes()),
             cpu_extensions(),
         );
@@ -290,18 +296,24 @@ impl<'a> ArrayReader<'a> {
     }
 
     pub(crate) fn f32s(&mut self, want: Option<usize>, what: &str) -> Result<Vec<f32>, String> {
-        Ok(self
-            .values(4, want, what)?
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect())
+        self.words(want, what, f32::from_le_bytes)
     }
 
     pub(crate) fn i32s(&mut self, what: &str) -> Result<Vec<i32>, String> {
+        self.words(None, what, i32::from_le_bytes)
+    }
+
+    /// An array of 4-byte little-endian values, each decoded by `from_le`.
+    fn words<T>(
+        &mut self,
+        want: Option<usize>,
+        what: &str,
+        from_le: fn([u8; 4]) -> T,
+    ) -> Result<Vec<T>, String> {
         Ok(self
-            .values(4, None, what)?
+            .values(4, want, what)?
             .chunks_exact(4)
-            .map(|c| i32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .map(|c| from_le(c.try_into().expect("4 bytes")))
             .collect())
     }
 

@@ -27,7 +27,7 @@ mod sentence;
 pub use capstan_kernels::cpu::math::dot;
 pub use encoder::{Encoder, EncoderInfo, EncoderOptions, EncoderPrecision, Pooling};
 pub use error::{Error, Result};
-pub use int8_cache::capstan_home;
+pub use int8_cache::{capstan_home, file_identity};
 pub use sentence::{sentence_embedding_text, sentence_spans};
 
 /// L2-normalises in place (zero vectors stay zero).

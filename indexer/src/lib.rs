@@ -46,8 +46,8 @@ pub use document::{
 };
 // The encoder the index is built with (its own crate, which the reader shares).
 pub use capstan_encoder::{
-    capstan_home, sentence_embedding_text, sentence_spans, Encoder, EncoderInfo, EncoderOptions,
-    EncoderPrecision, Pooling,
+    capstan_home, file_identity, sentence_embedding_text, sentence_spans, Encoder, EncoderInfo,
+    EncoderOptions, EncoderPrecision, Pooling,
 };
 pub use changes::{append, build, compact, delete, ChangeSummary, IndexSettings};
 pub use error::{Error, LineProblem, Result};

@@ -238,19 +238,10 @@ pub enum Command {
 /// path, size and modification time), KV type and product path (AMX tiles or not: their keys
 /// and values differ in the last bits), under `$CAPSTAN_HOME/prompt-cache`.
 fn prompt_store(path: &std::path::Path, model: &LanguageModel) -> Option<PrefixStore> {
-    let meta = std::fs::metadata(path).ok()?;
-    let modified = meta
-        .modified()
-        .ok()?
-        .duration_since(std::time::UNIX_EPOCH)
-        .ok()?
-        .as_nanos();
-    let canonical = std::fs::canonicalize(path).ok()?;
     let m = model.model();
     let key = format!(
-        "{}|{}|{modified}|{:?}|{:?}|{:?}|amx {}",
-        canonical.display(),
-        meta.len(),
+        "{}|{:?}|{:?}|{:?}|amx {}",
+        capstan_indexer::file_identity(path)?,
         m.kv_dtype(),
         m.dtype(),
         m.attention(),

@@ -226,26 +226,10 @@ fn expect_dims(name: &str, shape: &Shape, rows: usize, cols: usize) -> CResult<(
     Ok(())
 }
 
-/// `qt` repacked into Capstan's CPU layout, where it lies on the CPU in a type that layout
-/// holds.
-fn repacked(qt: &QTensor) -> CResult<Option<QMatrix>> {
-    let (true, Some(format)) = (qt.device().is_cpu(), packed_format(qt.dtype())) else {
-        return Ok(None);
-    };
-    let (rows, cols) = qt.shape().dims2()?;
-    QMatrix::from_ggml(format, rows, cols, &qt.data()?)
-        .map(Some)
-        .map_err(candle_core::Error::Msg)
-}
-
 impl Proj {
+    /// A file's matrix through candle's quantized products: where Capstan's CPU layout does
+    /// not hold it ([`Weights::packed_matrix`] said `None`: another device or type).
     fn quantized(qt: QTensor, bias: Option<Tensor>) -> CResult<Self> {
-        if let Some(weight) = repacked(&qt)? {
-            return Ok(Proj::Packed {
-                weight: Arc::new(weight),
-                bias,
-            });
-        }
         // F32/F16/BF16 tensors become plain f32 matrices inside QMatMul.
         Ok(Proj::Quantized {
             weight: QMatMul::from_qtensor(qt)?,
