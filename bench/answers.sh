@@ -14,6 +14,10 @@
 #   people        biographies: WordNet's glosses of 3,815 real people (what they did, in what
 #                 capacity they served, nationality, birthplace, years of birth and death;
 #                 people_set.py)
+#   packages      records of fields: 3,000 of Debian's binary package records (the release's
+#                 Packages index with Translation-en's long descriptions) as "Key: value" lines:
+#                 who looks after a package, its web site, archive section, version, and which
+#                 package a reworded synopsis names (packages_set.py); not in the default SETS
 #   history       narrative real text: Debian's project history and release dedications, 52
 #                 hand-written questions (history_set.py); a dev set only (the test step passes it over)
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
@@ -29,7 +33,7 @@
 #         top-5 documents -> the same GGUF in transformers, its chat template, greedy) and
 #         Capstan's default on the same first PEER_N test questions.
 # Each eval writes OUT/<name>/results.{json,md}; OUT/summary.txt has one line per run.
-# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records prose glossary people history encyclopedia",
+# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records packages prose glossary people history encyclopedia",
 #        PEER_N=40,
 #        SKIP_PEER=1, DATA=~/.cache/capstan/bench/answer-sets)
 set -euo pipefail
@@ -37,7 +41,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 out="${1:?usage: bench/answers.sh OUT_DIR}"
 PEER_N="${PEER_N:-40}"
-SETS="${SETS:-manpages records prose glossary people history encyclopedia}"
+SETS="${SETS:-manpages records packages prose glossary people history encyclopedia}"
 STEPS="${STEPS:-dev test}"
 DATA="${DATA:-$CAPSTAN_HOME/bench/answer-sets}"
 mkdir -p "$out" "$DATA"
@@ -52,6 +56,7 @@ prepare() {
       [ -f "$dir/test.jsonl" ] || python3 bench/real_answer_sets.py --out "$DATA" --sets "$set" ;;
     glossary) [ -f "$dir/test.jsonl" ] || python3 bench/glossary_set.py --out "$DATA" ;;
     people) [ -f "$dir/test.jsonl" ] || python3 bench/people_set.py --out "$DATA" ;;
+    packages) [ -f "$dir/test.jsonl" ] || python3 bench/packages_set.py --out "$DATA" ;;
     history) [ -f "$dir/dev.jsonl" ] || python3 bench/history_set.py --out "$DATA" ;;
     encyclopedia)
       if [ ! -f "$dir/test.jsonl" ]; then

@@ -143,6 +143,33 @@ impl Asks {
     }
 }
 
+/// Prepositions a question's wh-phrase can hang from ("for which organisation", "born in?").
+const PREPOSITIONS: &[&str] = &[
+    "about", "after", "among", "at", "before", "by", "during", "for", "from", "in", "inside",
+    "into", "near", "of", "on", "since", "through", "to", "under", "until", "with", "within",
+];
+
+/// The preposition the question's wh-phrase hangs from, fronted with it ("For which
+/// organisation did she work?", "In what town …") or left at the end ("Which organisation did
+/// she work for?", "What is it used for?"). English keeps that preposition before the answer
+/// in a statement ("she worked for the Nykes Shipyards"), so it is the cue the question
+/// itself gives, a sharper one than its kind's ([`Asks::cues`]: "by" for who, which fits a
+/// person who did something, not the organisation someone worked for).
+pub fn governing_preposition(question: &str) -> Option<&'static str> {
+    let q = question.to_lowercase();
+    let words: Vec<&str> = q
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let preposition = |w: &str| PREPOSITIONS.iter().copied().find(|p| *p == w);
+    let wh = |w: &str| matches!(w, "what" | "which" | "who" | "whom" | "whose" | "where");
+    match words.as_slice() {
+        [first, second, ..] if wh(second) => preposition(first),
+        [first, .., last] if wh(first) => preposition(last),
+        _ => None,
+    }
+}
+
 /// Nouns that make "which/what N" ask for a quantity (the NUMERIC class of question
 /// classification).
 const QUANTITY_NOUNS: &[&str] = &[
@@ -281,6 +308,20 @@ mod tests {
         assert_eq!(Asks::of("Who is the crate's author?"), Asks::Who);
         // A term asked for by what it is used for is not a purpose.
         assert_eq!(Asks::of("What term is used for the fn type?"), Asks::Other);
+        assert_eq!(
+            governing_preposition("For which organisation did Zerisya Brinev work?"),
+            Some("for")
+        );
+        assert_eq!(
+            governing_preposition("Which organisation did Urskogo Vorar work for?"),
+            Some("for")
+        );
+        assert_eq!(governing_preposition("In which town was she born?"), Some("in"));
+        assert_eq!(governing_preposition("Where did the family come from?"), Some("from"));
+        assert_eq!(governing_preposition("By whom was it written?"), Some("by"));
+        assert_eq!(governing_preposition("Who wrote serde?"), None);
+        assert_eq!(governing_preposition("When running ls, which option sorts?"), None);
+        assert_eq!(governing_preposition("Sort it by what?"), None);
         assert_eq!(
             Asks::Description.cues(),
             ["as", "for", "is", "was", "are", "were"]

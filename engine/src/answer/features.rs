@@ -9,9 +9,9 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::asks::Asks;
+use super::asks::{governing_preposition, Asks};
 use super::candidates::{is_abbreviation, words, Candidate, RangeEnd};
-use crate::words::{NON_ANSWER_STARTS, NOT_AGENTS};
+use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS, NOT_AGENTS};
 
 /// Words of the question a candidate should be near: within this many words either side.
 const WINDOW: usize = 10;
@@ -86,7 +86,9 @@ impl Shape {
 
 /// Stems of the content words of `text`: lower case, the Snowball (Porter 2) English stem
 /// (so "worked" meets "work"), then its first five letters (so "maintains" meets
-/// "maintainer", "licence" "license", "founded" "founder"), function words left out.
+/// "maintainer", "licence" "license", "founded" "founder"), function words left out; an
+/// irregular form is stemmed as the word it is read as ([`IRREGULAR_FORMS`]: "born" meets
+/// "birth", "wrote" "write").
 pub fn stems(text: &str) -> Vec<String> {
     static ENGLISH: std::sync::OnceLock<rust_stemmers::Stemmer> = std::sync::OnceLock::new();
     let stemmer =
@@ -95,7 +97,13 @@ pub fn stems(text: &str) -> Vec<String> {
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
         .filter(|w| !NON_ANSWER_STARTS.contains(&w.as_str()))
-        .map(|w| stemmer.stem(&w).chars().take(5).collect())
+        .map(|w| {
+            let read_as = IRREGULAR_FORMS
+                .iter()
+                .find(|(form, _)| *form == w)
+                .map_or(w.as_str(), |(_, word)| word);
+            stemmer.stem(read_as).chars().take(5).collect()
+        })
         .collect()
 }
 
@@ -268,6 +276,9 @@ pub struct Question {
     asks: Asks,
     /// The question asks when or how something ended ("when did she die", "until when").
     asks_an_end: bool,
+    /// The words that introduce its answer in a statement: the preposition its wh-phrase
+    /// hangs from where it has one, else its kind's ([`governing_preposition`], [`Asks::cues`]).
+    cues: Vec<&'static str>,
 }
 
 impl Question {
@@ -276,10 +287,15 @@ impl Question {
         let mut stems = stems(question);
         stems.sort();
         stems.dedup();
+        let asks = Asks::of(question);
         Self {
             text: question.to_string(),
             stems,
-            asks: Asks::of(question),
+            asks,
+            cues: match governing_preposition(question) {
+                Some(p) => vec![p],
+                None => asks.cues().to_vec(),
+            },
             asks_an_end: question
                 .to_lowercase()
                 .split(|c: char| !c.is_alphanumeric())
@@ -534,7 +550,7 @@ pub fn features(
             f[IN_CONTEXT] = in_context(c) as u8 as f32;
             let shape = Shape::of(c.text(hits)) as usize;
             f[SHAPE_BASE + question.asks.index() * SHAPES + shape] = 1.0;
-            f[CUE] = question.asks.cues().contains(&c.previous.as_str()) as u8 as f32;
+            f[CUE] = question.cues.contains(&c.previous.as_str()) as u8 as f32;
             f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
             f[AFTER_AS] = (c.previous == "as") as u8 as f32;
             f[NAMED_TITLE] = (c.in_title && names_a_title) as u8 as f32;
@@ -794,6 +810,10 @@ mod tests {
         assert_eq!(stems("founded"), stems("founder"));
         assert_eq!(stems("the organisation"), ["organ"]);
         assert_ne!(stems("born"), stems("bone"));
+        assert_eq!(stems("born"), stems("birth"));
+        assert_eq!(stems("birthplace"), stems("birth"));
+        assert_eq!(stems("died"), stems("death"));
+        assert_eq!(stems("wrote"), stems("writes"));
     }
 
     #[test]
