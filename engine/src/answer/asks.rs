@@ -316,11 +316,20 @@ mod tests {
             governing_preposition("Which organisation did Urskogo Vorar work for?"),
             Some("for")
         );
-        assert_eq!(governing_preposition("In which town was she born?"), Some("in"));
-        assert_eq!(governing_preposition("Where did the family come from?"), Some("from"));
+        assert_eq!(
+            governing_preposition("In which town was she born?"),
+            Some("in")
+        );
+        assert_eq!(
+            governing_preposition("Where did the family come from?"),
+            Some("from")
+        );
         assert_eq!(governing_preposition("By whom was it written?"), Some("by"));
         assert_eq!(governing_preposition("Who wrote serde?"), None);
-        assert_eq!(governing_preposition("When running ls, which option sorts?"), None);
+        assert_eq!(
+            governing_preposition("When running ls, which option sorts?"),
+            None
+        );
         assert_eq!(governing_preposition("Sort it by what?"), None);
         assert_eq!(
             Asks::Description.cues(),
