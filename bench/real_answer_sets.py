@@ -25,7 +25,9 @@ real_sets.py's Rust book parser:
                         Homepage, License, Developer, Categories, then the
                         Description as a paragraph (HTML tags dropped, list
                         items as "- " lines); id `appstream:ID`
-            (not Debian's binary Packages lists, which are kept out). Records
+            (not Debian's binary Packages lists: those are a set of their own,
+            bench/packages_set.py, so that each source can be left out of a fit
+            and tried on). Records
             with fewer than three fields are left out.
             Questions, one per record, by field:
     author      "Who wrote the X crate?" / "Who created ...?" / "Who is behind
