@@ -17,7 +17,7 @@
 #   packages      records of fields: 3,000 of Debian's binary package records (the release's
 #                 Packages index with Translation-en's long descriptions) as "Key: value" lines:
 #                 who looks after a package, its web site, archive section, version, and which
-#                 package a reworded synopsis names (packages_set.py); not in the default SETS
+#                 package a reworded synopsis names (packages_set.py)
 #   history       narrative real text: Debian's project history and release dedications, 52
 #                 hand-written questions (history_set.py); a dev set only (the test step passes it over)
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
