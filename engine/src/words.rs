@@ -191,9 +191,9 @@ pub const NOT_AGENTS: &[&str] = &[
 /// English words whose stem does not meet their kin's, each with the word it is read as: the
 /// irregular forms of common verbs ("wrote" as "write", "began" as "begin"), and the verbs of
 /// birth and death read as their nouns ("born" as "birth", "died" as "death"), which a
-/// suffix-stripping stemmer cannot join. A question says "born" where a page says "the year of
-/// her birth", "died" where it says "his death came in 1704". Words with a second, common
-/// sense are left out ("found", "saw", "left", "lay", "rose").
+/// suffix-stripping stemmer cannot join. A question says "born" where a page says "date of
+/// birth", "died" where it says "after his death". Words with a second, common sense are left
+/// out ("found", "saw", "left", "lay", "rose").
 pub const IRREGULAR_FORMS: &[(&str, &str)] = &[
     ("born", "birth"),
     ("die", "death"),

@@ -152,7 +152,7 @@ const PREPOSITIONS: &[&str] = &[
 /// The preposition the question's wh-phrase hangs from, fronted with it ("For which
 /// organisation did she work?", "In what town …") or left at the end ("Which organisation did
 /// she work for?", "What is it used for?"). English keeps that preposition before the answer
-/// in a statement ("she worked for the Nykes Shipyards"), so it is the cue the question
+/// in a statement ("she worked for the Mozilla Foundation"), so it is the cue the question
 /// itself gives, a sharper one than its kind's ([`Asks::cues`]: "by" for who, which fits a
 /// person who did something, not the organisation someone worked for).
 pub fn governing_preposition(question: &str) -> Option<&'static str> {
@@ -309,11 +309,11 @@ mod tests {
         // A term asked for by what it is used for is not a purpose.
         assert_eq!(Asks::of("What term is used for the fn type?"), Asks::Other);
         assert_eq!(
-            governing_preposition("For which organisation did Zerisya Brinev work?"),
+            governing_preposition("For which company did Grace Hopper work?"),
             Some("for")
         );
         assert_eq!(
-            governing_preposition("Which organisation did Urskogo Vorar work for?"),
+            governing_preposition("Which company did Grace Hopper work for?"),
             Some("for")
         );
         assert_eq!(
