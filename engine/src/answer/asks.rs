@@ -149,6 +149,123 @@ const PREPOSITIONS: &[&str] = &[
     "into", "near", "of", "on", "since", "through", "to", "under", "until", "with", "within",
 ];
 
+/// The thing a question about software names as its answer, by the noun of its wh-phrase
+/// ("which **option** of ls", "what is the default **value** of", "which **tool** can I use"):
+/// each is answered by text of its own shape (an option by `--all`, a function by an
+/// identifier, a file by a path or a file name, a value by a number), which the ranker weighs
+/// against the candidate's shape. The nouns are general English of software documentation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Thing {
+    /// A command-line option or flag.
+    Option,
+    /// A function, method or macro.
+    Callable,
+    /// A command, tool, program, module or package.
+    Program,
+    /// A file, path or directory.
+    File,
+    /// A value, default, version or other quantity.
+    Value,
+    /// None of these, or no noun at all ("who", "where was she born").
+    Unnamed,
+}
+
+/// Named things, the variants of [`Thing`] before [`Thing::Unnamed`].
+pub const THINGS: usize = 5;
+
+/// Each thing's nouns, singular and plural.
+const THING_NOUNS: [(Thing, &[&str]); THINGS] = [
+    (
+        Thing::Option,
+        &["option", "options", "flag", "flags", "switch", "switches"],
+    ),
+    (
+        Thing::Callable,
+        &[
+            "function",
+            "functions",
+            "method",
+            "methods",
+            "macro",
+            "macros",
+        ],
+    ),
+    (
+        Thing::Program,
+        &[
+            "command",
+            "commands",
+            "tool",
+            "tools",
+            "program",
+            "programs",
+            "utility",
+            "utilities",
+            "module",
+            "modules",
+            "package",
+            "packages",
+            "crate",
+            "crates",
+            "library",
+            "libraries",
+        ],
+    ),
+    (
+        Thing::File,
+        &[
+            "file",
+            "files",
+            "path",
+            "paths",
+            "directory",
+            "directories",
+            "folder",
+        ],
+    ),
+    (
+        Thing::Value,
+        &[
+            "value", "values", "default", "version", "size", "limit", "port", "length",
+        ],
+    ),
+];
+
+/// Words read after the question word for the thing's noun: the wh-phrase and a copula's
+/// complement ("what is the name of the program that ...": "program", six words on).
+const THING_WINDOW: usize = 6;
+
+impl Thing {
+    /// The thing `question` names as its answer.
+    pub fn of(question: &str) -> Self {
+        let q = question.to_lowercase();
+        let words: Vec<&str> = q
+            .split(|c: char| !(c.is_alphanumeric() || c == '-'))
+            .filter(|w| !w.is_empty())
+            .collect();
+        let wh = ["what", "which", "name"];
+        let Some(start) = words.iter().position(|w| wh.contains(w)) else {
+            return Thing::Unnamed;
+        };
+        words
+            .iter()
+            .skip(start)
+            .take(THING_WINDOW + 1)
+            .find_map(|w| {
+                THING_NOUNS
+                    .iter()
+                    .find(|(_, nouns)| nouns.contains(w))
+                    .map(|(thing, _)| *thing)
+            })
+            .unwrap_or(Thing::Unnamed)
+    }
+
+    /// Its index among the named things, `None` for [`Thing::Unnamed`].
+    pub(super) fn index(self) -> Option<usize> {
+        (self != Thing::Unnamed).then_some(self as usize)
+    }
+}
+
 /// The preposition the question's wh-phrase hangs from, fronted with it ("For which
 /// organisation did she work?", "In what town …") or left at the end ("Which organisation did
 /// she work for?", "What is it used for?"). English keeps that preposition before the answer
@@ -265,6 +382,43 @@ mod tests {
             assert!(Asks::Year.rules_out(word), "{word}");
             assert!(!Asks::When.rules_out(word), "{word}");
         }
+    }
+
+    #[test]
+    fn questions_name_the_thing_they_ask_for() {
+        for (q, thing) in [
+            ("Which grep option inverts the match?", Thing::Option),
+            ("What flag makes ls list every file?", Thing::Option),
+            (
+                "What is the default value of the --width option of sdiff?",
+                Thing::Value,
+            ),
+            (
+                "Which function of the json module parses a string?",
+                Thing::Callable,
+            ),
+            ("Which method of Vec returns its length?", Thing::Callable),
+            (
+                "What is the name of the program that shows the process tree?",
+                Thing::Program,
+            ),
+            ("Which tool can I use to copy files?", Thing::Program),
+            ("Which file holds the user accounts?", Thing::File),
+            (
+                "Since which Rust version is the 2021 edition stable?",
+                Thing::Value,
+            ),
+            (
+                "In Python's os module, what value does umask return?",
+                Thing::Value,
+            ),
+            ("Who maintains the zlib package?", Thing::Unnamed),
+            ("Where was Ada Lovelace born?", Thing::Unnamed),
+        ] {
+            assert_eq!(Thing::of(q), thing, "{q}");
+        }
+        assert_eq!(Thing::Value.index(), Some(THINGS - 1));
+        assert_eq!(Thing::Unnamed.index(), None);
     }
 
     #[test]

@@ -9,80 +9,13 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::asks::{governing_preposition, Asks};
-use super::candidates::{is_abbreviation, words, Candidate, RangeEnd};
+use super::asks::{governing_preposition, Asks, Thing, THINGS};
+use super::candidates::{words, Candidate, RangeEnd};
+use super::shape::{Shape, SHAPES};
 use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS, NOT_AGENTS};
 
 /// Words of the question a candidate should be near: within this many words either side.
 const WINDOW: usize = 10;
-
-/// English numbers spelled out ("Rust has four primary scalar types").
-const NUMBER_WORDS: &[&str] = &[
-    "zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
-    "eleven", "twelve", "twenty", "hundred", "thousand", "dozen",
-];
-
-/// The shape of a candidate's text.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Shape {
-    /// Starts with a digit.
-    Number,
-    /// A web address.
-    Url,
-    /// An e-mail address.
-    Email,
-    /// A file path.
-    Path,
-    /// A command-line option.
-    Option,
-    /// Code or an identifier: inner punctuation (`a_b`, `a::b`, `f()`, `x.y`).
-    Code,
-    /// Every word capitalised (a name).
-    Name,
-    /// Ordinary words.
-    Words,
-}
-
-const SHAPES: usize = 8;
-const ASKS: usize = 7;
-
-impl Shape {
-    fn of(text: &str) -> Self {
-        let lower = text.to_lowercase();
-        let first = lower.split_whitespace().next().unwrap_or("");
-        if text.starts_with(|c: char| c.is_ascii_digit()) || NUMBER_WORDS.contains(&first) {
-            Shape::Number
-        } else if lower.starts_with("http://")
-            || lower.starts_with("https://")
-            || lower.starts_with("www.")
-        {
-            Shape::Url
-        } else if text.contains('@') && !text.contains(' ') {
-            Shape::Email
-        } else if text.starts_with('/') || text.starts_with("~/") {
-            Shape::Path
-        } else if text.starts_with('-') {
-            Shape::Option
-        } else if text
-            .split_whitespace()
-            // A name's initials ("B.", "J.R.") are not code's dots.
-            .filter(|w| !w.strip_suffix('.').is_some_and(is_abbreviation))
-            .any(|w| {
-                w.chars()
-                    .any(|c| matches!(c, '_' | ':' | '(' | '<' | '=' | '/' | '.' | '$'))
-            })
-        {
-            Shape::Code
-        } else if text
-            .split_whitespace()
-            .all(|w| w.starts_with(|c: char| c.is_uppercase()))
-        {
-            Shape::Name
-        } else {
-            Shape::Words
-        }
-    }
-}
 
 /// Stems of the content words of `text`: lower case, the Snowball (Porter 2) English stem
 /// (so "worked" meets "work"), then its first five letters (so "maintains" meets
@@ -186,6 +119,12 @@ pub fn names() -> Vec<String> {
     n.push("question_predicate_just_after".into());
     n.push("holds_a_clause".into());
     n.push("cuts_a_phrase".into());
+    let things = ["option", "callable", "program", "file", "value"];
+    for t in things {
+        for s in shapes {
+            n.push(format!("thing_{t}_x_{s}"));
+        }
+    }
     n
 }
 
@@ -251,6 +190,11 @@ const CLAUSE: usize = BESIDE + 2;
 /// goes on from, one space away ("lighting" of "lighting mine galleries", "cheaper" of
 /// "cheaper alternatives"): the phrase goes on past it, as a name does past a cut name.
 const CUT_PHRASE: usize = CLAUSE + 1;
+/// Index of the first `thing_{thing}_x_{shape}`: the thing a question about software names
+/// as its answer ([`Thing`]: an option, a function, a program, a file, a value) against the
+/// candidate's shape. A kind of question ([`Asks`]) says "what" or "which" alone for all of
+/// them, and each is answered by text of its own shape.
+const THING_SHAPE: usize = CUT_PHRASE + 1;
 
 /// Words passed over to the nearest content word beside a span (function words: "worked for
 /// the [X]" reaches "worked").
@@ -261,6 +205,8 @@ pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
 /// Index of `in_context`.
 pub const IN_CONTEXT: usize = 23;
 const SHAPE_BASE: usize = 29;
+/// Kinds of question ([`Asks`]).
+const ASKS: usize = 7;
 
 /// Words of a question about an end: of a life, a run, a reign or a service ("pass away" is
 /// two words, read apart: "pass" alone is an option's verb).
@@ -274,6 +220,8 @@ pub struct Question {
     text: String,
     stems: Vec<String>,
     asks: Asks,
+    /// The thing it names as its answer, where it asks about software.
+    thing: Thing,
     /// The question asks when or how something ended ("when did she die", "until when").
     asks_an_end: bool,
     /// The words that introduce its answer in a statement: the preposition its wh-phrase
@@ -292,6 +240,7 @@ impl Question {
             text: question.to_string(),
             stems,
             asks,
+            thing: Thing::of(question),
             cues: match governing_preposition(question) {
                 Some(p) => vec![p],
                 None => asks.cues().to_vec(),
@@ -580,7 +529,10 @@ pub fn features(
             f[CLAUSE] = holds_a_clause(c.text(hits)) as u8 as f32;
             f[CUT_PHRASE] =
                 (shape == Shape::Words as usize && cuts_a_phrase(source, c.end)) as u8 as f32;
-            debug_assert_eq!(CUT_PHRASE + 1, n);
+            if let Some(thing) = question.thing.index() {
+                f[THING_SHAPE + thing * SHAPES + shape] = 1.0;
+            }
+            debug_assert_eq!(THING_SHAPE + THINGS * SHAPES, n);
             f
         })
         .collect()
@@ -833,16 +785,6 @@ mod tests {
 
     #[test]
     fn shapes_of_answers() {
-        assert_eq!(Shape::of("1856"), Shape::Number);
-        assert_eq!(Shape::of("four"), Shape::Number);
-        assert_eq!(Shape::of("https://serde.rs"), Shape::Url);
-        assert_eq!(Shape::of("--recursive"), Shape::Option);
-        assert_eq!(Shape::of("/etc/passwd"), Shape::Path);
-        assert_eq!(Shape::of("David Tolnay"), Shape::Name);
-        assert_eq!(Shape::of("George B. Dantzig"), Shape::Name);
-        assert_eq!(Shape::of("J.R. Bell"), Shape::Name);
-        assert_eq!(Shape::of("Vec::new"), Shape::Code);
-        assert_eq!(Shape::of("glassblower"), Shape::Words);
         for agent in [
             "glassblower",
             "navigator",
@@ -867,8 +809,9 @@ mod tests {
         }
         assert_eq!(
             names().len(),
-            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 13
+            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 13 + THINGS * SHAPES
         );
+        assert_eq!(names()[THING_SHAPE + 4 * SHAPES], "thing_value_x_number");
         assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
         assert_eq!(names()[BESIDE], "question_predicate_just_before");
         assert_eq!(names()[CLAUSE], "holds_a_clause");

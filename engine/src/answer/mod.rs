@@ -11,6 +11,7 @@ pub mod asks;
 pub mod candidates;
 pub mod features;
 pub mod relation;
+mod shape;
 
 use std::sync::OnceLock;
 
