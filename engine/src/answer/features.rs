@@ -9,7 +9,7 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::asks::{governing_preposition, Asks, Thing, THINGS};
+use super::asks::{governing_preposition, Asks};
 use super::candidates::{words, Candidate, RangeEnd};
 use super::shape::{Shape, SHAPES};
 use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS, NOT_AGENTS};
@@ -119,12 +119,6 @@ pub fn names() -> Vec<String> {
     n.push("question_predicate_just_after".into());
     n.push("holds_a_clause".into());
     n.push("cuts_a_phrase".into());
-    let things = ["option", "callable", "program", "file", "value"];
-    for t in things {
-        for s in shapes {
-            n.push(format!("thing_{t}_x_{s}"));
-        }
-    }
     n
 }
 
@@ -190,11 +184,6 @@ const CLAUSE: usize = BESIDE + 2;
 /// goes on from, one space away ("lighting" of "lighting mine galleries", "cheaper" of
 /// "cheaper alternatives"): the phrase goes on past it, as a name does past a cut name.
 const CUT_PHRASE: usize = CLAUSE + 1;
-/// Index of the first `thing_{thing}_x_{shape}`: the thing a question about software names
-/// as its answer ([`Thing`]: an option, a function, a program, a file, a value) against the
-/// candidate's shape. A kind of question ([`Asks`]) says "what" or "which" alone for all of
-/// them, and each is answered by text of its own shape.
-const THING_SHAPE: usize = CUT_PHRASE + 1;
 
 /// Words passed over to the nearest content word beside a span (function words: "worked for
 /// the [X]" reaches "worked").
@@ -220,8 +209,6 @@ pub struct Question {
     text: String,
     stems: Vec<String>,
     asks: Asks,
-    /// The thing it names as its answer, where it asks about software.
-    thing: Thing,
     /// The question asks when or how something ended ("when did she die", "until when").
     asks_an_end: bool,
     /// The words that introduce its answer in a statement: the preposition its wh-phrase
@@ -240,7 +227,6 @@ impl Question {
             text: question.to_string(),
             stems,
             asks,
-            thing: Thing::of(question),
             cues: match governing_preposition(question) {
                 Some(p) => vec![p],
                 None => asks.cues().to_vec(),
@@ -529,10 +515,7 @@ pub fn features(
             f[CLAUSE] = holds_a_clause(c.text(hits)) as u8 as f32;
             f[CUT_PHRASE] =
                 (shape == Shape::Words as usize && cuts_a_phrase(source, c.end)) as u8 as f32;
-            if let Some(thing) = question.thing.index() {
-                f[THING_SHAPE + thing * SHAPES + shape] = 1.0;
-            }
-            debug_assert_eq!(THING_SHAPE + THINGS * SHAPES, n);
+            debug_assert_eq!(CUT_PHRASE + 1, n);
             f
         })
         .collect()
@@ -809,9 +792,8 @@ mod tests {
         }
         assert_eq!(
             names().len(),
-            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 13 + THINGS * SHAPES
+            SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 13
         );
-        assert_eq!(names()[THING_SHAPE + 4 * SHAPES], "thing_value_x_number");
         assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
         assert_eq!(names()[BESIDE], "question_predicate_just_before");
         assert_eq!(names()[CLAUSE], "holds_a_clause");
