@@ -25,10 +25,7 @@ impl Asks {
     /// The kind of answer `question` asks for.
     pub fn of(question: &str) -> Self {
         let q = question.to_lowercase();
-        let words: Vec<&str> = q
-            .split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .collect();
+        let words = words_of(&q);
         let has = |pair: &[&str]| words.windows(pair.len()).any(|w| w == pair);
         // The head noun after a question word, past a copula and an article ("what was the
         // birthplace of ...": "birthplace"), as question classifiers read it.
@@ -157,10 +154,7 @@ const PREPOSITIONS: &[&str] = &[
 /// person who did something, not the organisation someone worked for).
 pub fn governing_preposition(question: &str) -> Option<&'static str> {
     let q = question.to_lowercase();
-    let words: Vec<&str> = q
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .collect();
+    let words = words_of(&q);
     let preposition = |w: &str| PREPOSITIONS.iter().copied().find(|p| *p == w);
     let wh = |w: &str| matches!(w, "what" | "which" | "who" | "whom" | "whose" | "where");
     match words.as_slice() {
@@ -233,6 +227,15 @@ const AGENT_NOUNS: &[&str] = &[
     "designer",
     "developer",
 ];
+
+/// The words of a question already in lower case, punctuation dropped ("Gore's" as "gore",
+/// "s"): what the question's analyses match their word lists against.
+fn words_of(lowered: &str) -> Vec<&str> {
+    lowered
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .collect()
+}
 
 /// Whether the question asks for a number (`Some(true)`: a quantity, a version or a year,
 /// [`Asks`]), for something that is not one (`Some(false)`: who,

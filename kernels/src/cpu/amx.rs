@@ -99,13 +99,15 @@ struct Line([u8; 64]);
 struct Lines(Vec<Line>);
 
 impl Lines {
-    /// At least `values` zeroed values of `T` (a previous content is kept where it fits).
+    /// At least `values` zeroed values of `T`.
     fn with_len<T: LineValue>(values: usize) -> Self {
         let mut lines = Lines::default();
         lines.resize::<T>(values);
         lines
     }
 
+    /// Room for at least `values` values of `T`: what it held is kept where it fits, new
+    /// lines are zeroed.
     fn resize<T: LineValue>(&mut self, values: usize) {
         let bytes = values * std::mem::size_of::<T>();
         self.0.resize(bytes.div_ceil(64), Line([0; 64]));
