@@ -36,6 +36,73 @@ def tokens(key):
     return int(key) if key.isdigit() else 0
 
 
+def ratio(x, y):
+    return x / y if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y else None
+
+
+def vs_pytorch(raw, res):
+    """Capstan's figures over the PyTorch peers' from the same run (issue 39), each value
+    Capstan / peer: attention seconds of the peer over Capstan's (the same useful FLOPs), model
+    prefill and decoding tokens/s; batch16_decode (16 sequences over one) and cape_128k (CAPE
+    over full context) are Capstan alone; smollm2_tokens_per_s is not a ratio."""
+    ours, peer = load(raw, "attention") or {}, load(raw, "attention_peer") or {}
+    attention = {}
+    for key in sorted(set(ours.get("cases", {})) | set(peer.get("cases", {})),
+                      key=lambda k: (k.split("_")[0] != "causal", k.split("_")[0], tokens(k.split("_")[-1]))):
+        o, p = ours.get("cases", {}).get(key, {}), peer.get("cases", {}).get(key, {})
+        attention[key] = ratio(p.get("seconds"), o.get("seconds"))
+        if o.get("visible_pairs") != p.get("visible_pairs"):
+            attention[key] = None  # not the same work (or one side missing): no ratio
+    # The model's prefill: the tensor-core runs when the check made them (the candidate default).
+    cap_prefill = {}
+    for prefix in ("prefill_model_", "mma_prefill_model_"):
+        for p in sorted(glob.glob(os.path.join(raw, prefix + "*.json"))):
+            cap_prefill.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
+    prefill_peer = (load(raw, "prefill_model_peer") or {}).get("contexts", {})
+    prefill = {k: ratio(cap_prefill.get(k, {}).get("tokens_per_s"),
+                        prefill_peer.get(k, {}).get("tokens_per_s"))
+               for k in sorted(set(cap_prefill) | set(prefill_peer), key=tokens)}
+    dec = (load(raw, "decode_llama3-8b") or load(raw, "decode_llama3-tiny") or {}).get("contexts", {})
+    graph = (load(raw, "graph_peer_llama3-8b") or load(raw, "graph_peer_llama3-tiny") or {}).get("contexts", {})
+    decode = {k: ratio(dec.get(k, {}).get("tokens_per_s"), graph.get(k, {}).get("tokens_per_s"))
+              for k in sorted(set(dec) | set(graph), key=tokens)}
+    b16 = (load(raw, "batch16_llama3-8b") or load(raw, "batch16_llama3-tiny") or {}).get("contexts", {})
+    cape = res.get("cape", {}).get("128k", {})
+    gguf = res.get("gguf") or {}
+    return {"attention": attention, "prefill": prefill, "decode": decode,
+            "batch16_decode": ratio(b16.get("1k", {}).get("tokens_per_s"), dec.get("1k", {}).get("tokens_per_s")),
+            "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
+            "cape_128k": {"memory_ratio": cape.get("memory_ratio"),
+                          "throughput_ratio": cape.get("throughput_ratio")},
+            "smollm2_tokens_per_s": gguf.get("tokens_per_s"),
+            "attention_kernel": ours.get("tensor_core_attention") and "tensor cores (attention_mma.cu)"
+            or (ours and "CUDA cores (attention.cu)") or None}
+
+
+def issue39_goals(v):
+    """Issue 39's goals from vs_pytorch: None where the run has no figure."""
+    def at_least(x, t):
+        return None if x is None else x >= t
+
+    def every(xs, t):
+        return None if not xs or None in xs else all(x >= t for x in xs)
+
+    a = v["attention"]
+    of = lambda name: [x for k, x in a.items() if k.split("_")[0] == name]  # noqa: E731
+    cape = v["cape_128k"]
+    return {
+        "causal_attention_at_least_0.8x_sdpa": every(of("causal"), 0.8),
+        "patterns_at_least_1x_flex_attention": every(of("zebra") + of("scca") + of("selfextend"), 1.0),
+        "cross_attention_at_least_0.8x_sdpa": every(of("cross"), 0.8),
+        "prefill_at_least_0.8x_pytorch_eager": every(list(v["prefill"].values()), 0.8),
+        "decode_at_least_1x_pytorch_cuda_graph": every(list(v["decode"].values()), 1.0),
+        "batch16_decode_at_least_12x_one": at_least(v["batch16_decode"], 12),
+        "cape_128k_memory_at_most_eighth": None if cape["memory_ratio"] is None else cape["memory_ratio"] <= 1 / 8,
+        "cape_128k_throughput_at_least_12x": at_least(cape["throughput_ratio"], 12),
+        "smollm2_at_least_1000_tokens_per_s": at_least(v["smollm2_tokens_per_s"], 1000),
+    }
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--raw", required=True)
@@ -134,6 +201,8 @@ def main():
     def ge(x, y):
         return None if x is None or y is None else x >= y
 
+    res["vs_pytorch"] = vs_pytorch(raw, res)
+
     dec_1k = [v.get("1k", {}).get("roofline_fraction") for v in res["decode"].values()]
     big = max(res["cape"].items(), key=lambda kv: tokens(kv[0]), default=(None, {}))[1]
     e = res["encoder"]
@@ -143,6 +212,7 @@ def main():
         "prefill_attention_at_least_half_sdpa": None if not ratios else all(x >= 0.5 for x in ratios),
         "cape_memory_at_most_eighth_at_largest": None if big.get("memory_ratio") is None else big["memory_ratio"] <= 1 / 8,
         "cape_throughput_at_least_12x_at_largest": ge(big.get("throughput_ratio"), 12),
+        **issue39_goals(res["vs_pytorch"]),
         "encoder_at_least_2x_sentence_transformers": None if not e["sentence_transformers_passages_per_s"] or not e["passages_per_s"]
         else e["passages_per_s"] >= 2 * e["sentence_transformers_passages_per_s"],
     }
@@ -205,6 +275,17 @@ def main():
                 last = []
             md.append(f"FAILED {name} (exit {st['rc']}): {last[0] if last else 'no log'}")
             res.setdefault("failures", {})[name] = last[0] if last else None
+    v = res["vs_pytorch"]
+    f3 = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
+    md += ["", f"Against PyTorch on the same card (Capstan / peer; attention kernel: {v['attention_kernel']}):", "",
+           "| case | ratio |", "|---|---|"]
+    md += [f"| attention {k} | {f3(x)} |" for k, x in v["attention"].items()]
+    md += [f"| model prefill {k} | {f3(x)} |" for k, x in v["prefill"].items()]
+    md += [f"| decode {k} (peer under a CUDA graph) | {f3(x)} |" for k, x in v["decode"].items()]
+    md += [f"| 16 sequences / one, decoding at 1K (Capstan) | {f3(v['batch16_decode'])} |",
+           f"| CAPE / full context at 128K, memory | {f3(v['cape_128k']['memory_ratio'])} |",
+           f"| CAPE / full context at 128K, throughput | {f3(v['cape_128k']['throughput_ratio'])} |",
+           f"| SmolLM2 GGUF decode, tokens/s | {f3(v['smollm2_tokens_per_s'])} |"]
     md += ["", "Goals: " + ", ".join(f"{k} {v}" for k, v in res["goals"].items()), "",
            "Steps: " + ", ".join(f"{k} rc {v['rc']} ({v['seconds']} s)" for k, v in steps.items())]
     with open(os.path.join(a.out, "results.json"), "w") as f:

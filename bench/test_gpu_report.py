@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""CI check of bench/gpu_report.py (scripts/test.sh): the report of a recorded CPU run of
+"""CI check of bench/gpu_report.py (scripts/test.sh): the report of recorded CPU runs of
 scripts/gpu-check.sh (bench/tests/gpu-check-raw, plus one step skipped by the time budget) has
-every field issue 10 names, both full-attention paths, rows in order and the skip recorded."""
+every field issues 10 and 39 name, both full-attention paths, rows in order, the ratios against
+PyTorch and the skip recorded."""
 import json
 import os
 import subprocess
@@ -29,5 +30,20 @@ assert r["cape"]["4k"]["throughput_ratio"] > 0 and r["cape"]["8k"]["full_memory"
 assert r["encoder"]["passages_per_s"] > 0 and r["encoder"]["sentence_transformers_passages_per_s"] > 0
 assert r["encoder"]["min_cosine_vs_sentence_transformers"] > 0.999
 assert r["failures"] == {"cape_16384": "skipped: time budget spent"}, r.get("failures")
+# Issue 39's ratios: Capstan over the PyTorch peers of the same run, every case both ran.
+v = r["vs_pytorch"]
+assert sorted(v["attention"]) == ["causal_1k", "causal_256", "cross_1k", "scca_1k", "selfextend_1k",
+                                  "zebra_1k"], v["attention"]
+assert all(isinstance(x, float) and x > 0 for x in v["attention"].values()), v["attention"]
+assert list(v["prefill"]) == ["1k", "2k"] and all(x > 0 for x in v["prefill"].values()), v["prefill"]
+assert list(v["decode"]) == ["64", "1k"] and all(x > 0 for x in v["decode"].values()), v["decode"]
+assert v["batch16_decode"] > 1 and v["batch16_max_rel_diff"] < 1e-3, v
+assert v["cape_128k"] == {"memory_ratio": None, "throughput_ratio": None}  # no 128K at tiny shapes
+assert v["smollm2_tokens_per_s"] > 0
+for goal in ("causal_attention_at_least_0.8x_sdpa", "patterns_at_least_1x_flex_attention",
+             "batch16_decode_at_least_12x_one", "cape_128k_throughput_at_least_12x"):
+    assert goal in r["goals"], goal
+assert r["goals"]["cape_128k_throughput_at_least_12x"] is None
+assert "| attention zebra_1k |" in md
 assert "SKIPPED cape_16384" in md and "| llama3-tiny | 1k |" in md
 print("gpu_report: ok")

@@ -3,7 +3,9 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, D};
-use capstan_reader::{Cache, GenerationParams, LanguageModel, Llama, LoadOptions, Request};
+use capstan_reader::{
+    Cache, GenerationParams, LanguageModel, Llama, LoadOptions, PackedInput, Request,
+};
 use serde_json::{json, Value};
 
 use super::device::{copy_bandwidth, describe, timed};
@@ -78,6 +80,95 @@ pub fn run(
         "full_attention": first,
         "contexts": by_path.get(first).cloned().unwrap_or(Value::Null),
         "by_full_attention": by_path,
+    }))
+}
+
+/// One greedy step of every sequence together (the packed step of continuous batching):
+/// each sequence's next token.
+fn step_packed(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::Result<Vec<u32>> {
+    let mut seqs: Vec<PackedInput<'_>> = caches
+        .iter_mut()
+        .zip(tokens)
+        .map(|(cache, t)| PackedInput {
+            tokens: std::slice::from_ref(t),
+            cache,
+        })
+        .collect();
+    let logits = model.forward_packed(&mut seqs)?;
+    Ok(logits.argmax(D::Minus1)?.to_vec1::<u32>()?)
+}
+
+/// `batch` sequences decoding together at each context (synthetic caches, packed steps):
+/// tokens/s over all of them, and the largest difference of the first step's logits from each
+/// sequence stepped alone (relative to the logits' largest magnitude), so that the speed is
+/// only reported for a packed step that computes what the sequences compute alone.
+pub fn run_batched(
+    shape: &str,
+    contexts: &[usize],
+    steps: usize,
+    batch: usize,
+    device: &Device,
+    dtype: DType,
+) -> anyhow::Result<Value> {
+    let (model, _) = random_model(shape, dtype, device)?;
+    let mut rows = serde_json::Map::new();
+    for &context in contexts {
+        let mut caches = (0..batch)
+            .map(|_| Cache::synthetic(&model, context))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tokens: Vec<u32> = (0..batch as u32).map(|i| 1 + i).collect();
+        // Parity: the caches' clones share their buffers, and both passes write the same
+        // position, each reading back what it wrote before the other writes.
+        let mut alone_caches = caches.clone();
+        let packed = {
+            let mut seqs: Vec<PackedInput<'_>> = caches
+                .iter_mut()
+                .zip(&tokens)
+                .map(|(cache, t)| PackedInput {
+                    tokens: std::slice::from_ref(t),
+                    cache,
+                })
+                .collect();
+            model.forward_packed(&mut seqs)?
+        };
+        let mut worst = 0f32;
+        for (i, cache) in alone_caches.iter_mut().enumerate() {
+            let x = Tensor::new(&[[tokens[i]]], device)?;
+            let alone = model.forward_last(&x, None, cache)?.squeeze(0)?;
+            let row = packed.get(i)?;
+            let scale = alone.abs()?.max(0)?.to_scalar::<f32>()?.max(1e-6);
+            let diff = (row - &alone)?.abs()?.max(0)?.to_scalar::<f32>()?;
+            worst = worst.max(diff / scale);
+        }
+        drop(alone_caches);
+        let mut next = tokens.clone();
+        for _ in 0..2 {
+            next = step_packed(&model, &mut caches, &next)?;
+        }
+        let (_, seconds) = timed(device, || {
+            for _ in 0..steps {
+                next = step_packed(&model, &mut caches, &next)?;
+            }
+            Ok(())
+        })?;
+        rows.insert(
+            context_key(context),
+            json!({
+                "context": context,
+                "steps": steps,
+                "batch": batch,
+                "tokens_per_s": (batch * steps) as f64 / seconds,
+                "steps_per_s": steps as f64 / seconds,
+                "packed_vs_alone_max_rel_diff": worst,
+            }),
+        );
+    }
+    Ok(json!({
+        "shape": shape,
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "device": describe(device),
+        "batch": batch,
+        "contexts": rows,
     }))
 }
 

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 
+mod attention;
 mod cape;
 mod decode;
 mod device;
@@ -39,6 +40,10 @@ pub enum GpuCommand {
         /// kernel, the default) and `matmul` (cuBLAS products with the softmax between).
         #[arg(long, value_delimiter = ',', default_value = "kernel,matmul")]
         full_attention: Vec<String>,
+        /// Sequences decoding together (packed steps, as the continuous-batching scheduler
+        /// runs them); above 1 the roofline and --full-attention are not measured.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -62,6 +67,37 @@ pub enum GpuCommand {
         /// Only the model's prefill (no attention-kernel timings).
         #[arg(long)]
         model_only: bool,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+    },
+    /// Attention of every pattern (`causal`, `zebra`, `scca`, `selfextend`, `cross`) at given
+    /// lengths: seconds a call and useful TFLOP/s (the peer: `bench/gpu_peers.py attention`).
+    Attention {
+        /// PATTERN:CONTEXT cases.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "causal:8192,causal:32768,causal:131072,zebra:32768,scca:32768,selfextend:32768,cross:32768"
+        )]
+        cases: Vec<attention::Case>,
+        #[arg(long, default_value_t = 32)]
+        heads: usize,
+        #[arg(long, default_value_t = 8)]
+        kv_heads: usize,
+        #[arg(long, default_value_t = 128)]
+        dim: usize,
+        #[arg(long, default_value_t = 512)]
+        window: u32,
+        #[arg(long, default_value_t = 2048)]
+        chunk: u32,
+        #[arg(long, default_value_t = 512)]
+        neighbor: u32,
+        #[arg(long, default_value_t = 8)]
+        group: u32,
+        #[arg(long, default_value_t = 4096)]
+        cross_queries: usize,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -149,9 +185,26 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             shape,
             contexts,
             steps,
+            full_attention: _,
+            batch,
+            device,
+            dtype,
+        } if batch > 1 => decode::run_batched(
+            &shape,
+            &contexts,
+            steps,
+            batch,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::Decode {
+            shape,
+            contexts,
+            steps,
             full_attention,
             device,
             dtype,
+            ..
         } => decode::run(
             &shape,
             &contexts,
@@ -177,6 +230,33 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             dim,
             shape.as_deref(),
             &model_contexts,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::Attention {
+            cases,
+            heads,
+            kv_heads,
+            dim,
+            window,
+            chunk,
+            neighbor,
+            group,
+            cross_queries,
+            device,
+            dtype,
+        } => attention::run(
+            &cases,
+            heads,
+            kv_heads,
+            dim,
+            &attention::PatternParams {
+                window,
+                chunk,
+                neighbor,
+                group,
+                cross_queries,
+            },
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),

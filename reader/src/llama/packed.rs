@@ -29,8 +29,10 @@ impl Llama {
     /// The same as calling [`Llama::forward_last`] on each sequence alone, up to the rounding
     /// of matrix products over more rows. Caches must hold one unpadded row (as
     /// [`Cache::new`] and [`Llama::set_encoder_context`] with one row make them). Sequences
-    /// run one by one (still correct, not batched) on CUDA, with a decoder attention pattern
-    /// other than full, or with more than a prefill chunk of new tokens.
+    /// run one by one (still correct, not batched) with a decoder attention pattern other than
+    /// full, or with more than a prefill chunk of new tokens. On CUDA the products run packed
+    /// and attention one sequence after another (`capstan-bench gpu decode --batch 16`
+    /// measures it and checks it against each sequence alone).
     pub fn forward_packed(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
         self.on_pool(|| self.forward_packed_here(seqs))
     }
@@ -53,8 +55,7 @@ impl Llama {
                 ));
             }
         }
-        let packable = self.device.is_cpu()
-            && self.attention == AttentionPattern::Full
+        let packable = self.attention == AttentionPattern::Full
             && seqs.iter().all(|s| s.tokens.len() <= PREFILL_CHUNK);
         if !packable || seqs.len() == 1 {
             let rows = seqs
