@@ -33,6 +33,8 @@ mod op_params;
 mod ops;
 mod pattern;
 mod qmatmul_op;
+#[cfg(any(feature = "cuda", test))]
+mod sdpa_graph;
 
 pub use op_params::AttentionOptions;
 pub use ops::{attention, attention_many, rms_norm_residual, rope_qk, RopeParams};

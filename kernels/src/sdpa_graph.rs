@@ -1,0 +1,415 @@
+//! cuDNN's fused attention (flash attention forward) as the operation graph of its backend API,
+//! described as plain data: the tensors and operations that `crate::cuda::cudnn` turns into
+//! backend descriptors, and that this module's tests interpret on the CPU against
+//! [`crate::attention`], so the graph's masks and softmax are checked without a GPU.
+//!
+//! cuDNN 9.19 (the lent GPU machines' version) fuses attention from the "composite" graph that
+//! cudnn-frontend emits for backends below 9.21: matmul, pointwise and reduction operations in
+//! the frontend's order, which the fused-attention engine recognises (docs/plans/cudnn-sdpa.md
+//! sections 2.3 and 2.4; its single SDPA operation cannot express causal masks before 9.21).
+//! Covered: plain causal attention (queries and keys from the same position), causal attention
+//! of queries at the tail of the keys (a prompt chunk after a cache: the frontend's
+//! bottom-right diagonal) and cross-attention without padding, in bf16 or f16, grouped-query
+//! heads, keys and values read in place from a cache's buffer. Everything else runs on
+//! Capstan's own kernels.
+
+/// Element types of the graph's tensors (`cudnnDataType_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum DataType {
+    Float,
+    Half,
+    Bf16,
+    Int32,
+    Boolean,
+}
+
+impl DataType {
+    /// The `cudnnDataType_t` value.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn code(self) -> i32 {
+        match self {
+            Self::Float => 0,
+            Self::Half => 2,
+            Self::Int32 => 4,
+            Self::Bf16 => 9,
+            Self::Boolean => 11,
+        }
+    }
+}
+
+/// Pointwise modes used (`cudnnPointwiseMode_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pointwise {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Exp,
+    Log,
+    CmpGe,
+    GenIndex,
+    BinarySelect,
+}
+
+impl Pointwise {
+    /// The `cudnnPointwiseMode_t` value.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn code(self) -> i32 {
+        match self {
+            Self::Add => 0,
+            Self::Mul => 1,
+            Self::Div => 6,
+            Self::Sub => 9,
+            Self::Exp => 13,
+            Self::Log => 15,
+            Self::CmpGe => 303,
+            Self::GenIndex => 501,
+            Self::BinarySelect => 601,
+        }
+    }
+}
+
+/// One tensor descriptor: 4-D, strides in elements.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct TensorDesc {
+    pub(crate) uid: i64,
+    pub(crate) dtype: DataType,
+    pub(crate) dims: [i64; 4],
+    pub(crate) strides: [i64; 4],
+    /// An intermediate the engine keeps on chip (never in the variant pack).
+    pub(crate) is_virtual: bool,
+    /// A scalar passed by value (a host pointer in the variant pack).
+    pub(crate) by_value: bool,
+}
+
+/// One operation, its tensors named by uid.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Op {
+    /// `c = a b` over the last two axes, batched over the first two (fewer heads in `b`:
+    /// grouped-query heads, query head `h` reading head `h / (heads_a / heads_b)`).
+    Matmul { a: i64, b: i64, c: i64 },
+    /// `y = mode(x[, b[, t]])` with broadcasting of size-1 axes; `axis` for `GenIndex`.
+    Pointwise {
+        mode: Pointwise,
+        precision: DataType,
+        x: i64,
+        b: Option<i64>,
+        t: Option<i64>,
+        y: i64,
+        axis: Option<i64>,
+    },
+    /// `y = max` or `sum` of `x` over its last axis (`y`'s last dimension is 1).
+    Reduction { max: bool, x: i64, y: i64 },
+}
+
+/// The mask of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum SdpaMask {
+    /// Every key visible (cross-attention).
+    None,
+    /// Query row `r` sees key columns `c <= r` (queries and keys start at the same position).
+    Causal,
+    /// Query row `r` sees key columns `c <= r + kv_len - q_len` (the queries are the keys'
+    /// last `q_len` positions).
+    CausalBottomRight,
+}
+
+/// What a call's graph (and so its execution plan) depends on: the plan cache's key. Strides
+/// follow from it (queries and output packed; keys and values `kv_stride` rows from one head to
+/// the next, heads packed in the batch), so different layouts never share a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct SdpaKey {
+    pub(crate) dtype: DataType,
+    pub(crate) batch: i64,
+    pub(crate) heads: i64,
+    pub(crate) kv_heads: i64,
+    pub(crate) q_len: i64,
+    pub(crate) kv_len: i64,
+    pub(crate) kv_stride: i64,
+    pub(crate) dim: i64,
+    pub(crate) mask: SdpaMask,
+}
+
+/// The non-virtual tensors' uids (the variant pack's entries).
+pub(crate) mod uid {
+    pub(crate) const Q: i64 = 1;
+    pub(crate) const KT: i64 = 2;
+    pub(crate) const V: i64 = 3;
+    pub(crate) const O: i64 = 4;
+    pub(crate) const SCALE: i64 = 6;
+    pub(crate) const NEG_INF: i64 = 7;
+    pub(crate) const KV_LEN: i64 = 8;
+    pub(crate) const Q_LEN: i64 = 9;
+}
+
+/// A by-value scalar's value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Scalar {
+    F32(f32),
+    I32(i32),
+}
+
+/// The graph of one call shape.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SdpaGraph {
+    pub(crate) tensors: Vec<TensorDesc>,
+    pub(crate) ops: Vec<Op>,
+}
+
+impl SdpaGraph {
+    /// The tensor of `uid`.
+    pub(crate) fn tensor(&self, uid: i64) -> Option<&TensorDesc> {
+        self.tensors.iter().find(|t| t.uid == uid)
+    }
+
+    /// The by-value scalars' values, in the order of `tensors`.
+    pub(crate) fn scalars(&self, key: &SdpaKey, scale: f32) -> Vec<(i64, Scalar)> {
+        self.tensors
+            .iter()
+            .filter(|t| t.by_value)
+            .map(|t| {
+                let v = match t.uid {
+                    uid::SCALE => Scalar::F32(scale),
+                    uid::NEG_INF => Scalar::F32(f32::NEG_INFINITY),
+                    uid::KV_LEN => Scalar::I32(key.kv_len as i32),
+                    _ => Scalar::I32(key.q_len as i32),
+                };
+                (t.uid, v)
+            })
+            .collect()
+    }
+}
+
+/// Whether a call can run on cuDNN's fused attention, and with which mask: bf16 or f16
+/// (checked by the caller), a head width cuDNN 9 fuses (a multiple of 8 up to 128), and causal
+/// attention either square from the same position or with the queries at the keys' tail, or
+/// cross-attention without a padding mask.
+pub(crate) fn sdpa_mask(
+    pattern: &crate::Pattern,
+    q_pos0: u64,
+    k_pos0: u64,
+    q_len: usize,
+    kv_len: usize,
+    dim: usize,
+    has_extras: bool,
+) -> Option<SdpaMask> {
+    if has_extras || dim == 0 || dim % 8 != 0 || dim > 128 || q_len == 0 || kv_len == 0 {
+        return None;
+    }
+    match pattern {
+        crate::Pattern::Cross => Some(SdpaMask::None),
+        crate::Pattern::Causal if q_pos0 == k_pos0 && q_len == kv_len => Some(SdpaMask::Causal),
+        crate::Pattern::Causal
+            if q_len < kv_len && q_pos0 + q_len as u64 == k_pos0 + kv_len as u64 =>
+        {
+            Some(SdpaMask::CausalBottomRight)
+        }
+        _ => None,
+    }
+}
+
+/// Appends tensors (fresh uids for intermediates) and operations.
+struct Builder {
+    g: SdpaGraph,
+    next: i64,
+}
+
+impl Builder {
+    fn tensor(&mut self, uid: i64, dtype: DataType, dims: [i64; 4], strides: [i64; 4]) -> i64 {
+        self.g.tensors.push(TensorDesc {
+            uid,
+            dtype,
+            dims,
+            strides,
+            is_virtual: false,
+            by_value: false,
+        });
+        uid
+    }
+
+    /// A by-value scalar, `[1, 1, 1, 1]` as the frontend expands its fused scalars.
+    fn scalar(&mut self, uid: i64, dtype: DataType) -> i64 {
+        self.g.tensors.push(TensorDesc {
+            uid,
+            dtype,
+            dims: [1; 4],
+            strides: [1; 4],
+            is_virtual: false,
+            by_value: true,
+        });
+        uid
+    }
+
+    /// A virtual intermediate of these dims, packed.
+    fn virt(&mut self, dtype: DataType, dims: [i64; 4]) -> i64 {
+        self.next += 1;
+        let strides = [dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1];
+        self.g.tensors.push(TensorDesc {
+            uid: self.next,
+            dtype,
+            dims,
+            strides,
+            is_virtual: true,
+            by_value: false,
+        });
+        self.next
+    }
+
+    /// `y = mode(x[, b[, t]])` into a new virtual tensor of `dtype` and `dims`.
+    #[allow(clippy::too_many_arguments)]
+    fn pointwise(
+        &mut self,
+        mode: Pointwise,
+        precision: DataType,
+        x: i64,
+        b: Option<i64>,
+        t: Option<i64>,
+        dtype: DataType,
+        dims: [i64; 4],
+    ) -> i64 {
+        let y = self.virt(dtype, dims);
+        self.g.ops.push(Op::Pointwise {
+            mode,
+            precision,
+            x,
+            b,
+            t,
+            y,
+            axis: None,
+        });
+        y
+    }
+}
+
+/// Builds the graph of `key`, mirroring cudnn-frontend's composite SDPA forward for cuDNN
+/// below 9.21 (docs/plans/cudnn-sdpa.md, 2.3 and 2.4): bmm1, scale, the causal mask (its
+/// index generators, the bottom-right shift, compare, select), softmax with its statistics
+/// (max, subtract, exp, sum, log, add: always emitted, the statistics virtual), and bmm2 on the
+/// probabilities in the input type.
+pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
+    use DataType::{Boolean, Float, Int32};
+    let SdpaKey {
+        dtype,
+        batch: b,
+        heads: h,
+        kv_heads: hk,
+        q_len: sq,
+        kv_len: skv,
+        kv_stride,
+        dim: d,
+        mask,
+    } = *key;
+    let mut g = Builder {
+        g: SdpaGraph {
+            tensors: Vec::new(),
+            ops: Vec::new(),
+        },
+        next: 100,
+    };
+    let kv_head = kv_stride * d;
+    let q = g.tensor(uid::Q, dtype, [b, h, sq, d], [h * sq * d, sq * d, d, 1]);
+    // K described transposed, (b, kv heads, d, kv_len): K's last two strides swapped.
+    let kt = g.tensor(
+        uid::KT,
+        dtype,
+        [b, hk, d, skv],
+        [hk * kv_head, kv_head, 1, d],
+    );
+    let v = g.tensor(
+        uid::V,
+        dtype,
+        [b, hk, skv, d],
+        [hk * kv_head, kv_head, d, 1],
+    );
+    let o = g.tensor(uid::O, dtype, [b, h, sq, d], [h * sq * d, sq * d, d, 1]);
+    let scale = g.scalar(uid::SCALE, Float);
+    let scores = [b, h, sq, skv];
+    let rows = [b, h, sq, 1];
+    let s = g.virt(Float, scores);
+    g.g.ops.push(Op::Matmul { a: q, b: kt, c: s });
+    let s1 = g.pointwise(Pointwise::Mul, Float, s, Some(scale), None, Float, scores);
+    let mut masked = s1;
+    if mask != SdpaMask::None {
+        let neg_inf = g.scalar(uid::NEG_INF, Float);
+        let index = |g: &mut Builder, axis| {
+            let y = g.virt(Int32, scores);
+            g.g.ops.push(Op::Pointwise {
+                mode: Pointwise::GenIndex,
+                precision: Float,
+                x: s1,
+                b: None,
+                t: None,
+                y,
+                axis: Some(axis),
+            });
+            y
+        };
+        let row = index(&mut g, 2);
+        let col = index(&mut g, 3);
+        let mut right = row;
+        if mask == SdpaMask::CausalBottomRight {
+            let kv_len = g.scalar(uid::KV_LEN, Int32);
+            let q_len = g.scalar(uid::Q_LEN, Int32);
+            let r1 = g.pointwise(
+                Pointwise::Add,
+                Int32,
+                row,
+                Some(kv_len),
+                None,
+                Int32,
+                scores,
+            );
+            right = g.pointwise(Pointwise::Sub, Int32, r1, Some(q_len), None, Int32, scores);
+        }
+        let keep = g.pointwise(
+            Pointwise::CmpGe,
+            Float,
+            right,
+            Some(col),
+            None,
+            Boolean,
+            scores,
+        );
+        masked = g.pointwise(
+            Pointwise::BinarySelect,
+            Float,
+            s1,
+            Some(neg_inf),
+            Some(keep),
+            Float,
+            scores,
+        );
+    }
+    let max = g.virt(Float, rows);
+    g.g.ops.push(Op::Reduction {
+        max: true,
+        x: masked,
+        y: max,
+    });
+    let z = g.pointwise(
+        Pointwise::Sub,
+        Float,
+        masked,
+        Some(max),
+        None,
+        Float,
+        scores,
+    );
+    let e = g.pointwise(Pointwise::Exp, Float, z, None, None, Float, scores);
+    let sum = g.virt(Float, rows);
+    g.g.ops.push(Op::Reduction {
+        max: false,
+        x: e,
+        y: sum,
+    });
+    let log = g.pointwise(Pointwise::Log, Float, sum, None, None, Float, rows);
+    g.pointwise(Pointwise::Add, Float, max, Some(log), None, Float, rows);
+    // The probabilities in the input type: bmm2 takes its A operand as the I/O type.
+    let p = g.pointwise(Pointwise::Div, Float, e, Some(sum), None, dtype, scores);
+    g.g.ops.push(Op::Matmul { a: p, b: v, c: o });
+    g.g
+}
+
+#[cfg(test)]
+#[path = "sdpa_graph_tests.rs"]
+mod tests;
