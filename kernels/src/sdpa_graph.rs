@@ -193,7 +193,7 @@ pub(crate) fn sdpa_mask(
     dim: usize,
     has_extras: bool,
 ) -> Option<SdpaMask> {
-    if has_extras || dim == 0 || dim % 8 != 0 || dim > 128 || q_len == 0 || kv_len == 0 {
+    if has_extras || dim == 0 || !dim.is_multiple_of(8) || dim > 128 || q_len == 0 || kv_len == 0 {
         return None;
     }
     match pattern {
