@@ -404,6 +404,26 @@ def attention(args):
             "cases": rows}
 
 
+def cudnn_log(args):
+    """PyTorch's own cuDNN SDPA call (bf16, causal, 32 heads of 128, 1,024 positions) under
+    cuDNN's API log: the descriptor sequence cudnn-frontend builds on this machine's cuDNN, to
+    set beside Capstan's when cuDNN refuses Capstan's graph."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import torch, torch.nn.functional as F\n"
+            "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+            "q, k, v = (torch.randn(1, 32, 1024, 128, device='cuda', dtype=torch.bfloat16) for _ in range(3))\n"
+            "with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):\n"
+            "    F.scaled_dot_product_attention(q, k, v, is_causal=True)\n"
+            "torch.cuda.synchronize()\n")
+    env = dict(os.environ, CUDNN_LOGLEVEL_DBG="3", CUDNN_LOGDEST_DBG=args.out,
+               CUDNN_LOGINFO_DBG="1")
+    rc = subprocess.run([sys.executable, "-c", code], env=env).returncode
+    return {"peer": "torch sdpa (cuDNN backend) under cuDNN's API log", "rc": rc, "log": args.out}
+
+
 def encode(args):
     import numpy as np
     from sentence_transformers import SentenceTransformer
@@ -485,6 +505,8 @@ def main():
     at.add_argument("--cross-queries", type=int, default=4096)
     at.add_argument("--device", default="cuda")
     at.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    cl = sub.add_parser("cudnn-log")
+    cl.add_argument("--out", required=True)
     e = sub.add_parser("encode")
     e.add_argument("--passages", required=True)
     e.add_argument("--encoder", required=True)
@@ -494,7 +516,8 @@ def main():
     e.add_argument("--device", default="cuda")
     e.add_argument("--dtype", default="f16", choices=sorted(DTYPES))
     args = ap.parse_args()
-    out = {"decode": decode, "decode-graph": decode_graph, "prefill-model": prefill_model, "sdpa": sdpa, "encode": encode, "attention": attention}[args.cmd](args)
+    out = {"decode": decode, "decode-graph": decode_graph, "prefill-model": prefill_model, "sdpa": sdpa, "encode": encode, "attention": attention,
+           "cudnn-log": cudnn_log}[args.cmd](args)
     print(json.dumps(out, indent=2))
 
 

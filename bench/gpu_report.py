@@ -55,7 +55,7 @@ def vs_pytorch(raw, res):
             attention[key] = None  # not the same work (or one side missing): no ratio
     # The model's prefill: the tensor-core runs when the check made them (the candidate default).
     cap_prefill = {}
-    for prefix in ("prefill_model_", "mma_prefill_model_"):
+    for prefix in ("prefill_model_", "mma_prefill_model_", "tc_prefill_model_"):
         for p in sorted(glob.glob(os.path.join(raw, prefix + "*.json"))):
             cap_prefill.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
     prefill_peer = (load(raw, "prefill_model_peer") or {}).get("contexts", {})
@@ -75,8 +75,11 @@ def vs_pytorch(raw, res):
             "cape_128k": {"memory_ratio": cape.get("memory_ratio"),
                           "throughput_ratio": cape.get("throughput_ratio")},
             "smollm2_tokens_per_s": gguf.get("tokens_per_s"),
-            "attention_kernel": ours.get("tensor_core_attention") and "tensor cores (attention_mma.cu)"
-            or (ours and "CUDA cores (attention.cu)") or None}
+            "attention_kernel": ours.get("attention_kernel") or (
+                ours.get("tensor_core_attention") and "TensorCores" or (ours and "CudaCores") or None),
+            "cudnn_version": ours.get("cudnn_version"),
+            "cases_on_cudnn": sorted(k for k, c in ours.get("cases", {}).items() if c.get("on_cudnn")),
+            "cudnn_refusals": ours.get("cudnn_refusals", [])}
 
 
 def issue39_goals(v):
@@ -157,7 +160,8 @@ def main():
         model_shape = part.get("model_shape") or model_shape
     # The tensor-core kernel's runs (CAPSTAN_ATTENTION_KERNEL=mma), when the check ran them.
     mma, mma_model = load(raw, "mma_prefill") or {}, {}
-    for p in sorted(glob.glob(os.path.join(raw, "mma_prefill_model_*.json"))):
+    for p in sorted(glob.glob(os.path.join(raw, "mma_prefill_model_*.json"))
+                    + glob.glob(os.path.join(raw, "tc_prefill_model_*.json"))):
         mma_model.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
     res["prefill"] = {}
     for key in sorted(set(pre.get("kernel", {})) | set(model_rows), key=tokens):
@@ -277,7 +281,8 @@ def main():
             res.setdefault("failures", {})[name] = last[0] if last else None
     v = res["vs_pytorch"]
     f3 = lambda x: "—" if x is None else f"{x:.3f}"  # noqa: E731
-    md += ["", f"Against PyTorch on the same card (Capstan / peer; attention kernel: {v['attention_kernel']}):", "",
+    md += ["", f"Against PyTorch on the same card (Capstan / peer; attention kernel: {v['attention_kernel']}, "
+           f"cuDNN {v['cudnn_version']} ran {', '.join(v['cases_on_cudnn']) or 'no case'}):", "",
            "| case | ratio |", "|---|---|"]
     md += [f"| attention {k} | {f3(x)} |" for k, x in v["attention"].items()]
     md += [f"| model prefill {k} | {f3(x)} |" for k, x in v["prefill"].items()]

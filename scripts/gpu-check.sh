@@ -151,20 +151,33 @@ step() {
 }
 
 # Issue 39's steps first (the GPU reader against PyTorch on the same card), then issue 10's
-# remaining rows while the budget lasts. On the GPU, Capstan's attention runs on the tensor-core
-# kernel (CAPSTAN_ATTENTION_KERNEL=mma, the candidate default) once its parity step has run.
-MMA=""
+# remaining rows while the budget lasts. On the GPU, Capstan's attention runs on cuDNN's fused
+# attention and the tensor-core kernel (CAPSTAN_ATTENTION_KERNEL=cudnn, the candidate default)
+# once their parity steps have run.
+KERNEL=""
 if [ -n "$KTEST" ]; then
-  step kernels env CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1 --skip tensor_core
+  step kernels env CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1 --skip tensor_core \
+    --skip cudnn
   step kernels_mma env CAPSTAN_REQUIRE_GPU=1 "$KTEST" tensor_core --nocapture --test-threads 1
-  MMA="CAPSTAN_ATTENTION_KERNEL=mma"
+  # cuDNN's fused attention (loaded from the PyTorch wheel's nvidia/cudnn/lib or the system's),
+  # with its API log kept for the first failing case.
+  step kernels_cudnn env CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 "$KTEST" cudnn --nocapture \
+    --test-threads 1
+  if [ "$(cat "$W/kernels_cudnn.status" 2>/dev/null | grep -c '"rc": 0')" = 0 ]; then
+    step cudnn_log env CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 CUDNN_LOGLEVEL_DBG=3 \
+      CUDNN_LOGDEST_DBG="$W/cudnn-api.log" "$KTEST" cudnn --nocapture --test-threads 1
+    "$PY" bench/gpu_peers.py cudnn-log --out "$W/torch-cudnn-api.log" >>"$LOG" 2>&1 || true
+  fi
+  # The attention kernel of the steps below: cuDNN where its graph expresses the call, the
+  # tensor-core kernel for the rest (its own fallback for shapes cuDNN refuses).
+  KERNEL="CAPSTAN_ATTENTION_KERNEL=cudnn"
 else
   # No GPU: the kernels' CPU-reference suite stands in (the GPU suite needs a device).
   step kernels cargo test --release -p capstan-kernels --quiet
 fi
 step parity "$BENCH" gpu parity --fixtures reader/tests/fixtures --device "$DEV"
 # shellcheck disable=SC2086
-step attention env $MMA "$BENCH" gpu attention $ATTN --device "$DEV" --dtype "$DT"
+step attention env $KERNEL "$BENCH" gpu attention $ATTN --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step attention_peer "$PY" bench/gpu_peers.py attention $ATTN --device "$DEV" --dtype "$DT"
 step "decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" \
@@ -183,13 +196,13 @@ step prefill_model_peer "$PY" bench/gpu_peers.py prefill-model --shape "$SHAPE" 
   --contexts "$(echo $PREFILL_MODEL_CONTEXTS | tr ' ' ,)" --device "$DEV" --dtype "$DT"
 for n in $PREFILL_MODEL_CONTEXTS; do
   # shellcheck disable=SC2086
-  step "${MMA:+mma_}prefill_model_$n" env $MMA "$BENCH" gpu prefill --model-only $PREFILL_MODEL \
+  step "${KERNEL:+tc_}prefill_model_$n" env $KERNEL "$BENCH" gpu prefill --model-only $PREFILL_MODEL \
     --model-contexts "$n" --device "$DEV" --dtype "$DT"
 done
 # CAPE against full context, the largest last.
 for total in $CAPE_TOTALS; do
   # shellcheck disable=SC2086
-  step "cape_$total" env $MMA "$BENCH" gpu cape $CAPE --totals "$total" --full-max "$CAPE_FULL_MAX" \
+  step "cape_$total" env $KERNEL "$BENCH" gpu cape $CAPE --totals "$total" --full-max "$CAPE_FULL_MAX" \
     --device "$DEV" --dtype "$DT"
 done
 # Issue 10's rows, re-measured while the budget lasts: the peer's own batch of 16, the CUDA-core

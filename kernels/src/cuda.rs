@@ -16,6 +16,8 @@ use candle_core::{
     bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor, WithDType,
 };
 
+pub(crate) mod cudnn;
+
 use crate::cpu::AttnDims;
 use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
 use crate::pattern::{Pattern, TILE};
@@ -180,6 +182,53 @@ fn uses_tensor_cores(dev: &CudaDevice, q: &CudaStorage, dims: &AttnDims) -> Resu
     Ok(major >= 8)
 }
 
+/// The cuDNN plan key of this call when cuDNN is chosen and its graph expresses the call
+/// (`crate::sdpa_graph::sdpa_mask`), in bf16 or f16 with every operand 16-byte aligned.
+fn cudnn_key(
+    q: &CudaStorage,
+    dims: &AttnDims,
+    o: &crate::AttentionOptions,
+    pos: &crate::cpu::AttnPositions,
+    starts: [usize; 3],
+) -> Result<Option<crate::sdpa_graph::SdpaKey>> {
+    use crate::sdpa_graph::{sdpa_mask, DataType, SdpaKey};
+    if crate::attention_kernel() != crate::AttentionKernel::Cudnn {
+        return Ok(None);
+    }
+    let dtype = match &q.slice {
+        CudaStorageSlice::BF16(_) => DataType::Bf16,
+        CudaStorageSlice::F16(_) => DataType::Half,
+        _ => return Ok(None),
+    };
+    // 16 bytes: 8 elements of 2 bytes.
+    if starts.iter().any(|s| s % 8 != 0) {
+        return Ok(None);
+    }
+    let extras = o.q_grouped.is_some() || o.k_grouped.is_some() || o.key_mask.is_some();
+    let Some(mask) = sdpa_mask(
+        &o.pattern,
+        pos.q_pos0,
+        pos.k_pos0,
+        dims.q_len,
+        dims.kv_len,
+        dims.dim,
+        extras,
+    ) else {
+        return Ok(None);
+    };
+    Ok(Some(SdpaKey {
+        dtype,
+        batch: dims.batch as i64,
+        heads: dims.heads as i64,
+        kv_heads: dims.kv_heads as i64,
+        q_len: dims.q_len as i64,
+        kv_len: dims.kv_len as i64,
+        kv_stride: dims.kv_stride as i64,
+        dim: dims.dim as i64,
+        mask,
+    }))
+}
+
 fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     op: &AttentionOp,
     q: &CudaStorage,
@@ -272,7 +321,12 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
         has_mask: mask_guard.is_some() as i32,
     };
     let n = dims.batch * dims.heads * dims.q_len * dims.dim;
-    let out = output::<T>(dev, n)?;
+    let mut out = output::<T>(dev, n)?;
+    if let Some(key) = cudnn_key(q, &dims, o, &pos, [qa, ka, va])? {
+        if cudnn::attention(dev, key, pos.scale, &qs, &ks, &vs, &mut out)? {
+            return Ok(out);
+        }
+    }
     let tiles = if code == 2 { 3 } else { 2 };
     let (f, shared, rows) = if uses_tensor_cores(dev, q, &dims)? {
         let name = format!(

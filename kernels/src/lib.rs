@@ -43,30 +43,96 @@ pub use pattern::{
 };
 pub use qmatmul_op::{qmatmul, qmatmul_amx};
 
-/// Whether CUDA attention on bf16 or f16 runs on tensor cores (attention_mma.cu) for prefill
-/// and cross-attention with a head width of 64 or 128: set by [`set_tensor_core_attention`],
-/// else by `CAPSTAN_ATTENTION_KERNEL=mma` when first asked. Off by default until a GPU run has
-/// checked it against the CPU reference (`kernels/tests/gpu.rs`); decoding and every other case
-/// run on the CUDA-core kernel either way. No effect on the CPU.
-pub fn tensor_core_attention() -> bool {
-    match TENSOR_CORES.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => false,
-        2 => true,
+/// How CUDA attention runs where there is a choice (no effect on the CPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionKernel {
+    /// One warp per query row on CUDA cores (attention.cu): every case; the default until a
+    /// GPU run has checked the others against the CPU reference (`kernels/tests/gpu.rs`).
+    CudaCores,
+    /// Tensor cores (attention_mma.cu) for bf16 or f16 prefill and cross-attention with a head
+    /// width of 64 or 128, at least 16 query rows; CUDA cores for the rest (decoding rows).
+    TensorCores,
+    /// cuDNN's fused attention (loaded at run time) where its graph expresses the call: plain
+    /// causal, causal with the queries at the keys' tail, cross-attention without padding, in
+    /// bf16 or f16 with a head width up to 128 ([`cudnn_version`] says whether it loads);
+    /// tensor cores, then CUDA cores, for the rest.
+    Cudnn,
+}
+
+/// The attention kernel chosen by [`set_attention_kernel`], else by `CAPSTAN_ATTENTION_KERNEL`
+/// (`mma`: tensor cores, `cudnn`: cuDNN) when first asked.
+pub fn attention_kernel() -> AttentionKernel {
+    match ATTENTION_KERNEL.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => AttentionKernel::CudaCores,
+        2 => AttentionKernel::TensorCores,
+        3 => AttentionKernel::Cudnn,
         _ => {
-            let on = std::env::var("CAPSTAN_ATTENTION_KERNEL").is_ok_and(|v| v == "mma");
-            set_tensor_core_attention(on);
-            on
+            let kernel = match std::env::var("CAPSTAN_ATTENTION_KERNEL").as_deref() {
+                Ok("mma") => AttentionKernel::TensorCores,
+                Ok("cudnn") => AttentionKernel::Cudnn,
+                _ => AttentionKernel::CudaCores,
+            };
+            set_attention_kernel(kernel);
+            kernel
         }
     }
 }
 
-/// Chooses the tensor-core attention kernel (`true`) or the CUDA-core one for the process.
-pub fn set_tensor_core_attention(on: bool) {
-    TENSOR_CORES.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
+/// Chooses the attention kernel for the process.
+pub fn set_attention_kernel(kernel: AttentionKernel) {
+    let code = match kernel {
+        AttentionKernel::CudaCores => 1,
+        AttentionKernel::TensorCores => 2,
+        AttentionKernel::Cudnn => 3,
+    };
+    ATTENTION_KERNEL.store(code, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// 0: not chosen yet (read the environment), 1: CUDA cores, 2: tensor cores.
-static TENSOR_CORES: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// Whether CUDA prefill attention runs on tensor cores (its own kernel or cuDNN's).
+pub fn tensor_core_attention() -> bool {
+    attention_kernel() != AttentionKernel::CudaCores
+}
+
+/// 0: not chosen yet (read the environment), else [`set_attention_kernel`]'s code.
+static ATTENTION_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// cuDNN's version (`91900` for 9.19.0) if `libcudnn.so.9` (or `$CAPSTAN_CUDNN_LIB`) loads,
+/// else why not.
+pub fn cudnn_version() -> std::result::Result<usize, String> {
+    #[cfg(feature = "cuda")]
+    return cuda::cudnn::version();
+    #[cfg(not(feature = "cuda"))]
+    Err("built without the cuda feature".into())
+}
+
+/// What cuDNN did in this process (all zero without the `cuda` feature or cuDNN).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CudnnStats {
+    /// Attention calls that ran on cuDNN.
+    pub calls: u64,
+    /// Execution plans built (or refused), one per call shape.
+    pub plans: u64,
+    /// Seconds spent building them (a shape's first call pays it; later ones reuse the plan).
+    pub plan_seconds: f64,
+    /// Why cuDNN refused the shapes it refused (those ran on Capstan's kernels).
+    pub refusals: Vec<String>,
+}
+
+/// What cuDNN did in this process so far.
+pub fn cudnn_stats() -> CudnnStats {
+    #[cfg(feature = "cuda")]
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        CudnnStats {
+            calls: cuda::cudnn::CALLS.load(Relaxed),
+            plans: cuda::cudnn::PLANS.load(Relaxed),
+            plan_seconds: cuda::cudnn::PLAN_NANOS.load(Relaxed) as f64 * 1e-9,
+            refusals: cuda::cudnn::refusals(),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    CudnnStats::default()
+}
 
 /// Results of this crate's ops (candle's error type: the ops run inside candle).
 pub type Result<T> = candle_core::Result<T>;

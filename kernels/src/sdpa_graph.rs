@@ -181,7 +181,8 @@ impl SdpaGraph {
 }
 
 /// Whether a call can run on cuDNN's fused attention, and with which mask: bf16 or f16
-/// (checked by the caller), a head width cuDNN 9 fuses (a multiple of 8 up to 128), and causal
+/// (checked by the caller), a head width cuDNN 9 fuses (a multiple of 8 up to 128), at least 16
+/// query rows, and causal
 /// attention either square from the same position or with the queries at the keys' tail, or
 /// cross-attention without a padding mask.
 pub(crate) fn sdpa_mask(
@@ -193,7 +194,9 @@ pub(crate) fn sdpa_mask(
     dim: usize,
     has_extras: bool,
 ) -> Option<SdpaMask> {
-    if has_extras || dim == 0 || !dim.is_multiple_of(8) || dim > 128 || q_len == 0 || kv_len == 0 {
+    // At least 16 query rows: a plan is built per shape, and decoding rows (one more key each
+    // step) would each need a new one.
+    if has_extras || !dim.is_multiple_of(8) || dim == 0 || dim > 128 || q_len < 16 || kv_len == 0 {
         return None;
     }
     match pattern {

@@ -276,20 +276,20 @@ fn the_graph_computes_what_the_cpu_reference_computes() {
             (5, 5),
             tol,
         );
-        // A prompt chunk after a cache: the queries are the keys' last 9 positions.
+        // A prompt chunk after a cache: the queries are the keys' last 19 positions.
         check(
             dtype,
             (1, 4, 1, 16),
-            (9, 40, 64),
+            (19, 40, 64),
             Pattern::Causal,
-            (31, 0),
+            (21, 0),
             tol,
         );
         // CAPE's cross-attention: every key, multi-head.
         check(
             dtype,
             (2, 3, 3, 8),
-            (7, 23, 23),
+            (17, 23, 23),
             Pattern::Cross,
             (0, 0),
             tol,
@@ -372,12 +372,15 @@ fn only_what_the_graph_expresses_goes_to_cudnn() {
         Some(SdpaMask::CausalBottomRight)
     );
     assert_eq!(
-        m(&Pattern::Cross, 0, 0, 4, 9, 128, false),
+        m(&Pattern::Cross, 0, 0, 16, 9, 128, false),
         Some(SdpaMask::None)
     );
-    // A padding mask, an unsupported width, queries neither square nor at the tail, or any
-    // other pattern: Capstan's kernels.
-    assert_eq!(m(&Pattern::Cross, 0, 0, 4, 9, 128, true), None);
+    // Decoding rows (a plan a length), a padding mask, an unsupported width, queries neither
+    // square nor at the tail, or any other pattern: Capstan's kernels.
+    assert_eq!(m(&Pattern::Cross, 0, 0, 4, 9, 128, false), None);
+    assert_eq!(m(&Pattern::Causal, 99, 0, 1, 100, 128, false), None);
+    assert_eq!(m(&Pattern::Causal, 99, 0, 1, 100, 128, false), None);
+    assert_eq!(m(&Pattern::Cross, 0, 0, 16, 9, 128, true), None);
     assert_eq!(m(&Pattern::Causal, 0, 0, 64, 64, 256, false), None);
     assert_eq!(m(&Pattern::Causal, 0, 0, 64, 64, 60, false), None);
     assert_eq!(m(&Pattern::Causal, 10, 0, 28, 128, 64, false), None);

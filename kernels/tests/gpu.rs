@@ -8,7 +8,9 @@
 #![cfg(feature = "cuda")]
 
 use candle_core::{DType, Device, Tensor};
-use capstan_kernels::{attention, scca_rules, AttentionOptions, Pattern, SccaKind};
+use capstan_kernels::{
+    attention, scca_rules, AttentionKernel, AttentionOptions, Pattern, SccaKind,
+};
 
 fn gpu() -> Option<Device> {
     match std::panic::catch_unwind(|| Device::new_cuda(0)) {
@@ -185,7 +187,7 @@ fn rope_and_rms_norm_kernels_match_the_cpu_reference() {
 #[test]
 fn tensor_core_attention_matches_the_cpu_reference() {
     let Some(dev) = gpu() else { return };
-    capstan_kernels::set_tensor_core_attention(true);
+    capstan_kernels::set_attention_kernel(AttentionKernel::TensorCores);
     let on = |t: &Tensor| t.to_device(&dev).unwrap();
     for (b, h, kvh, s, d) in [
         (1, 8, 8, 100, 64),
@@ -248,5 +250,84 @@ fn tensor_core_attention_matches_the_cpu_reference() {
             }
         }
     }
-    capstan_kernels::set_tensor_core_attention(false);
+    capstan_kernels::set_attention_kernel(AttentionKernel::CudaCores);
+}
+
+/// cuDNN's fused attention (kernels/src/sdpa_graph.rs through src/cuda/cudnn.rs) against the
+/// CPU reference, in a process of its own choice of kernel: plain causal prefill, a prompt
+/// chunk after a cache (the queries at the keys' tail, keys and values read in place from a
+/// buffer of larger capacity), cross-attention; both 16-bit types, grouped-query heads. Every
+/// call must have run on cuDNN (`cudnn_calls`): a silent fallback to Capstan's kernels fails.
+/// Without cuDNN on the machine it fails only when `CAPSTAN_REQUIRE_CUDNN` is set.
+#[test]
+fn cudnn_attention_matches_the_cpu_reference() {
+    let Some(dev) = gpu() else { return };
+    if let Err(why) = capstan_kernels::cudnn_version() {
+        assert!(
+            std::env::var_os("CAPSTAN_REQUIRE_CUDNN").is_none(),
+            "CAPSTAN_REQUIRE_CUDNN is set but cuDNN did not load: {why}"
+        );
+        eprintln!("no cuDNN ({why}): test skipped");
+        return;
+    }
+    eprintln!("cuDNN {:?}", capstan_kernels::cudnn_version());
+    capstan_kernels::set_attention_kernel(AttentionKernel::Cudnn);
+    let on = |t: &Tensor| t.to_device(&dev).unwrap();
+    let mut calls = 0;
+    for (b, h, kvh, sq, skv, cap, d) in [
+        (1, 8, 8, 128, 128, 128, 64),
+        (2, 16, 4, 257, 257, 257, 128),
+        (1, 32, 8, 1030, 1030, 1030, 128),
+        (1, 8, 2, 64, 300, 512, 128),
+    ] {
+        for (dtype, tol) in [(DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+            let rand = |heads, n| {
+                Tensor::randn(0f32, 1.0, (b, heads, n, d), &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+            };
+            let q = rand(h, sq);
+            let (kbuf, vbuf) = (rand(kvh, cap), rand(kvh, cap));
+            let cases = [
+                (Pattern::Causal, (skv - sq) as u64, false),
+                (Pattern::Cross, 0, false),
+                (Pattern::Cross, 0, true),
+            ];
+            for (p, q_pos0, cached) in cases {
+                let mut o = AttentionOptions::new(p.clone());
+                o.q_pos0 = q_pos0;
+                let cpu_kv = |t: &Tensor| t.narrow(2, 0, skv).unwrap();
+                let cpu = attention(&q, &cpu_kv(&kbuf), &cpu_kv(&vbuf), o.clone()).unwrap();
+                // In place: views of device buffers of `cap` rows a head (a KV cache).
+                let (gk, gv) = if cached || cap > skv {
+                    (
+                        on(&kbuf).narrow(2, 0, skv).unwrap(),
+                        on(&vbuf).narrow(2, 0, skv).unwrap(),
+                    )
+                } else {
+                    (on(&cpu_kv(&kbuf)), on(&cpu_kv(&vbuf)))
+                };
+                let g = attention(&on(&q), &gk, &gv, o).unwrap();
+                calls += 1;
+                let diff = max_diff_beyond_step(&g, &cpu, dtype);
+                assert!(
+                    diff <= tol,
+                    "cuDNN: {p:?} {dtype:?} {:?}: {diff}",
+                    (b, h, kvh, sq, skv, cap, d)
+                );
+            }
+        }
+    }
+    let stats = capstan_kernels::cudnn_stats();
+    capstan_kernels::set_attention_kernel(AttentionKernel::CudaCores);
+    eprintln!(
+        "cuDNN: {} plans built in {:.3} s",
+        stats.plans, stats.plan_seconds
+    );
+    assert_eq!(
+        stats.calls, calls,
+        "calls that fell back to Capstan's kernels: {:?}",
+        stats.refusals
+    );
 }

@@ -128,7 +128,10 @@ pub fn run(
             opts.q_grouped = Some(rand(heads, queries)?);
             opts.k_grouped = Some(rand(kvh, s)?);
         }
-        attention(&q, &k, &v, opts.clone())?; // warm-up (NVRTC compilation on the first call)
+        let before = capstan_kernels::cudnn_stats();
+        attention(&q, &k, &v, opts.clone())?; // warm-up (NVRTC compilation, cuDNN's plan)
+        let after = capstan_kernels::cudnn_stats();
+        let on_cudnn = after.calls > before.calls;
         let (_, first) = timed(device, || Ok(attention(&q, &k, &v, opts.clone())?))?;
         // About a second of calls (at least one more), so short cases are not one launch's
         // timing and long ones do not spend the check's budget.
@@ -153,6 +156,8 @@ pub fn run(
                 "seconds": per_call,
                 "reps": reps,
                 "useful_tflops": flops / per_call / 1e12,
+                "on_cudnn": on_cudnn,
+                "cudnn_plan_seconds": after.plan_seconds - before.plan_seconds,
             }),
         );
     }
@@ -160,6 +165,9 @@ pub fn run(
         "device": describe(device),
         "dtype": format!("{dtype:?}").to_lowercase(),
         "tensor_core_attention": capstan_kernels::tensor_core_attention(),
+        "attention_kernel": format!("{:?}", capstan_kernels::attention_kernel()),
+        "cudnn_version": capstan_kernels::cudnn_version().ok(),
+        "cudnn_refusals": capstan_kernels::cudnn_stats().refusals,
         "heads": heads,
         "kv_heads": kv_heads,
         "dim": dim,

@@ -15,18 +15,22 @@ use super::shapes::{kv_bytes, model_bytes, random_model};
 /// Prompt chunks of the plain-context pass (as the generator's chunked prefill).
 const FULL_CHUNK: usize = 4096;
 
-/// Seconds of one pass, and the bytes it used beyond what was in use before (`None` on the CPU).
+/// Seconds of one pass, the bytes it used beyond what was in use before (`None` on the CPU),
+/// and the seconds of it spent building cuDNN plans for shapes seen for the first time, which
+/// the first seconds leave out: a server builds a shape's plan once, for every later request.
 fn measured<T>(
     device: &Device,
     f: impl FnOnce() -> anyhow::Result<T>,
-) -> anyhow::Result<(T, f64, Option<usize>)> {
+) -> anyhow::Result<(T, f64, Option<usize>, f64)> {
     let peak = MemoryPeak::start(device)?;
+    let plans = capstan_kernels::cudnn_stats().plan_seconds;
     let (out, seconds) = timed(device, f)?;
+    let plans = capstan_kernels::cudnn_stats().plan_seconds - plans;
     let extra = peak.map(|p| {
         let base = p.baseline();
         p.finish().saturating_sub(base)
     });
-    Ok((out, seconds, extra))
+    Ok((out, seconds - plans, extra, plans))
 }
 
 /// One CAPE pass: the bytes its encoder context held (cross-attention keys and values cached,
@@ -91,13 +95,13 @@ pub fn run(
         let n_chunks = (total - in_decoder) / chunk;
         let chunks: Vec<Vec<u32>> = (0..n_chunks).map(|_| ids(chunk)).collect();
         let decoder = Tensor::new(ids(in_decoder).as_slice(), device)?.unsqueeze(0)?;
-        let (context_bytes, cape_s, cape_extra) =
+        let (context_bytes, cape_s, cape_extra, cape_plans) =
             measured(device, || cape_pass(&model, &chunks, &decoder))?;
         let cape_bytes = cape_extra.map(|b| b + cape_weights);
-        let (full_s, full_bytes, full_note) = if total <= full_max {
+        let (full_s, full_bytes, full_note, full_plans) = if total <= full_max {
             let all = Tensor::new(ids(total).as_slice(), device)?.unsqueeze(0)?;
-            let ((), s, extra) = measured(device, || full_pass(&model, &all))?;
-            (Some(s), extra.map(|b| b + full_weights), "measured")
+            let ((), s, extra, plans) = measured(device, || full_pass(&model, &all))?;
+            (Some(s), extra.map(|b| b + full_weights), "measured", plans)
         } else {
             // Not run (past --full-max: it would not fit, or not in the time): its keys and
             // values alone, a lower bound of its memory.
@@ -105,6 +109,7 @@ pub fn run(
                 None,
                 Some(full_weights + kv_bytes(&plain, total, dtype)),
                 "lower bound: weights + KV cache, not run",
+                0.0,
             )
         };
         let ratio = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a / b);
@@ -116,6 +121,8 @@ pub fn run(
                 "encoder_chunks": n_chunks,
                 "cape_seconds": cape_s,
                 "full_seconds": full_s,
+                "cape_cudnn_plan_seconds": cape_plans,
+                "full_cudnn_plan_seconds": full_plans,
                 "cape_memory_bytes": cape_bytes,
                 "cape_encoder_context_bytes": context_bytes,
                 "full_memory_bytes": full_bytes,
