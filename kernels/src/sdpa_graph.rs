@@ -158,6 +158,7 @@ pub(crate) struct SdpaGraph {
 
 impl SdpaGraph {
     /// The tensor of `uid`.
+    #[cfg(test)]
     pub(crate) fn tensor(&self, uid: i64) -> Option<&TensorDesc> {
         self.tensors.iter().find(|t| t.uid == uid)
     }

@@ -362,9 +362,17 @@ fn operation(
     }
 }
 
-/// Builds and finalizes the plan of `key`: the operation graph, the engine configurations
-/// heuristics mode A proposes (then the fallback's), the first whose plan finalizes.
-fn build_plan(api: &'static Api, handle: &Handle, key: &SdpaKey) -> Result<Plan> {
+/// The finalized operation graph of `key` with every descriptor it was built from.
+struct Graph {
+    graph: SdpaGraph,
+    og: Desc,
+    keep: Vec<Desc>,
+}
+
+/// Builds the backend descriptors of `key`'s graph and finalizes its operation graph: on
+/// `handle`'s device, or with none (host-side validation only, as the test below runs it on a
+/// machine without a GPU).
+fn operation_graph(api: &'static Api, key: &SdpaKey, handle: Option<&Handle>) -> Result<Graph> {
     let graph = sdpa_graph(key);
     let mut keep = Vec::new();
     let mut tensors = HashMap::new();
@@ -377,10 +385,25 @@ fn build_plan(api: &'static Api, handle: &Handle, key: &SdpaKey) -> Result<Plan>
         .map(|op| operation(api, op, &tensors, &mut keep))
         .collect::<Result<Vec<_>>>()?;
     let og = Desc::new(api, OPERATIONGRAPH_DESCRIPTOR)?;
-    og.set(OPERATIONGRAPH_HANDLE, TYPE_HANDLE, &[handle.0])?;
+    if let Some(handle) = handle {
+        og.set(OPERATIONGRAPH_HANDLE, TYPE_HANDLE, &[handle.0])?;
+    }
     let raw_ops: Vec<Raw> = ops.iter().map(|o| o.raw).collect();
     og.set(OPERATIONGRAPH_OPS, TYPE_BACKEND_DESCRIPTOR, &raw_ops)?;
     let og = og.finalize("operation graph")?;
+    keep.extend(tensors.into_values());
+    keep.extend(ops);
+    Ok(Graph { graph, og, keep })
+}
+
+/// Builds and finalizes the plan of `key`: the operation graph, the engine configurations
+/// heuristics mode A proposes (then the fallback's), the first whose plan finalizes.
+fn build_plan(api: &'static Api, handle: &Handle, key: &SdpaKey) -> Result<Plan> {
+    let Graph {
+        graph,
+        og,
+        mut keep,
+    } = operation_graph(api, key, Some(handle))?;
     let mut refusals = Vec::new();
     for mode in HEUR_MODES {
         let heur = Desc::new(api, ENGINEHEUR_DESCRIPTOR)?;
@@ -449,8 +472,6 @@ fn build_plan(api: &'static Api, handle: &Handle, key: &SdpaKey) -> Result<Plan>
                         },
                         "workspace size",
                     )?;
-                    keep.extend(tensors.into_values());
-                    keep.extend(ops);
                     keep.extend([og, heur, cfg]);
                     return Ok(Plan {
                         plan,
@@ -589,4 +610,51 @@ pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr
     api.check(status, "execute")?;
     CALLS.fetch_add(1, Ordering::Relaxed);
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sdpa_graph::{DataType, SdpaMask};
+
+    /// Every descriptor of every graph, and the operation graph itself, finalize on the cuDNN
+    /// this machine has (no GPU needed: a PyTorch wheel's `nvidia/cudnn/lib` will do, through
+    /// `CAPSTAN_CUDNN_LIB`): cuDNN checks each attribute's type, each operation's operands and
+    /// the graph's wiring there. Only the engine's acceptance and the run need the GPU.
+    #[test]
+    fn the_graphs_finalize_on_this_machines_cudnn() {
+        let api = match api() {
+            Ok(api) => api,
+            Err(why) => {
+                assert!(
+                    std::env::var_os("CAPSTAN_REQUIRE_CUDNN").is_none(),
+                    "CAPSTAN_REQUIRE_CUDNN is set but cuDNN did not load: {why}"
+                );
+                eprintln!("no cuDNN ({why}): test skipped");
+                return;
+            }
+        };
+        eprintln!("cuDNN {}", api.version);
+        for dtype in [DataType::Bf16, DataType::Half] {
+            for (mask, q_len, kv_len) in [
+                (SdpaMask::Causal, 1024, 1024),
+                (SdpaMask::CausalBottomRight, 100, 257),
+                (SdpaMask::None, 4096, 8192),
+            ] {
+                let key = SdpaKey {
+                    dtype,
+                    batch: 2,
+                    heads: 32,
+                    kv_heads: 8,
+                    q_len,
+                    kv_len,
+                    kv_stride: 8192,
+                    dim: 128,
+                    mask,
+                };
+                let g = operation_graph(api, &key, None).unwrap_or_else(|e| panic!("{key:?}: {e}"));
+                assert!(g.keep.len() > g.graph.tensors.len());
+            }
+        }
+    }
 }
