@@ -191,7 +191,7 @@ fn cudnn_key(
     pos: &crate::cpu::AttnPositions,
     starts: [usize; 3],
 ) -> Result<Option<crate::sdpa_graph::SdpaKey>> {
-    use crate::sdpa_graph::{sdpa_mask, DataType, SdpaKey};
+    use crate::sdpa_graph::{sdpa_mask, sdpa_window, DataType, SdpaKey};
     if crate::attention_kernel() != crate::AttentionKernel::Cudnn {
         return Ok(None);
     }
@@ -226,6 +226,7 @@ fn cudnn_key(
         kv_stride: dims.kv_stride as i64,
         dim: dims.dim as i64,
         mask,
+        window: sdpa_window(&o.pattern),
     }))
 }
 

@@ -53,7 +53,8 @@ pub enum AttentionKernel {
     /// width of 64 or 128, at least 16 query rows; CUDA cores for the rest (decoding rows).
     TensorCores,
     /// cuDNN's fused attention (loaded at run time) where its graph expresses the call: plain
-    /// causal, causal with the queries at the keys' tail, cross-attention without padding, in
+    /// causal, causal with the queries at the keys' tail, either with Zebra's local window,
+    /// cross-attention without padding, in
     /// bf16 or f16 with a head width up to 128 ([`cudnn_version`] says whether it loads);
     /// tensor cores, then CUDA cores, for the rest.
     Cudnn,

@@ -9,7 +9,8 @@
 //! sections 2.3 and 2.4; its single SDPA operation cannot express causal masks before 9.21).
 //! Covered: plain causal attention (queries and keys from the same position), causal attention
 //! of queries at the tail of the keys (a prompt chunk after a cache: the frontend's
-//! bottom-right diagonal) and cross-attention without padding, in bf16 or f16, grouped-query
+//! bottom-right diagonal), either with Zebra's local window (the frontend's left bound), and
+//! cross-attention without padding, in bf16 or f16, grouped-query
 //! heads, keys and values read in place from a cache's buffer. Everything else runs on
 //! Capstan's own kernels.
 
@@ -47,6 +48,7 @@ pub(crate) enum Pointwise {
     Exp,
     Log,
     CmpGe,
+    CmpGt,
     GenIndex,
     BinarySelect,
 }
@@ -63,6 +65,7 @@ impl Pointwise {
             Self::Exp => 13,
             Self::Log => 15,
             Self::CmpGe => 303,
+            Self::CmpGt => 302,
             Self::GenIndex => 501,
             Self::BinarySelect => 601,
         }
@@ -128,6 +131,8 @@ pub(crate) struct SdpaKey {
     pub(crate) kv_stride: i64,
     pub(crate) dim: i64,
     pub(crate) mask: SdpaMask,
+    /// Zebra's local window (keys `i - window < p <= i`), 0 for none: a second band mask.
+    pub(crate) window: i64,
 }
 
 /// The non-virtual tensors' uids (the variant pack's entries).
@@ -140,6 +145,8 @@ pub(crate) mod uid {
     pub(crate) const NEG_INF: i64 = 7;
     pub(crate) const KV_LEN: i64 = 8;
     pub(crate) const Q_LEN: i64 = 9;
+    pub(crate) const NEG_INF_WINDOW: i64 = 10;
+    pub(crate) const LEFT_BOUND: i64 = 11;
 }
 
 /// A by-value scalar's value.
@@ -171,13 +178,27 @@ impl SdpaGraph {
             .map(|t| {
                 let v = match t.uid {
                     uid::SCALE => Scalar::F32(scale),
-                    uid::NEG_INF => Scalar::F32(f32::NEG_INFINITY),
+                    uid::NEG_INF | uid::NEG_INF_WINDOW => Scalar::F32(f32::NEG_INFINITY),
+                    // Key column c is kept when c + left > row r: with r's position
+                    // q_pos0 + r and c's k_pos0 + c, `window - (q_pos0 - k_pos0)`.
+                    uid::LEFT_BOUND => Scalar::F32(match key.mask {
+                        SdpaMask::CausalBottomRight => key.window - (key.kv_len - key.q_len),
+                        _ => key.window,
+                    } as f32),
                     uid::KV_LEN => Scalar::I32(key.kv_len as i32),
                     _ => Scalar::I32(key.q_len as i32),
                 };
                 (t.uid, v)
             })
             .collect()
+    }
+}
+
+/// The window of a Zebra local pattern (0: none), the key's `window`.
+pub(crate) fn sdpa_window(pattern: &crate::Pattern) -> i64 {
+    match pattern {
+        crate::Pattern::Local { window } => (*window).max(1) as i64,
+        _ => 0,
     }
 }
 
@@ -202,8 +223,12 @@ pub(crate) fn sdpa_mask(
     }
     match pattern {
         crate::Pattern::Cross => Some(SdpaMask::None),
-        crate::Pattern::Causal if q_pos0 == k_pos0 && q_len == kv_len => Some(SdpaMask::Causal),
-        crate::Pattern::Causal
+        crate::Pattern::Causal | crate::Pattern::Local { .. }
+            if q_pos0 == k_pos0 && q_len == kv_len =>
+        {
+            Some(SdpaMask::Causal)
+        }
+        crate::Pattern::Causal | crate::Pattern::Local { .. }
             if q_len < kv_len && q_pos0 + q_len as u64 == k_pos0 + kv_len as u64 =>
         {
             Some(SdpaMask::CausalBottomRight)
@@ -302,6 +327,7 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
         kv_stride,
         dim: d,
         mask,
+        window,
     } = *key;
     let mut g = Builder {
         g: SdpaGraph {
@@ -335,12 +361,13 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
     let mut masked = s1;
     if mask != SdpaMask::None {
         let neg_inf = g.scalar(uid::NEG_INF, Float);
-        let index = |g: &mut Builder, axis| {
+        // Row and column indices of the scores a band mask is given.
+        let index = |g: &mut Builder, x, axis| {
             let y = g.virt(Int32, scores);
             g.g.ops.push(Op::Pointwise {
                 mode: Pointwise::GenIndex,
                 precision: Float,
-                x: s1,
+                x,
                 b: None,
                 t: None,
                 y,
@@ -348,8 +375,8 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
             });
             y
         };
-        let row = index(&mut g, 2);
-        let col = index(&mut g, 3);
+        let row = index(&mut g, s1, 2);
+        let col = index(&mut g, s1, 3);
         let mut right = row;
         if mask == SdpaMask::CausalBottomRight {
             let kv_len = g.scalar(uid::KV_LEN, Int32);
@@ -383,6 +410,33 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
             Float,
             scores,
         );
+        if window > 0 {
+            // The left bound, a band mask of its own (its index generators and its -inf):
+            // key column c kept where c + left > row r.
+            let neg_inf = g.scalar(uid::NEG_INF_WINDOW, Float);
+            let left = g.scalar(uid::LEFT_BOUND, Float);
+            let row = index(&mut g, masked, 2);
+            let col = index(&mut g, masked, 3);
+            let shifted = g.pointwise(Pointwise::Add, Float, col, Some(left), None, Float, scores);
+            let keep = g.pointwise(
+                Pointwise::CmpGt,
+                Float,
+                shifted,
+                Some(row),
+                None,
+                Boolean,
+                scores,
+            );
+            masked = g.pointwise(
+                Pointwise::BinarySelect,
+                Float,
+                masked,
+                Some(neg_inf),
+                Some(keep),
+                Float,
+                scores,
+            );
+        }
     }
     let max = g.virt(Float, rows);
     g.g.ops.push(Op::Reduction {

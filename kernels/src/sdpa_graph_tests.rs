@@ -127,6 +127,7 @@ fn interpret(
                             Pointwise::Exp => xv.exp(),
                             Pointwise::Log => xv.ln(),
                             Pointwise::CmpGe => (xv >= bv()) as u8 as f32,
+                            Pointwise::CmpGt => (xv > bv()) as u8 as f32,
                             Pointwise::GenIndex => i[axis.expect("axis") as usize] as f32,
                             Pointwise::BinarySelect => {
                                 if ta.expect("mask input").at(i) != 0.0 {
@@ -184,6 +185,7 @@ fn check(
         kv_stride: cap as i64,
         dim: d as i64,
         mask,
+        window: sdpa_window(&pattern),
     };
     let graph = sdpa_graph(&key);
     let dev = Device::Cpu;
@@ -243,7 +245,7 @@ fn check(
     for (n, hh, r) in [(0, 0, 0), (b - 1, h - 1, sq - 1), (0, h / 2, sq / 2)] {
         let i = q_pos0 + r as u64;
         let scores: Vec<f32> = (0..skv)
-            .filter(|&c| pattern == Pattern::Cross || k_pos0 + c as u64 <= i)
+            .filter(|&c| crate::visible(&pattern, hh, i, k_pos0 + c as u64))
             .map(|c| {
                 let kh = hh / (h / hk);
                 (0..d)
@@ -285,6 +287,23 @@ fn the_graph_computes_what_the_cpu_reference_computes() {
             (21, 0),
             tol,
         );
+        // Zebra's local window, square and after a cache (keys trimmed to start late).
+        check(
+            dtype,
+            (2, 4, 2, 16),
+            (37, 37, 48),
+            Pattern::Local { window: 5 },
+            (5, 5),
+            tol,
+        );
+        check(
+            dtype,
+            (1, 4, 2, 16),
+            (19, 30, 64),
+            Pattern::Local { window: 13 },
+            (41, 30),
+            tol,
+        );
         // CAPE's cross-attention: every key, multi-head.
         check(
             dtype,
@@ -314,6 +333,7 @@ fn the_graph_is_well_formed() {
             kv_stride: 512,
             dim: 128,
             mask,
+            window: if mask == SdpaMask::None { 0 } else { 64 },
         };
         let g = sdpa_graph(&key);
         let mut uids: Vec<i64> = g.tensors.iter().map(|t| t.uid).collect();
@@ -375,8 +395,9 @@ fn only_what_the_graph_expresses_goes_to_cudnn() {
         m(&Pattern::Cross, 0, 0, 16, 9, 128, false),
         Some(SdpaMask::None)
     );
-    // Decoding rows (a plan a length), a padding mask, an unsupported width, queries neither
-    // square nor at the tail, or any other pattern: Capstan's kernels.
+    // Zebra's window: the causal masks and a left bound. Decoding rows (a plan a length), a
+    // padding mask, an unsupported width, queries neither square nor at the tail, or any other
+    // pattern: Capstan's kernels.
     assert_eq!(m(&Pattern::Cross, 0, 0, 4, 9, 128, false), None);
     assert_eq!(m(&Pattern::Causal, 99, 0, 1, 100, 128, false), None);
     assert_eq!(m(&Pattern::Causal, 99, 0, 1, 100, 128, false), None);
@@ -386,8 +407,10 @@ fn only_what_the_graph_expresses_goes_to_cudnn() {
     assert_eq!(m(&Pattern::Causal, 10, 0, 28, 128, 64, false), None);
     assert_eq!(
         m(&Pattern::Local { window: 8 }, 0, 0, 64, 64, 64, false),
-        None
+        Some(SdpaMask::Causal)
     );
+    assert_eq!(sdpa_window(&Pattern::Local { window: 8 }), 8);
+    assert_eq!(sdpa_window(&Pattern::Causal), 0);
     let scca = Pattern::Scca(scca_rules(SccaKind::Fixed, 16, 4));
     assert_eq!(m(&scca, 0, 0, 64, 64, 64, false), None);
 }

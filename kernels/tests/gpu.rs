@@ -256,7 +256,7 @@ fn tensor_core_attention_matches_the_cpu_reference() {
 /// cuDNN's fused attention (kernels/src/sdpa_graph.rs through src/cuda/cudnn.rs) against the
 /// CPU reference, in a process of its own choice of kernel: plain causal prefill, a prompt
 /// chunk after a cache (the queries at the keys' tail, keys and values read in place from a
-/// buffer of larger capacity), cross-attention; both 16-bit types, grouped-query heads. Every
+/// buffer of larger capacity), either with Zebra's local window, cross-attention; both 16-bit types, grouped-query heads. Every
 /// call must have run on cuDNN (`cudnn_calls`): a silent fallback to Capstan's kernels fails.
 /// Without cuDNN on the machine it fails only when `CAPSTAN_REQUIRE_CUDNN` is set.
 #[test]
@@ -291,6 +291,7 @@ fn cudnn_attention_matches_the_cpu_reference() {
             let (kbuf, vbuf) = (rand(kvh, cap), rand(kvh, cap));
             let cases = [
                 (Pattern::Causal, (skv - sq) as u64, false),
+                (Pattern::Local { window: 37 }, (skv - sq) as u64, false),
                 (Pattern::Cross, 0, false),
                 (Pattern::Cross, 0, true),
             ];

@@ -636,10 +636,12 @@ mod tests {
         };
         eprintln!("cuDNN {}", api.version);
         for dtype in [DataType::Bf16, DataType::Half] {
-            for (mask, q_len, kv_len) in [
-                (SdpaMask::Causal, 1024, 1024),
-                (SdpaMask::CausalBottomRight, 100, 257),
-                (SdpaMask::None, 4096, 8192),
+            for (mask, q_len, kv_len, window) in [
+                (SdpaMask::Causal, 1024, 1024, 0),
+                (SdpaMask::CausalBottomRight, 100, 257, 0),
+                (SdpaMask::None, 4096, 8192, 0),
+                (SdpaMask::Causal, 1024, 1024, 512),
+                (SdpaMask::CausalBottomRight, 100, 257, 64),
             ] {
                 let key = SdpaKey {
                     dtype,
@@ -651,6 +653,7 @@ mod tests {
                     kv_stride: 8192,
                     dim: 128,
                     mask,
+                    window,
                 };
                 let g = operation_graph(api, &key, None).unwrap_or_else(|e| panic!("{key:?}: {e}"));
                 assert!(g.keep.len() > g.graph.tensors.len());
