@@ -22,6 +22,11 @@ SOURCES = {
         for t in ("bf16", "f16")
         for d in (64, 128)
     ],
+    "attention_decode.cu": [
+        "capstan_attention_decode_f32",
+        "capstan_attention_decode_bf16",
+        "capstan_attention_decode_f16",
+    ],
     "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
     "rmsnorm.cu": [
         "capstan_rms_norm_residual_f32",

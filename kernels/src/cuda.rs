@@ -17,6 +17,7 @@ use candle_core::{
 };
 
 pub(crate) mod cudnn;
+pub(crate) mod decode_many;
 
 use crate::cpu::AttnDims;
 use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};

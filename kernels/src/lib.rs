@@ -29,6 +29,7 @@
 pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+mod decode_many;
 mod op_params;
 mod ops;
 mod pattern;
@@ -36,6 +37,7 @@ mod qmatmul_op;
 #[cfg(any(feature = "cuda", test))]
 mod sdpa_graph;
 
+pub use decode_many::attention_decode_many;
 pub use op_params::AttentionOptions;
 pub use ops::{attention, attention_many, rms_norm_residual, rope_qk, RopeParams};
 pub use pattern::{
@@ -140,7 +142,7 @@ pub type Result<T> = candle_core::Result<T>;
 
 /// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
 /// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
-pub const SOURCES: [(&str, &str); 4] = [
+pub const SOURCES: [(&str, &str); 5] = [
     (
         "attention",
         concat!(
@@ -157,6 +159,15 @@ pub const SOURCES: [(&str, &str); 4] = [
             include_str!("cuda/common.cuh"),
             include_str!("cuda/attention_rules.cuh"),
             include_str!("cuda/attention_mma.cu")
+        ),
+    ),
+    // Decoding rows of many sequences, each against its own cache, in one launch.
+    (
+        "attention_decode",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/attention_rules.cuh"),
+            include_str!("cuda/attention_decode.cu")
         ),
     ),
     (

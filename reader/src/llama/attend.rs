@@ -154,13 +154,30 @@ fn rows_of_heads(out: Tensor) -> CResult<Tensor> {
 }
 
 /// [`attend`] (causal, no mask) of several sequences' `(q, k, v)`, each against its own cache:
-/// on the kernel, as one pass of the thread pool over every sequence's rows
+/// decoding rows on CUDA in one launch ([`capstan_kernels::attention_decode_many`]); on the
+/// kernel, as one pass of the thread pool over every sequence's rows
 /// ([`capstan_kernels::attention_many`]; one pass per sequence and layer cost more than the
 /// attention of a decoding row), each computing what it computes alone.
 pub(super) fn attend_many(
     parts: Vec<(Tensor, Tensor, Tensor)>,
     n_rep: usize,
 ) -> CResult<Vec<Tensor>> {
+    // On CUDA, every sequence's decoding row in one launch (a launch per sequence and layer,
+    // several for the products path, cost more than the attention of a decoding row).
+    let decoding_on_cuda = |(q, k, v): &(Tensor, Tensor, Tensor)| {
+        q.device().is_cuda()
+            && q.dim(2).ok() == Some(1)
+            && k.dtype() == q.dtype()
+            && v.dtype() == q.dtype()
+    };
+    if parts.len() > 1 && parts.iter().all(decoding_on_cuda) {
+        let q = Tensor::cat(&parts.iter().map(|(q, _, _)| q).collect::<Vec<_>>(), 0)?;
+        let kvs: Vec<_> = parts.into_iter().map(|(_, k, v)| (k, v)).collect();
+        let out = capstan_kernels::attention_decode_many(&q, &kvs, None)?;
+        return (0..kvs.len())
+            .map(|i| rows_of_heads(out.narrow(0, i, 1)?))
+            .collect();
+    }
     if !parts.iter().all(|(q, _, _)| on_kernel(q, None)) {
         return parts
             .into_iter()

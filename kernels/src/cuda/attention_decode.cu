@@ -1,0 +1,97 @@
+// Decoding attention of many sequences in one launch (a continuous-batching step): each
+// sequence's one new query row per head, against all the keys of its own KV cache (it is their
+// last position, so every key is visible). Caches are separate buffers of different lengths and
+// capacities, found through per-sequence tables of device pointers. A block takes one query head
+// of one sequence; its warps split the keys (warp w: keys w, w + warps, ...), each with its own
+// online softmax in f32, merged at the end through shared memory. Keys and values are read in
+// place, head kh at rows kh * capacity.
+#define DEC_MAXD 256
+
+struct DecodeArgs {
+    int heads, kv_heads, dim;
+    float scale;
+};
+
+template <typename L>
+__device__ void attention_decode(const typename L::T* __restrict__ q,
+                                 const unsigned long long* __restrict__ kptr,
+                                 const unsigned long long* __restrict__ vptr,
+                                 const int* __restrict__ lens, const int* __restrict__ caps,
+                                 typename L::T* __restrict__ out, DecodeArgs a) {
+    extern __shared__ float part[];  // per warp: m, l, then dim accumulators
+    const int h = blockIdx.x, s = blockIdx.y;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int kh = h / (a.heads / a.kv_heads);
+    const int per_lane = (a.dim + 31) / 32;
+    const int n = lens[s];
+    const size_t head = (size_t)kh * caps[s] * a.dim;
+    const typename L::T* k = (const typename L::T*)kptr[s] + head;
+    const typename L::T* v = (const typename L::T*)vptr[s] + head;
+    const size_t qoff = ((size_t)s * a.heads + h) * a.dim;
+
+    float qv[DEC_MAXD / 32], acc[DEC_MAXD / 32];
+    for (int t = 0; t < per_lane; t++) {
+        int d = lane + 32 * t;
+        qv[t] = d < a.dim ? L::ld(q[qoff + d]) * a.scale : 0.f;
+        acc[t] = 0.f;
+    }
+    float m = NEG_INF, l = 0.f;
+    for (int j = warp; j < n; j += warps) {
+        const typename L::T* kr = k + (size_t)j * a.dim;
+        float dot = 0.f;
+        for (int t = 0; t < per_lane; t++) {
+            int d = lane + 32 * t;
+            if (d < a.dim) dot += qv[t] * L::ld(kr[d]);
+        }
+        float sc = warp_sum(dot);
+        float m_new = fmaxf(m, sc);
+        float corr = __expf(m - m_new);
+        float e = __expf(sc - m_new);
+        l = l * corr + e;
+        const typename L::T* vr = v + (size_t)j * a.dim;
+        for (int t = 0; t < per_lane; t++) {
+            int d = lane + 32 * t;
+            acc[t] = acc[t] * corr + (d < a.dim ? e * L::ld(vr[d]) : 0.f);
+        }
+        m = m_new;
+    }
+    float* mine = part + warp * (2 + a.dim);
+    if (lane == 0) {
+        mine[0] = m;
+        mine[1] = l;
+    }
+    for (int t = 0; t < per_lane; t++) {
+        int d = lane + 32 * t;
+        if (d < a.dim) mine[2 + d] = acc[t];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    float big = NEG_INF;
+    for (int w = 0; w < warps; w++) big = fmaxf(big, part[w * (2 + a.dim)]);
+    float total = 0.f;
+    for (int w = 0; w < warps; w++) {
+        float mw = part[w * (2 + a.dim)];
+        total += mw == NEG_INF ? 0.f : part[w * (2 + a.dim) + 1] * __expf(mw - big);
+    }
+    float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int t = 0; t < per_lane; t++) {
+        int d = lane + 32 * t;
+        if (d >= a.dim) continue;
+        float sum = 0.f;
+        for (int w = 0; w < warps; w++) {
+            float mw = part[w * (2 + a.dim)];
+            if (mw != NEG_INF) sum += part[w * (2 + a.dim) + 2 + d] * __expf(mw - big);
+        }
+        out[qoff + d] = L::st(sum * inv);
+    }
+}
+
+#define DECODE_ENTRY(NAME, L)                                                                 \
+    extern "C" __global__ void NAME(const L::T* q, const unsigned long long* kptr,             \
+                                    const unsigned long long* vptr, const int* lens,           \
+                                    const int* caps, L::T* out, DecodeArgs a) {               \
+        attention_decode<L>(q, kptr, vptr, lens, caps, out, a);                               \
+    }
+DECODE_ENTRY(capstan_attention_decode_f32, F32)
+DECODE_ENTRY(capstan_attention_decode_bf16, BF16)
+DECODE_ENTRY(capstan_attention_decode_f16, F16)
