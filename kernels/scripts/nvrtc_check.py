@@ -27,6 +27,11 @@ SOURCES = {
         "capstan_attention_decode_bf16",
         "capstan_attention_decode_f16",
     ],
+    "attention_merge.cu": [
+        "capstan_attention_merge_f32",
+        "capstan_attention_merge_bf16",
+        "capstan_attention_merge_f16",
+    ],
     "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
     "rmsnorm.cu": [
         "capstan_rms_norm_residual_f32",

@@ -18,6 +18,7 @@ use candle_core::{
 
 pub(crate) mod cudnn;
 pub(crate) mod decode_many;
+mod selfextend;
 
 use crate::cpu::AttnDims;
 use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
@@ -183,41 +184,28 @@ fn uses_tensor_cores(dev: &CudaDevice, q: &CudaStorage, dims: &AttnDims) -> Resu
     Ok(major >= 8)
 }
 
-/// The cuDNN plan key of this call when cuDNN is chosen and its graph expresses the call
-/// (`crate::sdpa_graph::sdpa_mask`), in bf16 or f16 with every operand 16-byte aligned.
-fn cudnn_key(
+/// The cuDNN plan key of this call's shape, when cuDNN is chosen, in bf16 or f16 with every
+/// operand 16-byte aligned (`starts`: first elements, in elements of 2 bytes); the mask,
+/// window and statistics left to the caller.
+fn cudnn_base_key(
     q: &CudaStorage,
     dims: &AttnDims,
-    o: &crate::AttentionOptions,
-    pos: &crate::cpu::AttnPositions,
-    starts: [usize; 3],
-) -> Result<Option<crate::sdpa_graph::SdpaKey>> {
-    use crate::sdpa_graph::{sdpa_mask, sdpa_window, DataType, SdpaKey};
+    starts: &[usize],
+) -> Option<crate::sdpa_graph::SdpaKey> {
+    use crate::sdpa_graph::{DataType, SdpaKey, SdpaMask};
     if crate::attention_kernel() != crate::AttentionKernel::Cudnn {
-        return Ok(None);
+        return None;
     }
     let dtype = match &q.slice {
         CudaStorageSlice::BF16(_) => DataType::Bf16,
         CudaStorageSlice::F16(_) => DataType::Half,
-        _ => return Ok(None),
+        _ => return None,
     };
     // 16 bytes: 8 elements of 2 bytes.
     if starts.iter().any(|s| s % 8 != 0) {
-        return Ok(None);
+        return None;
     }
-    let extras = o.q_grouped.is_some() || o.k_grouped.is_some() || o.key_mask.is_some();
-    let Some(mask) = sdpa_mask(
-        &o.pattern,
-        pos.q_pos0,
-        pos.k_pos0,
-        dims.q_len,
-        dims.kv_len,
-        dims.dim,
-        extras,
-    ) else {
-        return Ok(None);
-    };
-    Ok(Some(SdpaKey {
+    Some(SdpaKey {
         dtype,
         batch: dims.batch as i64,
         heads: dims.heads as i64,
@@ -226,9 +214,38 @@ fn cudnn_key(
         kv_len: dims.kv_len as i64,
         kv_stride: dims.kv_stride as i64,
         dim: dims.dim as i64,
+        mask: SdpaMask::None,
+        window: 0,
+        stats: false,
+    })
+}
+
+/// The cuDNN plan key of this call when cuDNN is chosen and one pass of its graph expresses
+/// the call (`crate::sdpa_graph::sdpa_mask`).
+fn cudnn_key(
+    q: &CudaStorage,
+    dims: &AttnDims,
+    o: &crate::AttentionOptions,
+    pos: &crate::cpu::AttnPositions,
+    starts: [usize; 3],
+) -> Option<crate::sdpa_graph::SdpaKey> {
+    use crate::sdpa_graph::{sdpa_mask, sdpa_window, SdpaKey};
+    let base = cudnn_base_key(q, dims, &starts)?;
+    let extras = o.q_grouped.is_some() || o.k_grouped.is_some() || o.key_mask.is_some();
+    let mask = sdpa_mask(
+        &o.pattern,
+        pos.q_pos0,
+        pos.k_pos0,
+        dims.q_len,
+        dims.kv_len,
+        dims.dim,
+        extras,
+    )?;
+    Some(SdpaKey {
         mask,
         window: sdpa_window(&o.pattern),
-    }))
+        ..base
+    })
 }
 
 fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
@@ -324,9 +341,17 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     };
     let n = dims.batch * dims.heads * dims.q_len * dims.dim;
     let mut out = output::<T>(dev, n)?;
-    if let Some(key) = cudnn_key(q, &dims, o, &pos, [qa, ka, va])? {
-        if cudnn::attention(dev, key, pos.scale, &qs, &ks, &vs, &mut out)? {
+    if let Some(key) = cudnn_key(q, &dims, o, &pos, [qa, ka, va]) {
+        if cudnn::attention(dev, key, pos.scale, &qs, &ks, &vs, &mut out, None)? {
             return Ok(out);
+        }
+    }
+    if let (Some((_, ga, _)), Some((_, kga, _))) = (&qg, &kg) {
+        if let Some(base) = cudnn_base_key(q, &dims, &[qa, ka, va, *ga, *kga]) {
+            let passes = (&qs, &ks, &vs, &qg_s, &kg_s);
+            if selfextend::on_cudnn(dev, base, o, &pos, passes, &mut out)? {
+                return Ok(out);
+            }
         }
     }
     let tiles = if code == 2 { 3 } else { 2 };

@@ -142,7 +142,7 @@ pub type Result<T> = candle_core::Result<T>;
 
 /// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
 /// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
-pub const SOURCES: [(&str, &str); 5] = [
+pub const SOURCES: [(&str, &str); 6] = [
     (
         "attention",
         concat!(
@@ -168,6 +168,15 @@ pub const SOURCES: [(&str, &str); 5] = [
             include_str!("cuda/common.cuh"),
             include_str!("cuda/attention_rules.cuh"),
             include_str!("cuda/attention_decode.cu")
+        ),
+    ),
+    // Two passes over disjoint keys merged by their softmax statistics (SelfExtend on cuDNN).
+    (
+        "attention_merge",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/attention_rules.cuh"),
+            include_str!("cuda/attention_merge.cu")
         ),
     ),
     (

@@ -115,6 +115,9 @@ pub(crate) enum SdpaMask {
     /// Query row `r` sees key columns `c <= r + kv_len - q_len` (the queries are the keys'
     /// last `q_len` positions).
     CausalBottomRight,
+    /// Query row `r` sees key columns `c <= r + shift` (the frontend's top-left diagonal with a
+    /// right bound; `shift` may be negative): SelfExtend's far keys, `i - p >= neighbor`.
+    CausalShifted { shift: i64 },
 }
 
 /// What a call's graph (and so its execution plan) depends on: the plan cache's key. Strides
@@ -133,6 +136,9 @@ pub(crate) struct SdpaKey {
     pub(crate) mask: SdpaMask,
     /// Zebra's local window (keys `i - window < p <= i`), 0 for none: a second band mask.
     pub(crate) window: i64,
+    /// Whether the softmax statistics (`max + ln(sum)` of each row's scaled, masked scores,
+    /// f32 `(b, h, q_len, 1)`) are an output (SelfExtend merges its two passes with them).
+    pub(crate) stats: bool,
 }
 
 /// The non-virtual tensors' uids (the variant pack's entries).
@@ -141,12 +147,14 @@ pub(crate) mod uid {
     pub(crate) const KT: i64 = 2;
     pub(crate) const V: i64 = 3;
     pub(crate) const O: i64 = 4;
+    pub(crate) const STATS: i64 = 5;
     pub(crate) const SCALE: i64 = 6;
     pub(crate) const NEG_INF: i64 = 7;
     pub(crate) const KV_LEN: i64 = 8;
     pub(crate) const Q_LEN: i64 = 9;
     pub(crate) const NEG_INF_WINDOW: i64 = 10;
     pub(crate) const LEFT_BOUND: i64 = 11;
+    pub(crate) const SHIFT: i64 = 12;
 }
 
 /// A by-value scalar's value.
@@ -186,6 +194,10 @@ impl SdpaGraph {
                         _ => key.window,
                     } as f32),
                     uid::KV_LEN => Scalar::I32(key.kv_len as i32),
+                    uid::SHIFT => Scalar::I32(match key.mask {
+                        SdpaMask::CausalShifted { shift } => shift as i32,
+                        _ => 0,
+                    }),
                     _ => Scalar::I32(key.q_len as i32),
                 };
                 (t.uid, v)
@@ -235,6 +247,40 @@ pub(crate) fn sdpa_mask(
         }
         _ => None,
     }
+}
+
+/// SelfExtend as two cuDNN passes merged by their statistics: the near keys (`i - p <
+/// neighbor`, normal rotations) as causal attention with a window of `neighbor`, the far ones
+/// (`i - p >= neighbor`, grouped rotations) as causal attention shifted left by `neighbor`.
+/// `(near mask, window, far mask)`, under the same conditions as [`sdpa_mask`] (the grouped
+/// rotations are the far pass's queries and keys, not extras).
+pub(crate) fn selfextend_masks(
+    pattern: &crate::Pattern,
+    q_pos0: u64,
+    k_pos0: u64,
+    q_len: usize,
+    kv_len: usize,
+    dim: usize,
+    has_mask: bool,
+) -> Option<(SdpaMask, i64, SdpaMask)> {
+    let crate::Pattern::SelfExtend { neighbor, .. } = pattern else {
+        return None;
+    };
+    let near = sdpa_mask(
+        &crate::Pattern::Causal,
+        q_pos0,
+        k_pos0,
+        q_len,
+        kv_len,
+        dim,
+        has_mask,
+    )?;
+    let shift = q_pos0 as i64 - k_pos0 as i64 - (*neighbor).max(1) as i64;
+    Some((
+        near,
+        (*neighbor).max(1) as i64,
+        SdpaMask::CausalShifted { shift },
+    ))
 }
 
 /// Appends tensors (fresh uids for intermediates) and operations.
@@ -328,6 +374,7 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
         dim: d,
         mask,
         window,
+        stats,
     } = *key;
     let mut g = Builder {
         g: SdpaGraph {
@@ -391,6 +438,10 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
                 scores,
             );
             right = g.pointwise(Pointwise::Sub, Int32, r1, Some(q_len), None, Int32, scores);
+        }
+        if let SdpaMask::CausalShifted { .. } = mask {
+            let shift = g.scalar(uid::SHIFT, Int32);
+            right = g.pointwise(Pointwise::Add, Int32, row, Some(shift), None, Int32, scores);
         }
         let keep = g.pointwise(
             Pointwise::CmpGe,
@@ -461,7 +512,20 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
         y: sum,
     });
     let log = g.pointwise(Pointwise::Log, Float, sum, None, None, Float, rows);
-    g.pointwise(Pointwise::Add, Float, max, Some(log), None, Float, rows);
+    let lse = g.pointwise(Pointwise::Add, Float, max, Some(log), None, Float, rows);
+    if stats {
+        // The statistics written out: the last row-shaped tensor made real.
+        let t =
+            g.g.tensors
+                .iter_mut()
+                .find(|t| t.uid == lse)
+                .expect("statistics");
+        t.is_virtual = false;
+        t.uid = uid::STATS;
+        if let Some(Op::Pointwise { y, .. }) = g.g.ops.last_mut() {
+            *y = uid::STATS;
+        }
+    }
     // The probabilities in the input type: bmm2 takes its A operand as the I/O type.
     let p = g.pointwise(Pointwise::Div, Float, e, Some(sum), None, dtype, scores);
     g.g.ops.push(Op::Matmul { a: p, b: v, c: o });

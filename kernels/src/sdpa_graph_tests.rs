@@ -186,6 +186,7 @@ fn check(
         dim: d as i64,
         mask,
         window: sdpa_window(&pattern),
+        stats: true,
     };
     let graph = sdpa_graph(&key);
     let dev = Device::Cpu;
@@ -227,20 +228,8 @@ fn check(
         "{mask:?} {dtype:?}: max |O - reference| {worst} > {tol}"
     );
 
-    // The statistics (the last row-shaped result): log-sum-exp of the scaled visible scores.
-    let stats = graph
-        .ops
-        .iter()
-        .rev()
-        .find_map(|op| match op {
-            Op::Pointwise {
-                mode: Pointwise::Add,
-                y,
-                ..
-            } if graph.tensor(*y).unwrap().dims[3] == 1 => Some(*y),
-            _ => None,
-        })
-        .expect("statistics");
+    // The statistics, written out: log-sum-exp of the scaled visible scores.
+    let stats = uid::STATS;
     let (qv, kv) = (flat(&q), flat(&kbuf));
     for (n, hh, r) in [(0, 0, 0), (b - 1, h - 1, sq - 1), (0, h / 2, sq / 2)] {
         let i = q_pos0 + r as u64;
@@ -318,10 +307,11 @@ fn the_graph_computes_what_the_cpu_reference_computes() {
 
 #[test]
 fn the_graph_is_well_formed() {
-    for mask in [
-        SdpaMask::None,
-        SdpaMask::Causal,
-        SdpaMask::CausalBottomRight,
+    for (mask, stats) in [
+        (SdpaMask::None, false),
+        (SdpaMask::Causal, false),
+        (SdpaMask::CausalBottomRight, true),
+        (SdpaMask::CausalShifted { shift: -48 }, true),
     ] {
         let key = SdpaKey {
             dtype: DataType::Bf16,
@@ -334,6 +324,7 @@ fn the_graph_is_well_formed() {
             dim: 128,
             mask,
             window: if mask == SdpaMask::None { 0 } else { 64 },
+            stats,
         };
         let g = sdpa_graph(&key);
         let mut uids: Vec<i64> = g.tensors.iter().map(|t| t.uid).collect();
@@ -359,7 +350,8 @@ fn the_graph_is_well_formed() {
             for i in ins {
                 assert!(ready.contains(&i), "{op:?} reads {i} before it is written");
             }
-            assert_eq!(g.tensor(out).unwrap().is_virtual, out != uid::O, "{op:?}");
+            let written = out == uid::O || (stats && out == uid::STATS);
+            assert_eq!(g.tensor(out).unwrap().is_virtual, !written, "{op:?}");
             ready.push(out);
         }
         for t in g.tensors.iter().filter(|t| t.by_value) {
@@ -413,4 +405,102 @@ fn only_what_the_graph_expresses_goes_to_cudnn() {
     assert_eq!(sdpa_window(&Pattern::Causal), 0);
     let scca = Pattern::Scca(scca_rules(SccaKind::Fixed, 16, 4));
     assert_eq!(m(&scca, 0, 0, 64, 64, 64, false), None);
+}
+
+/// The merge of two passes by their statistics, as attention_merge.cu computes it: a pass whose
+/// row saw no key (statistics not finite) adds nothing.
+fn merge(o1: f32, l1: f32, o2: f32, l2: f32) -> f32 {
+    if !l2.is_finite() {
+        return o1;
+    }
+    if !l1.is_finite() {
+        return o2;
+    }
+    let m = l1.max(l2);
+    let (w1, w2) = ((l1 - m).exp(), (l2 - m).exp());
+    (o1 * w1 + o2 * w2) / (w1 + w2)
+}
+
+/// SelfExtend as two graphs (near keys with the normal rotations and a window, far keys with
+/// the grouped ones and a shifted diagonal) merged by their statistics, against the CPU
+/// reference's SelfExtend: square, and a chunk after a cache.
+#[test]
+fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
+    let dev = Device::Cpu;
+    for (dtype, tol) in [(DataType::Bf16, 2e-2), (DataType::Half, 3e-3)] {
+        for ((sq, skv, cap), (q_pos0, k_pos0), neighbor) in
+            [((40, 40, 48), (0, 0), 7), ((20, 50, 64), (30, 0), 9)]
+        {
+            let (b, h, hk, d) = (1, 4, 2, 16);
+            let pattern = Pattern::SelfExtend { neighbor, group: 3 };
+            let (near, window, far) =
+                selfextend_masks(&pattern, q_pos0, k_pos0, sq, skv, d, false).expect("eligible");
+            let rnd = |shape: (usize, usize, usize, usize)| {
+                let t = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
+                let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+                let v: Vec<f32> = v.into_iter().map(|x| round(dtype, x)).collect();
+                Tensor::from_vec(v, shape, &dev).unwrap()
+            };
+            let (q, qg) = (rnd((b, h, sq, d)), rnd((b, h, sq, d)));
+            let (kbuf, kgbuf, vbuf) = (
+                rnd((b, hk, cap, d)),
+                rnd((b, hk, cap, d)),
+                rnd((b, hk, cap, d)),
+            );
+            let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+            let scale = 1.0 / (d as f32).sqrt();
+            let run = |mask, window, q: &Tensor, k: &Tensor| {
+                let key = SdpaKey {
+                    dtype,
+                    batch: b as i64,
+                    heads: h as i64,
+                    kv_heads: hk as i64,
+                    q_len: sq as i64,
+                    kv_len: skv as i64,
+                    kv_stride: cap as i64,
+                    dim: d as i64,
+                    mask,
+                    window,
+                    stats: true,
+                };
+                let graph = sdpa_graph(&key);
+                let inputs =
+                    HashMap::from([(uid::Q, flat(q)), (uid::KT, flat(k)), (uid::V, flat(&vbuf))]);
+                let mut vals = interpret(&graph, &inputs, &graph.scalars(&key, scale));
+                (
+                    vals.remove(&uid::O).unwrap(),
+                    vals.remove(&uid::STATS).unwrap(),
+                )
+            };
+            let (o1, l1) = run(near, window, &q, &kbuf);
+            let (o2, l2) = run(far, 0, &qg, &kgbuf);
+            let got: Vec<f32> = o1
+                .data
+                .iter()
+                .zip(&o2.data)
+                .enumerate()
+                .map(|(i, (a, c))| {
+                    let row = i / d;
+                    merge(*a, l1.data[row], *c, l2.data[row])
+                })
+                .collect();
+            let mut opts = AttentionOptions::new(pattern);
+            opts.q_pos0 = q_pos0;
+            opts.k_pos0 = k_pos0;
+            let view = |t: &Tensor| t.narrow(2, 0, skv).unwrap();
+            opts.q_grouped = Some(qg.clone());
+            opts.k_grouped = Some(view(&kgbuf));
+            let want = flat(&attention(&q, &view(&kbuf), &view(&vbuf), opts).unwrap());
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(
+                worst <= tol,
+                "SelfExtend {dtype:?} {:?}: {worst}",
+                (sq, skv, q_pos0)
+            );
+        }
+    }
 }

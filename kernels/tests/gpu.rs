@@ -256,7 +256,8 @@ fn tensor_core_attention_matches_the_cpu_reference() {
 /// cuDNN's fused attention (kernels/src/sdpa_graph.rs through src/cuda/cudnn.rs) against the
 /// CPU reference, in a process of its own choice of kernel: plain causal prefill, a prompt
 /// chunk after a cache (the queries at the keys' tail, keys and values read in place from a
-/// buffer of larger capacity), either with Zebra's local window, cross-attention; both 16-bit types, grouped-query heads. Every
+/// buffer of larger capacity), either with Zebra's local window, SelfExtend (two passes merged
+/// by their statistics), cross-attention; both 16-bit types, grouped-query heads. Every
 /// call must have run on cuDNN (`cudnn_calls`): a silent fallback to Capstan's kernels fails.
 /// Without cuDNN on the machine it fails only when `CAPSTAN_REQUIRE_CUDNN` is set.
 #[test]
@@ -289,9 +290,16 @@ fn cudnn_attention_matches_the_cpu_reference() {
             };
             let q = rand(h, sq);
             let (kbuf, vbuf) = (rand(kvh, cap), rand(kvh, cap));
+            // SelfExtend's grouped rotations (its far pass's queries and keys).
+            let (qg, kgbuf) = (rand(h, sq), rand(kvh, cap));
+            let extend = Pattern::SelfExtend {
+                neighbor: 48,
+                group: 4,
+            };
             let cases = [
                 (Pattern::Causal, (skv - sq) as u64, false),
                 (Pattern::Local { window: 37 }, (skv - sq) as u64, false),
+                (extend, (skv - sq) as u64, true),
                 (Pattern::Cross, 0, false),
                 (Pattern::Cross, 0, true),
             ];
@@ -299,7 +307,16 @@ fn cudnn_attention_matches_the_cpu_reference() {
                 let mut o = AttentionOptions::new(p.clone());
                 o.q_pos0 = q_pos0;
                 let cpu_kv = |t: &Tensor| t.narrow(2, 0, skv).unwrap();
+                let two_passes = matches!(p, Pattern::SelfExtend { .. });
+                if two_passes {
+                    o.q_grouped = Some(qg.clone());
+                    o.k_grouped = Some(cpu_kv(&kgbuf));
+                }
                 let cpu = attention(&q, &cpu_kv(&kbuf), &cpu_kv(&vbuf), o.clone()).unwrap();
+                if two_passes {
+                    o.q_grouped = Some(on(&qg));
+                    o.k_grouped = Some(on(&kgbuf).narrow(2, 0, skv).unwrap());
+                }
                 // In place: views of device buffers of `cap` rows a head (a KV cache).
                 let (gk, gv) = if cached || cap > skv {
                     (
@@ -310,7 +327,7 @@ fn cudnn_attention_matches_the_cpu_reference() {
                     (on(&cpu_kv(&kbuf)), on(&cpu_kv(&vbuf)))
                 };
                 let g = attention(&on(&q), &gk, &gv, o).unwrap();
-                calls += 1;
+                calls += if two_passes { 2 } else { 1 };
                 let diff = max_diff_beyond_step(&g, &cpu, dtype);
                 assert!(
                     diff <= tol,

@@ -508,27 +508,16 @@ pub(crate) static CALLS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PLANS: AtomicU64 = AtomicU64::new(0);
 pub(crate) static PLAN_NANOS: AtomicU64 = AtomicU64::new(0);
 
-/// Runs attention of `key` on cuDNN into `out`: `Ok(false)` where cuDNN is not available or
-/// has no engine for the shape (the caller then runs its own kernel), `Err` only when an
-/// accepted plan fails to execute. `q`, `k`, `v` start at their first element; `k`, `v` with
-/// `key.kv_stride` rows between heads.
-pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr>(
+/// This device's state (its handle made on first use and bound to candle's stream), under the
+/// lock, with the device's context current on this thread.
+fn device_state<'a>(
+    api: &'static Api,
     dev: &CudaDevice,
-    key: SdpaKey,
-    scale: f32,
-    q: &CudaView<'_, T>,
-    k: &CudaView<'_, T>,
-    v: &CudaView<'_, T>,
-    out: &mut CudaSlice<T>,
-) -> Result<bool> {
-    let Ok(api) = api() else {
-        return Ok(false);
-    };
+    states: &'a mut HashMap<usize, DeviceState>,
+) -> Result<&'a mut DeviceState> {
     let stream = dev.cuda_stream();
     stream.context().bind_to_thread().w()?;
-    let ordinal = stream.context().ordinal();
-    let mut states = states().lock().expect("cuDNN state");
-    let state = match states.entry(ordinal) {
+    let state = match states.entry(stream.context().ordinal()) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
             let mut raw = std::ptr::null_mut();
@@ -549,12 +538,18 @@ pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr
         api.check(status, "set stream")?;
         state.stream = cu_stream;
     }
-    if !state.plans.contains_key(&key) {
+    Ok(state)
+}
+
+/// The plan of `key` on this state's device, built on first ask (`None`: cuDNN refused it;
+/// the refusal is kept, and not asked again).
+fn plan_of(api: &'static Api, state: &mut DeviceState, key: &SdpaKey) -> Option<Arc<Plan>> {
+    if !state.plans.contains_key(key) {
         if state.plans.len() >= MAX_PLANS {
             state.plans.clear();
         }
         let started = std::time::Instant::now();
-        let built = build_plan(api, &state.handle, &key);
+        let built = build_plan(api, &state.handle, key);
         PLANS.fetch_add(1, Ordering::Relaxed);
         PLAN_NANOS.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         let plan = match built {
@@ -566,33 +561,80 @@ pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr
                 None
             }
         };
-        state.plans.insert(key, plan);
+        state.plans.insert(*key, plan);
     }
-    let Some(plan) = state.plans[&key].clone() else {
+    state.plans[key].clone()
+}
+
+/// Whether cuDNN loads and has a plan for `key` on `dev` (built now if new): a caller running
+/// several passes asks before running any.
+pub(crate) fn ready(dev: &CudaDevice, key: &SdpaKey) -> Result<bool> {
+    let Ok(api) = api() else {
+        return Ok(false);
+    };
+    let mut states = states().lock().expect("cuDNN state");
+    let state = device_state(api, dev, &mut states)?;
+    Ok(plan_of(api, state, key).is_some())
+}
+
+/// Runs attention of `key` on cuDNN into `out` (and the softmax statistics into `stats`, f32
+/// per query row, when the key asks for them): `Ok(false)` where cuDNN is not available or
+/// has no engine for the shape (the caller then runs its own kernel), `Err` only when an
+/// accepted plan fails to execute. `q`, `k`, `v` start at their first element; `k`, `v` with
+/// `key.kv_stride` rows between heads.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr>(
+    dev: &CudaDevice,
+    key: SdpaKey,
+    scale: f32,
+    q: &CudaView<'_, T>,
+    k: &CudaView<'_, T>,
+    v: &CudaView<'_, T>,
+    out: &mut CudaSlice<T>,
+    stats: Option<&mut CudaSlice<f32>>,
+) -> Result<bool> {
+    let Ok(api) = api() else {
+        return Ok(false);
+    };
+    if key.stats != stats.is_some() {
+        candle_core::bail!(
+            "cuDNN attention: statistics asked for and not given a buffer, or the reverse"
+        )
+    }
+    let mut states = states().lock().expect("cuDNN state");
+    let state = device_state(api, dev, &mut states)?;
+    let Some(plan) = plan_of(api, state, &key) else {
         return Ok(false);
     };
     if state.workspace.as_ref().map_or(0, |w| w.len()) < plan.workspace {
         state.workspace = Some(dev.alloc_zeros::<u8>(plan.workspace.max(1))?);
     }
+    let stream = dev.cuda_stream();
     let (qp, _qg) = q.device_ptr(&stream);
     let (kp, _kg) = k.device_ptr(&stream);
     let (vp, _vg) = v.device_ptr(&stream);
     let (op, _og) = out.device_ptr_mut(&stream);
+    let stats = stats.map(|s| s.device_ptr_mut(&stream));
     let ws = state.workspace.as_ref().map(|w| w.device_ptr(&stream));
     let scalars = plan.graph.scalars(&key, scale);
     let mut uids = Vec::new();
     let mut ptrs: Vec<Raw> = Vec::new();
     for t in plan.graph.tensors.iter().filter(|t| !t.is_virtual) {
+        use crate::sdpa_graph::uid;
         let ptr = match t.uid {
-            crate::sdpa_graph::uid::Q => qp as Raw,
-            crate::sdpa_graph::uid::KT => kp as Raw,
-            crate::sdpa_graph::uid::V => vp as Raw,
-            crate::sdpa_graph::uid::O => op as Raw,
-            uid => match scalars.iter().find(|(u, _)| *u == uid) {
+            uid::Q => qp as Raw,
+            uid::KT => kp as Raw,
+            uid::V => vp as Raw,
+            uid::O => op as Raw,
+            uid::STATS => match &stats {
+                Some((p, _)) => *p as Raw,
+                None => candle_core::bail!("cuDNN graph: statistics without a buffer"),
+            },
+            other => match scalars.iter().find(|(u, _)| *u == other) {
                 // By-value scalars: host pointers to the values, alive until execute returns.
                 Some((_, Scalar::F32(x))) => x as *const f32 as Raw,
                 Some((_, Scalar::I32(x))) => x as *const i32 as Raw,
-                None => candle_core::bail!("cuDNN graph: no data for tensor {uid}"),
+                None => candle_core::bail!("cuDNN graph: no data for tensor {other}"),
             },
         };
         uids.push(t.uid);
@@ -636,12 +678,15 @@ mod tests {
         };
         eprintln!("cuDNN {}", api.version);
         for dtype in [DataType::Bf16, DataType::Half] {
-            for (mask, q_len, kv_len, window) in [
-                (SdpaMask::Causal, 1024, 1024, 0),
-                (SdpaMask::CausalBottomRight, 100, 257, 0),
-                (SdpaMask::None, 4096, 8192, 0),
-                (SdpaMask::Causal, 1024, 1024, 512),
-                (SdpaMask::CausalBottomRight, 100, 257, 64),
+            for (mask, q_len, kv_len, window, stats) in [
+                (SdpaMask::Causal, 1024, 1024, 0, false),
+                (SdpaMask::CausalBottomRight, 100, 257, 0, false),
+                (SdpaMask::None, 4096, 8192, 0, false),
+                (SdpaMask::Causal, 1024, 1024, 512, false),
+                (SdpaMask::CausalBottomRight, 100, 257, 64, false),
+                // SelfExtend's two passes, with their statistics written out.
+                (SdpaMask::Causal, 1024, 1024, 512, true),
+                (SdpaMask::CausalShifted { shift: -512 }, 1024, 1024, 0, true),
             ] {
                 let key = SdpaKey {
                     dtype,
@@ -654,6 +699,7 @@ mod tests {
                     dim: 128,
                     mask,
                     window,
+                    stats,
                 };
                 let g = operation_graph(api, &key, None).unwrap_or_else(|e| panic!("{key:?}: {e}"));
                 assert!(g.keep.len() > g.graph.tensors.len());
