@@ -23,9 +23,7 @@ SOURCES = {
         for d in (64, 128)
     ],
     "attention_decode.cu": [
-        "capstan_attention_decode_f32",
-        "capstan_attention_decode_bf16",
-        "capstan_attention_decode_f16",
+        f"capstan_attention_decode{m}_{t}" for m in ("", "_merge") for t in ("f32", "bf16", "f16")
     ],
     "attention_merge.cu": [
         "capstan_attention_merge_f32",

@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUfunction_attribute_enum, CudaFunction, CudaSlice, DeviceRepr, LaunchConfig,
+    sys::CUfunction_attribute_enum, CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig,
     PushKernelArg,
 };
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
@@ -277,6 +277,40 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
     let ks = k.as_cuda_slice::<T>()?.slice(ka..kb);
     let vs = v.as_cuda_slice::<T>()?.slice(va..vb);
+    // One decoding row of each sequence at the end of its cache: the decoding kernel (keys
+    // split into ranges, so that a few sequences at long contexts fill the device; this
+    // kernel's layout gives one busy warp of four per block there).
+    let decoding = dims.q_len == 1
+        && o.pattern == Pattern::Causal
+        && pos.q_pos0 + 1 == pos.k_pos0 + dims.kv_len as u64
+        && o.q_grouped.is_none()
+        && o.k_grouped.is_none()
+        && o.key_mask.is_none();
+    if decoding {
+        let stream = dev.cuda_stream();
+        let (kp, _) = ks.device_ptr(&stream);
+        let (vp, _) = vs.device_ptr(&stream);
+        let batch_bytes =
+            (dims.kv_heads * dims.kv_stride * dims.dim * std::mem::size_of::<T>()) as u64;
+        let seqs: Vec<_> = (0..dims.batch as u64)
+            .map(|b| decode_many::SeqKv {
+                k: kp + b * batch_bytes,
+                v: vp + b * batch_bytes,
+                len: dims.kv_len,
+                cap: dims.kv_stride,
+            })
+            .collect();
+        return decode_many::launch(
+            dev,
+            &qs,
+            &seqs,
+            dims.heads,
+            dims.kv_heads,
+            dims.dim,
+            pos.scale,
+            suffix(q)?,
+        );
+    }
     let qg = extra_slice::<T>(&o.q_grouped, None)?;
     let kg = extra_slice::<T>(&o.k_grouped, Some(span))?;
     let qg_s = match &qg {

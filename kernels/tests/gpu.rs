@@ -393,3 +393,35 @@ fn decoding_many_sequences_in_one_launch_matches_the_cpu_reference() {
         }
     }
 }
+
+/// One decoding row through `attention` on CUDA (the decoding kernel, keys split into ranges):
+/// a batch of two at a long context, a cache view of larger capacity, and one sequence whose
+/// 5,000 keys are split twenty ways, against the CPU reference.
+#[test]
+fn decoding_rows_split_over_keys_match_the_cpu_reference() {
+    let Some(dev) = gpu() else { return };
+    let on = |t: &Tensor| t.to_device(&dev).unwrap();
+    for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+        for (b, h, kvh, len, cap, d) in [(2, 8, 2, 3000, 3100, 128), (1, 32, 8, 5000, 5000, 128)] {
+            let rand = |shape: (usize, usize, usize, usize)| {
+                Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+            };
+            let q = rand((b, h, 1, d));
+            let (k, v) = (rand((b, kvh, cap, d)), rand((b, kvh, cap, d)));
+            let mut o = AttentionOptions::new(Pattern::Causal);
+            o.q_pos0 = (len - 1) as u64;
+            let view = |t: &Tensor| t.narrow(2, 0, len).unwrap();
+            let cpu = attention(&q, &view(&k), &view(&v), o.clone()).unwrap();
+            let g = attention(&on(&q), &view(&on(&k)), &view(&on(&v)), o).unwrap();
+            let diff = max_diff_beyond_step(&g, &cpu, dtype);
+            assert!(
+                diff <= tol,
+                "decoding {dtype:?} {:?}: {diff}",
+                (b, h, kvh, len)
+            );
+        }
+    }
+}

@@ -1,15 +1,19 @@
-// Decoding attention of many sequences in one launch (a continuous-batching step): each
-// sequence's one new query row per head, against all the keys of its own KV cache (it is their
-// last position, so every key is visible). Caches are separate buffers of different lengths and
-// capacities, found through per-sequence tables of device pointers. A block takes one query head
-// of one sequence; its warps split the keys (warp w: keys w, w + warps, ...), each with its own
-// online softmax in f32, merged at the end through shared memory. Keys and values are read in
-// place, head kh at rows kh * capacity.
+// Decoding attention of many sequences in one launch (a continuous-batching step, or one
+// sequence's step): each sequence's one new query row per head, against all the keys of its own
+// KV cache (it is their last position, so every key is visible). Caches are separate buffers of
+// different lengths and capacities, found through per-sequence tables of device pointers. A
+// block takes one query head of one sequence and one of `splits` equal ranges of its keys (split
+// over keys, so that few sequences at long contexts still fill the device); its warps split the
+// range (warp w: keys w, w + warps, ...), each with its own online softmax in f32, merged at the
+// end through shared memory. With one split the block writes the output; with more it writes
+// its (max, sum, accumulators) to `partial` and capstan_attention_decode_merge_* combines them.
+// Keys and values are read in place, head kh at rows kh * capacity.
 #define DEC_MAXD 256
 
 struct DecodeArgs {
     int heads, kv_heads, dim;
     float scale;
+    int splits;
 };
 
 template <typename L>
@@ -17,13 +21,17 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
                                  const unsigned long long* __restrict__ kptr,
                                  const unsigned long long* __restrict__ vptr,
                                  const int* __restrict__ lens, const int* __restrict__ caps,
-                                 typename L::T* __restrict__ out, DecodeArgs a) {
+                                 typename L::T* __restrict__ out, float* __restrict__ partial,
+                                 DecodeArgs a) {
     extern __shared__ float part[];  // per warp: m, l, then dim accumulators
-    const int h = blockIdx.x, s = blockIdx.y;
+    const int h = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int kh = h / (a.heads / a.kv_heads);
     const int per_lane = (a.dim + 31) / 32;
-    const int n = lens[s];
+    const int len = lens[s];
+    const int chunk = (len + a.splits - 1) / a.splits;
+    const int first = split * chunk;
+    const int n = min(len, first + chunk);
     const size_t head = (size_t)kh * caps[s] * a.dim;
     const typename L::T* k = (const typename L::T*)kptr[s] + head;
     const typename L::T* v = (const typename L::T*)vptr[s] + head;
@@ -36,7 +44,7 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
         acc[t] = 0.f;
     }
     float m = NEG_INF, l = 0.f;
-    for (int j = warp; j < n; j += warps) {
+    for (int j = first + warp; j < n; j += warps) {
         const typename L::T* kr = k + (size_t)j * a.dim;
         float dot = 0.f;
         for (int t = 0; t < per_lane; t++) {
@@ -74,6 +82,12 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
         total += mw == NEG_INF ? 0.f : part[w * (2 + a.dim) + 1] * __expf(mw - big);
     }
     float inv = total > 0.f ? 1.f / total : 0.f;
+    // This split's partial result: (max, sum, accumulators) at row (s, h, split).
+    float* mine_out = partial + (((size_t)s * a.heads + h) * a.splits + split) * (2 + a.dim);
+    if (a.splits > 1 && lane == 0) {
+        mine_out[0] = big;
+        mine_out[1] = total;
+    }
     for (int t = 0; t < per_lane; t++) {
         int d = lane + 32 * t;
         if (d >= a.dim) continue;
@@ -82,16 +96,48 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
             float mw = part[w * (2 + a.dim)];
             if (mw != NEG_INF) sum += part[w * (2 + a.dim) + 2 + d] * __expf(mw - big);
         }
+        if (a.splits > 1) {
+            mine_out[2 + d] = sum;
+        } else {
+            out[qoff + d] = L::st(sum * inv);
+        }
+    }
+}
+
+// The splits' partial results of one (query head, sequence) combined: a block of one warp.
+template <typename L>
+__device__ void attention_decode_merge(const float* __restrict__ partial,
+                                       typename L::T* __restrict__ out, DecodeArgs a) {
+    const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x;
+    const float* p = partial + ((size_t)s * a.heads + h) * a.splits * (2 + a.dim);
+    float big = NEG_INF;
+    for (int z = 0; z < a.splits; z++) big = fmaxf(big, p[z * (2 + a.dim)]);
+    float total = 0.f;
+    for (int z = 0; z < a.splits; z++) {
+        float mz = p[z * (2 + a.dim)];
+        total += mz == NEG_INF ? 0.f : p[z * (2 + a.dim) + 1] * __expf(mz - big);
+    }
+    float inv = total > 0.f ? 1.f / total : 0.f;
+    const size_t qoff = ((size_t)s * a.heads + h) * a.dim;
+    for (int d = lane; d < a.dim; d += 32) {
+        float sum = 0.f;
+        for (int z = 0; z < a.splits; z++) {
+            float mz = p[z * (2 + a.dim)];
+            if (mz != NEG_INF) sum += p[z * (2 + a.dim) + 2 + d] * __expf(mz - big);
+        }
         out[qoff + d] = L::st(sum * inv);
     }
 }
 
-#define DECODE_ENTRY(NAME, L)                                                                 \
+#define DECODE_ENTRY(NAME, MERGE, L)                                                          \
     extern "C" __global__ void NAME(const L::T* q, const unsigned long long* kptr,             \
                                     const unsigned long long* vptr, const int* lens,           \
-                                    const int* caps, L::T* out, DecodeArgs a) {               \
-        attention_decode<L>(q, kptr, vptr, lens, caps, out, a);                               \
+                                    const int* caps, L::T* out, float* partial, DecodeArgs a) { \
+        attention_decode<L>(q, kptr, vptr, lens, caps, out, partial, a);                      \
+    }                                                                                          \
+    extern "C" __global__ void MERGE(const float* partial, L::T* out, DecodeArgs a) {          \
+        attention_decode_merge<L>(partial, out, a);                                           \
     }
-DECODE_ENTRY(capstan_attention_decode_f32, F32)
-DECODE_ENTRY(capstan_attention_decode_bf16, BF16)
-DECODE_ENTRY(capstan_attention_decode_f16, F16)
+DECODE_ENTRY(capstan_attention_decode_f32, capstan_attention_decode_merge_f32, F32)
+DECODE_ENTRY(capstan_attention_decode_bf16, capstan_attention_decode_merge_bf16, BF16)
+DECODE_ENTRY(capstan_attention_decode_f16, capstan_attention_decode_merge_f16, F16)

@@ -1,20 +1,27 @@
 //! The launch of attention_decode.cu: per-sequence tables of key and value pointers, lengths
-//! and capacities, one block per (query head, sequence).
+//! and capacities, one block per (query head, sequence, range of keys), and the merge of the
+//! ranges when the keys are split. Used by [`crate::attention_decode_many`] and, for one
+//! sequence's decoding row, by [`crate::attention`] on CUDA.
 
 use candle_core::cuda_backend::cudarc::driver::{
-    CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, CudaStorageSlice, WrapErr};
-use candle_core::{bail, CudaStorage, Layout, Result, Shape, WithDType};
+use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, WithDType};
 
 use super::{cuda_of, func, offsets, output, suffix};
 use crate::decode_many::DecodeManyOp;
 use crate::op_params::kv_rows;
 
-/// Warps a block: each takes every fourth key.
+/// Warps a block: each takes every fourth key of the block's range.
 const WARPS: usize = 4;
 /// Largest head width (`DEC_MAXD`).
 const MAXD: usize = 256;
+/// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
+/// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
+const TARGET_BLOCKS: usize = 528;
+const MIN_SPLIT_KEYS: usize = 256;
+const MAX_SPLITS: usize = 32;
 
 /// `DecodeArgs` of attention_decode.cu, field for field.
 #[repr(C)]
@@ -24,33 +31,131 @@ struct DecodeArgs {
     kv_heads: i32,
     dim: i32,
     scale: f32,
+    splits: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for DecodeArgs {}
+
+/// One sequence's cache: device pointers to its keys' and values' first element, its length
+/// and its capacity (rows from one head to the next).
+pub(super) struct SeqKv {
+    pub(super) k: u64,
+    pub(super) v: u64,
+    pub(super) len: usize,
+    pub(super) cap: usize,
+}
+
+/// How many ranges each sequence's keys are split into: enough blocks for the device, ranges
+/// of at least `MIN_SPLIT_KEYS`.
+fn splits(blocks: usize, longest: usize) -> usize {
+    TARGET_BLOCKS
+        .div_ceil(blocks.max(1))
+        .min(longest.div_ceil(MIN_SPLIT_KEYS))
+        .clamp(1, MAX_SPLITS)
+}
+
+/// Decoding attention of `q` `(n, heads, dim)` against each sequence's cache, on `dev`'s
+/// stream: `(n, heads, dim)`.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
+    dev: &CudaDevice,
+    q: &CudaView<'_, T>,
+    seqs: &[SeqKv],
+    heads: usize,
+    kv_heads: usize,
+    dim: usize,
+    scale: f32,
+    suffix: &str,
+) -> Result<CudaSlice<T>> {
+    if dim > MAXD {
+        bail!("decoding attention: head width {dim} > {MAXD}")
+    }
+    let n = seqs.len();
+    let kptr = dev.clone_htod(&seqs.iter().map(|s| s.k).collect::<Vec<_>>())?;
+    let vptr = dev.clone_htod(&seqs.iter().map(|s| s.v).collect::<Vec<_>>())?;
+    let lens = dev.clone_htod(&seqs.iter().map(|s| s.len as i32).collect::<Vec<_>>())?;
+    let caps = dev.clone_htod(&seqs.iter().map(|s| s.cap as i32).collect::<Vec<_>>())?;
+    let longest = seqs.iter().map(|s| s.len).max().unwrap_or(0);
+    let splits = splits(n * heads, longest);
+    let out = output::<T>(dev, n * heads * dim)?;
+    // SAFETY: every split writes its whole partial row before the merge reads it.
+    let partial = unsafe {
+        dev.alloc::<f32>(if splits > 1 {
+            n * heads * splits * (2 + dim)
+        } else {
+            1
+        })
+    }?;
+    let args = DecodeArgs {
+        heads: heads as i32,
+        kv_heads: kv_heads as i32,
+        dim: dim as i32,
+        scale,
+        splits: splits as i32,
+    };
+    let stream = dev.cuda_stream();
+    let f = func(
+        dev,
+        "attention_decode",
+        &format!("capstan_attention_decode_{suffix}"),
+    )?;
+    let cfg = LaunchConfig {
+        grid_dim: (heads as u32, n as u32, splits as u32),
+        block_dim: (32 * WARPS as u32, 1, 1),
+        shared_mem_bytes: (WARPS * (2 + dim) * 4) as u32,
+    };
+    let mut b = stream.launch_builder(&f);
+    b.arg(q);
+    b.arg(&kptr);
+    b.arg(&vptr);
+    b.arg(&lens);
+    b.arg(&caps);
+    b.arg(&out);
+    b.arg(&partial);
+    b.arg(&args);
+    // SAFETY: argument list and types match capstan_attention_decode_* in attention_decode.cu;
+    // every pointer in the tables is a live cache of `len` rows a head, heads `cap` rows apart.
+    unsafe { b.launch(cfg) }.w()?;
+    if splits > 1 {
+        let f = func(
+            dev,
+            "attention_decode",
+            &format!("capstan_attention_decode_merge_{suffix}"),
+        )?;
+        let cfg = LaunchConfig {
+            grid_dim: (heads as u32, n as u32, 1),
+            block_dim: (32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = stream.launch_builder(&f);
+        b.arg(&partial);
+        b.arg(&out);
+        b.arg(&args);
+        // SAFETY: matches capstan_attention_decode_merge_*; `partial` holds every split's row.
+        unsafe { b.launch(cfg) }.w()?;
+    }
+    Ok(out)
+}
 
 fn typed<T: CudaDType + DeviceRepr + WithDType>(
     op: &DecodeManyOp,
     q: &CudaStorage,
     lq: &Layout,
 ) -> Result<CudaSlice<T>> {
-    let (n, heads, _, dim) = lq.shape().dims4()?;
-    if dim > MAXD {
-        bail!("attention_decode_many: head width {dim} > {MAXD}")
-    }
+    let (_, heads, _, dim) = lq.shape().dims4()?;
     let dev = &q.device;
     let stream = dev.cuda_stream();
     let (qa, qb) = offsets(lq)?;
     let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
     let kv_heads = op.kvs.first().map_or(Ok(heads), |(k, _)| k.dim(1))?;
-    // Every cache's storage held, and its pointer's guard, until the launch is queued.
+    // Every cache's storage held until the launch is queued.
     let storages: Vec<_> = op
         .kvs
         .iter()
         .map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout()))
         .collect();
-    let (mut kptr, mut vptr) = (Vec::new(), Vec::new());
-    let (mut lens, mut caps) = (Vec::new(), Vec::new());
+    let mut seqs = Vec::with_capacity(storages.len());
     for ((ks, kl), (vs, vl)) in &storages {
         let (Some((ka, kcap)), Some((va, vcap))) = (kv_rows(kl), kv_rows(vl)) else {
             bail!("attention_decode_many: keys or values not readable in place")
@@ -62,48 +167,18 @@ fn typed<T: CudaDType + DeviceRepr + WithDType>(
         let span = (kv_heads - 1) * kcap * dim + len * dim;
         let kslice = cuda_of(ks)?.as_cuda_slice::<T>()?.slice(ka..ka + span);
         let vslice = cuda_of(vs)?.as_cuda_slice::<T>()?.slice(va..va + span);
-        // One stream: the launch below is ordered after every write of these buffers, so the
+        // One stream: the launch is ordered after every write of these buffers, so the
         // pointers' synchronisation guards are not needed past this line.
-        let (kp, _) = kslice.device_ptr(&stream);
-        let (vp, _) = vslice.device_ptr(&stream);
-        kptr.push(kp);
-        vptr.push(vp);
-        lens.push(len as i32);
-        caps.push(kcap as i32);
+        let (k, _) = kslice.device_ptr(&stream);
+        let (v, _) = vslice.device_ptr(&stream);
+        seqs.push(SeqKv {
+            k,
+            v,
+            len,
+            cap: kcap,
+        });
     }
-    let kptr = dev.clone_htod(&kptr)?;
-    let vptr = dev.clone_htod(&vptr)?;
-    let lens = dev.clone_htod(&lens)?;
-    let caps = dev.clone_htod(&caps)?;
-    let out = output::<T>(dev, n * heads * dim)?;
-    let f = func(
-        dev,
-        "attention_decode",
-        &format!("capstan_attention_decode_{}", suffix(q)?),
-    )?;
-    let args = DecodeArgs {
-        heads: heads as i32,
-        kv_heads: kv_heads as i32,
-        dim: dim as i32,
-        scale: op.scale,
-    };
-    let cfg = LaunchConfig {
-        grid_dim: (heads as u32, n as u32, 1),
-        block_dim: (32 * WARPS as u32, 1, 1),
-        shared_mem_bytes: (WARPS * (2 + dim) * 4) as u32,
-    };
-    let mut b = stream.launch_builder(&f);
-    b.arg(&qs);
-    b.arg(&kptr);
-    b.arg(&vptr);
-    b.arg(&lens);
-    b.arg(&caps);
-    b.arg(&out);
-    b.arg(&args);
-    // SAFETY: argument list and types match capstan_attention_decode_* in attention_decode.cu;
-    // every pointer in the tables is a live slice of `span` elements, held by `storages`.
-    unsafe { b.launch(cfg) }.w()?;
-    Ok(out)
+    launch(dev, &qs, &seqs, heads, kv_heads, dim, op.scale, suffix(q)?)
 }
 
 /// The op's CUDA forward: `(n, heads, 1, dim)` like the queries.
