@@ -66,10 +66,14 @@ def vs_pytorch(raw, res):
     graph = (load(raw, "graph_peer_llama3-8b") or load(raw, "graph_peer_llama3-tiny") or {}).get("contexts", {})
     decode = {k: ratio(dec.get(k, {}).get("tokens_per_s"), graph.get(k, {}).get("tokens_per_s"))
               for k in sorted(set(dec) | set(graph), key=tokens)}
+    kdec = (load(raw, "kernel_decode_llama3-8b") or load(raw, "kernel_decode_llama3-tiny") or {}).get("contexts", {})
+    decode_kernel = {k: ratio(kdec.get(k, {}).get("tokens_per_s"), graph.get(k, {}).get("tokens_per_s"))
+                     for k in sorted(set(kdec) | set(graph), key=tokens)}
     b16 = (load(raw, "batch16_llama3-8b") or load(raw, "batch16_llama3-tiny") or {}).get("contexts", {})
     cape = res.get("cape", {}).get("128k", {})
     gguf = res.get("gguf") or {}
     return {"attention": attention, "prefill": prefill, "decode": decode,
+            "decode_kernel": decode_kernel,
             "batch16_decode": ratio(b16.get("1k", {}).get("tokens_per_s"), dec.get("1k", {}).get("tokens_per_s")),
             "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
             "cape_128k": {"memory_ratio": cape.get("memory_ratio"),
@@ -287,6 +291,7 @@ def main():
     md += [f"| attention {k} | {f3(x)} |" for k, x in v["attention"].items()]
     md += [f"| model prefill {k} | {f3(x)} |" for k, x in v["prefill"].items()]
     md += [f"| decode {k} (peer under a CUDA graph) | {f3(x)} |" for k, x in v["decode"].items()]
+    md += [f"| decode {k} on the decoding kernel | {f3(x)} |" for k, x in v["decode_kernel"].items()]
     md += [f"| 16 sequences / one, decoding at 1K (Capstan) | {f3(v['batch16_decode'])} |",
            f"| CAPE / full context at 128K, memory | {f3(v['cape_128k']['memory_ratio'])} |",
            f"| CAPE / full context at 128K, throughput | {f3(v['cape_128k']['throughput_ratio'])} |",

@@ -182,6 +182,9 @@ step attention env $KERNEL "$BENCH" gpu attention $ATTN --device "$DEV" --dtype 
 step attention_peer "$PY" bench/gpu_peers.py attention $ATTN --device "$DEV" --dtype "$DT"
 step "decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" \
   --full-attention matmul --device "$DEV" --dtype "$DT"
+# The decoding kernel (attention_decode.cu, keys split into ranges) in place of cuBLAS products.
+step "kernel_decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" \
+  --steps "$STEPS" --full-attention kernel --device "$DEV" --dtype "$DT"
 step "graph_peer_$SHAPE" "$PY" bench/gpu_peers.py decode-graph --shape "$SHAPE" --contexts "$CONTEXTS" \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
 step "batch16_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
