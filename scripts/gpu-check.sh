@@ -13,6 +13,7 @@
 #   scripts/gpu-check.sh --bundle gpu-bundle --out "$OUT"          # on the GPU machine
 #   scripts/gpu-check.sh --cpu --out /tmp/gpu-check-cpu            # here: every step, tiny shapes
 #   scripts/gpu-check.sh --cpu --parts gpu-bundle/parts --out /tmp/x  # here, with a bundle's data
+#   scripts/gpu-check.sh --bundle B --out "$OUT" --steps kernels_cudnn,attention  # a rerun
 #
 # --bundle: the folder scripts/gpu-bundle.sh made (or --parts DIR: its parts, carried over
 # several calls, reassembled and checked here). --cpu runs the same steps on the CPU with
@@ -21,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 
-BUNDLE="" PARTS="" OUT="" CPU=0 PY=${PYTHON:-python3}
+BUNDLE="" PARTS="" OUT="" CPU=0 PY=${PYTHON:-python3} ONLY=
 # The whole check must end inside the device tool's 10 minutes a call: steps get what is left
 # of this budget (seconds), and the report is rewritten after each, so a cut-off run still
 # leaves results.json.
@@ -33,6 +34,7 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --cpu) CPU=1; shift ;;
     --python) PY=$2; shift 2 ;;
+    --steps) ONLY=",$2,"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -134,6 +136,10 @@ report() {
 # still run; a step with under 20 s of budget left is skipped and recorded as such.
 step() {
   local name=$1; shift
+  # --steps a,b,...: only those (a second call re-running what failed or was cut).
+  if [ -n "$ONLY" ] && [[ "$ONLY" != *",$name,"* ]]; then
+    return
+  fi
   local left=$((BUDGET - SECONDS))
   if [ "$left" -lt 20 ]; then
     say "step $name skipped: the time budget is spent"
@@ -163,7 +169,7 @@ if [ -n "$KTEST" ]; then
   # with its API log kept for the first failing case.
   step kernels_cudnn env CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 "$KTEST" cudnn --nocapture \
     --test-threads 1
-  if [ "$(cat "$W/kernels_cudnn.status" 2>/dev/null | grep -c '"rc": 0')" = 0 ]; then
+  if [ -f "$W/kernels_cudnn.status" ] && ! grep -q '"rc": 0' "$W/kernels_cudnn.status"; then
     step cudnn_log env CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 CUDNN_LOGLEVEL_DBG=3 \
       CUDNN_LOGDEST_DBG="$W/cudnn-api.log" "$KTEST" cudnn --nocapture --test-threads 1
     "$PY" bench/gpu_peers.py cudnn-log --out "$W/torch-cudnn-api.log" >>"$LOG" 2>&1 || true
