@@ -228,8 +228,9 @@ pub(super) struct CrossContext {
     pub(super) states: Option<Tensor>,
     /// Additive f32 padding mask `(b, 1, 1, n)`.
     pub(super) mask: Tensor,
-    /// The same as u8 `(b, n)`, 0 for padding: the attention kernel's key mask.
-    pub(super) key_mask: Tensor,
+    /// The same as u8 `(b, n)`, 0 for padding: the attention kernel's key mask; `None` when no
+    /// key is padding (the kernels then skip the test, and cuDNN's fused attention can run it).
+    pub(super) key_mask: Option<Tensor>,
     /// `(b, 1, 1)`: 0 for rows without any encoder token (they then run as plain Llama).
     pub(super) row_gate: Option<Tensor>,
 }

@@ -128,7 +128,11 @@ impl Llama {
             .iter()
             .flat_map(|r| r.iter().map(|&m| m as u8))
             .collect();
-        let key_mask = Tensor::from_vec(key_mask, (b, n_ctx * len), &self.device)?;
+        let key_mask = if key_mask.iter().all(|&m| m == 1) {
+            None
+        } else {
+            Some(Tensor::from_vec(key_mask, (b, n_ctx * len), &self.device)?)
+        };
         let gates: Vec<f32> = flat
             .iter()
             .map(|r| if r.iter().any(|&m| m) { 1.0 } else { 0.0 })

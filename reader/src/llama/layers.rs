@@ -259,7 +259,7 @@ impl CrossAttention {
             .contiguous()?;
         let out = if fused {
             let mut opts = AttentionOptions::new(Pattern::Cross);
-            opts.key_mask = Some(ctx.key_mask.clone());
+            opts.key_mask = ctx.key_mask.clone();
             capstan_kernels::attention(&q, &state.k, &state.v, opts)?
                 .transpose(1, 2)?
                 .reshape((b, s, self.n_heads * self.head_dim))?
