@@ -2,23 +2,19 @@
 //! the device's architecture (once per process and architecture), loaded once per device
 //! (candle's module cache) and launched on candle's stream.
 
-use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
-
 use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
-    sys::CUfunction_attribute_enum, CudaFunction, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    sys::CUfunction_attribute_enum, CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
-use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, CudaStorageSlice, WrapErr};
-use candle_core::{
-    bail, CudaDevice, CudaStorage, Layout, Result, Shape, Storage, Tensor, WithDType,
-};
+use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Tensor, WithDType};
 
 pub(crate) mod cudnn;
 pub(crate) mod decode_many;
+mod launch;
 mod selfextend;
+
+use launch::{cuda_of, func, offsets, output, suffix};
 
 use crate::cpu::AttnDims;
 use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
@@ -40,76 +36,6 @@ const STATIC_SHARED_BYTES: usize = 1024;
 const ATTENTION_THREADS: u32 = 128;
 /// Largest head width the attention kernel supports (`MAXD` in attention.cu).
 const MAXD: usize = 256;
-
-type PtxCache = Mutex<HashMap<(&'static str, String), String>>;
-
-/// PTX of `module` for the device's compute capability, compiled once per process.
-fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
-    static CACHE: OnceLock<PtxCache> = OnceLock::new();
-    let (major, minor) = dev.cuda_stream().context().compute_capability().w()?;
-    let arch = format!("compute_{major}{minor}");
-    let cache = CACHE.get_or_init(Default::default);
-    let mut map = cache.lock().expect("ptx cache");
-    if let Some(p) = map.get(&(module, arch.clone())) {
-        return Ok(p.clone());
-    }
-    let src = crate::SOURCES
-        .iter()
-        .find(|(name, _)| *name == module)
-        .map(|(_, src)| *src)
-        .expect("known module");
-    // CompileOptions wants a &'static str: one small leak per architecture and module.
-    let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
-    let opts = CompileOptions {
-        arch: Some(arch_static),
-        options: vec!["-default-device".into()],
-        name: Some(format!("{module}.cu")),
-        ..Default::default()
-    };
-    let compiled = compile_ptx_with_opts(src, opts)
-        .map_err(|e| candle_core::Error::Cuda(format!("NVRTC {module}.cu for {arch}: {e}").into()))?
-        .to_src();
-    map.insert((module, arch), compiled.clone());
-    Ok(compiled)
-}
-
-fn func(dev: &CudaDevice, module: &'static str, name: &str) -> Result<CudaFunction> {
-    let ptx = ptx(module, dev)?;
-    Ok(dev
-        .get_or_load_custom_func(name, &format!("capstan_{module}"), &ptx)?
-        .into_cuda_function())
-}
-
-fn suffix(s: &CudaStorage) -> Result<&'static str> {
-    Ok(match &s.slice {
-        CudaStorageSlice::F32(_) => "f32",
-        CudaStorageSlice::BF16(_) => "bf16",
-        CudaStorageSlice::F16(_) => "f16",
-        _ => bail!(
-            "capstan-kernels: CUDA kernels take f32, bf16 or f16, got {:?}",
-            s.dtype()
-        ),
-    })
-}
-
-/// A kernel's output buffer, left uninitialised (the kernel writes every element) unless
-/// `CAPSTAN_KERNELS_POISON` is set: then filled with NaN first, so that an element a kernel
-/// fails to write shows up in a comparison (scripts/gpu-check.sh sets it).
-fn output<T: CudaDType + DeviceRepr + WithDType>(
-    dev: &CudaDevice,
-    n: usize,
-) -> Result<CudaSlice<T>> {
-    if std::env::var_os("CAPSTAN_KERNELS_POISON").is_some() {
-        return dev.clone_htod(&vec![T::from_f64(f64::NAN); n]);
-    }
-    // SAFETY: every element is written by the kernel.
-    unsafe { dev.alloc::<T>(n) }
-}
-
-fn offsets(l: &Layout) -> Result<(usize, usize)> {
-    l.contiguous_offsets()
-        .ok_or_else(|| candle_core::Error::Msg(format!("capstan-kernels: non-contiguous {l:?}")))
-}
 
 /// Kernel arguments of attention.cu (`AttnArgs`), field for field.
 #[repr(C)]
@@ -134,13 +60,6 @@ struct AttnArgs {
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for AttnArgs {}
-
-fn cuda_of(g: &Storage) -> Result<&CudaStorage> {
-    match g {
-        Storage::Cuda(s) => Ok(s),
-        _ => bail!("capstan-kernels: an extra attention input is not on the CUDA device"),
-    }
-}
 
 /// An extra input's storage and element range: packed, or (`kv_span`: grouped keys) read in
 /// place like the keys.

@@ -32,7 +32,7 @@ impl CustomOp1 for DecodeManyOp {
         q: &candle_core::CudaStorage,
         lq: &Layout,
     ) -> Result<(candle_core::CudaStorage, Shape)> {
-        crate::cuda::decode_many::forward(self, q, lq)
+        crate::cuda::decode_many::forward(&self.kvs, self.scale, q, lq)
     }
 }
 

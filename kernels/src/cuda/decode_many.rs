@@ -7,10 +7,9 @@ use candle_core::cuda_backend::cudarc::driver::{
     CudaSlice, CudaView, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaDType, CudaStorageSlice, WrapErr};
-use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, WithDType};
+use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Tensor, WithDType};
 
-use super::{cuda_of, func, offsets, output, suffix};
-use crate::decode_many::DecodeManyOp;
+use super::launch::{cuda_of, func, offsets, output, suffix};
 use crate::op_params::kv_rows;
 
 /// Warps a block: each takes every fourth key of the block's range.
@@ -139,7 +138,8 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
 }
 
 fn typed<T: CudaDType + DeviceRepr + WithDType>(
-    op: &DecodeManyOp,
+    kvs: &[(Tensor, Tensor)],
+    scale: f32,
     q: &CudaStorage,
     lq: &Layout,
 ) -> Result<CudaSlice<T>> {
@@ -148,10 +148,9 @@ fn typed<T: CudaDType + DeviceRepr + WithDType>(
     let stream = dev.cuda_stream();
     let (qa, qb) = offsets(lq)?;
     let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
-    let kv_heads = op.kvs.first().map_or(Ok(heads), |(k, _)| k.dim(1))?;
+    let kv_heads = kvs.first().map_or(Ok(heads), |(k, _)| k.dim(1))?;
     // Every cache's storage held until the launch is queued.
-    let storages: Vec<_> = op
-        .kvs
+    let storages: Vec<_> = kvs
         .iter()
         .map(|(k, v)| (k.storage_and_layout(), v.storage_and_layout()))
         .collect();
@@ -178,20 +177,24 @@ fn typed<T: CudaDType + DeviceRepr + WithDType>(
             cap: kcap,
         });
     }
-    launch(dev, &qs, &seqs, heads, kv_heads, dim, op.scale, suffix(q)?)
+    launch(dev, &qs, &seqs, heads, kv_heads, dim, scale, suffix(q)?)
 }
 
-/// The op's CUDA forward: `(n, heads, 1, dim)` like the queries.
+/// The forward of [`crate::attention_decode_many`]'s op: `(n, heads, 1, dim)` like the
+/// queries, `kvs` each sequence's cache.
 pub(crate) fn forward(
-    op: &DecodeManyOp,
+    kvs: &[(Tensor, Tensor)],
+    scale: f32,
     q: &CudaStorage,
     lq: &Layout,
 ) -> Result<(CudaStorage, Shape)> {
     let dev = q.device.clone();
     let slice = match &q.slice {
-        CudaStorageSlice::F32(_) => CudaStorageSlice::F32(typed::<f32>(op, q, lq)?),
-        CudaStorageSlice::BF16(_) => CudaStorageSlice::BF16(typed::<half::bf16>(op, q, lq)?),
-        CudaStorageSlice::F16(_) => CudaStorageSlice::F16(typed::<half::f16>(op, q, lq)?),
+        CudaStorageSlice::F32(_) => CudaStorageSlice::F32(typed::<f32>(kvs, scale, q, lq)?),
+        CudaStorageSlice::BF16(_) => {
+            CudaStorageSlice::BF16(typed::<half::bf16>(kvs, scale, q, lq)?)
+        }
+        CudaStorageSlice::F16(_) => CudaStorageSlice::F16(typed::<half::f16>(kvs, scale, q, lq)?),
         _ => bail!("attention_decode_many: f32, bf16 or f16 queries expected"),
     };
     Ok((CudaStorage { slice, device: dev }, lq.shape().clone()))

@@ -9,7 +9,8 @@ use candle_core::cuda_backend::cudarc::driver::{
 use candle_core::cuda_backend::{CudaDType, WrapErr};
 use candle_core::{CudaDevice, Result, WithDType};
 
-use super::{cudnn, func, output};
+use super::cudnn;
+use super::launch::{func, output};
 use crate::cpu::AttnPositions;
 use crate::sdpa_graph::{selfextend_masks, SdpaKey};
 
