@@ -188,12 +188,13 @@ step attention env $KERNEL "$BENCH" gpu attention $ATTN --device "$DEV" --dtype 
 step attention_peer "$PY" bench/gpu_peers.py attention $ATTN --device "$DEV" --dtype "$DT"
 step "decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" \
   --full-attention matmul --device "$DEV" --dtype "$DT"
-# The decoding kernel (attention_decode.cu, keys split into ranges) in place of cuBLAS products.
-step "kernel_decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" \
+# The decoding kernel (attention_decode.cu, keys split into ranges) in place of cuBLAS products,
+# and 16 sequences packed (their rows in one launch): both come with the new kernels' choice.
+step "kernel_decode_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" \
   --steps "$STEPS" --full-attention kernel --device "$DEV" --dtype "$DT"
 step "graph_peer_$SHAPE" "$PY" bench/gpu_peers.py decode-graph --shape "$SHAPE" --contexts "$CONTEXTS" \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
-step "batch16_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
+step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --device "$DEV"

@@ -196,10 +196,11 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     let qs = q.as_cuda_slice::<T>()?.slice(qa..qb);
     let ks = k.as_cuda_slice::<T>()?.slice(ka..kb);
     let vs = v.as_cuda_slice::<T>()?.slice(va..vb);
-    // One decoding row of each sequence at the end of its cache: the decoding kernel (keys
-    // split into ranges, so that a few sequences at long contexts fill the device; this
-    // kernel's layout gives one busy warp of four per block there).
-    let decoding = dims.q_len == 1
+    // One decoding row of each sequence at the end of its cache, with the new GPU kernels
+    // chosen: the decoding kernel (keys split into ranges, so that a few sequences at long
+    // contexts fill the device; this kernel's layout gives one busy warp of four per block).
+    let decoding = crate::attention_kernel() != crate::AttentionKernel::CudaCores
+        && dims.q_len == 1
         && o.pattern == Pattern::Causal
         && pos.q_pos0 + 1 == pos.k_pos0 + dims.kv_len as u64
         && o.q_grouped.is_none()

@@ -394,12 +394,15 @@ fn decoding_many_sequences_in_one_launch_matches_the_cpu_reference() {
     }
 }
 
-/// One decoding row through `attention` on CUDA (the decoding kernel, keys split into ranges):
+/// One decoding row through `attention` on CUDA with the new kernels chosen (the decoding
+/// kernel, keys split into ranges):
 /// a batch of two at a long context, a cache view of larger capacity, and one sequence whose
 /// 5,000 keys are split twenty ways, against the CPU reference.
 #[test]
 fn decoding_rows_split_over_keys_match_the_cpu_reference() {
     let Some(dev) = gpu() else { return };
+    // The decoding kernel serves decoding rows with the new kernels chosen.
+    capstan_kernels::set_attention_kernel(AttentionKernel::TensorCores);
     let on = |t: &Tensor| t.to_device(&dev).unwrap();
     for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
         for (b, h, kvh, len, cap, d) in [(2, 8, 2, 3000, 3100, 128), (1, 32, 8, 5000, 5000, 128)] {
@@ -424,4 +427,5 @@ fn decoding_rows_split_over_keys_match_the_cpu_reference() {
             );
         }
     }
+    capstan_kernels::set_attention_kernel(AttentionKernel::CudaCores);
 }

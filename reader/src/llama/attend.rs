@@ -164,13 +164,16 @@ pub(super) fn attend_many(
 ) -> CResult<Vec<Tensor>> {
     // On CUDA, every sequence's decoding row in one launch (a launch per sequence and layer,
     // several for the products path, cost more than the attention of a decoding row).
+    // With the new GPU kernels chosen (`CAPSTAN_ATTENTION_KERNEL=mma|cudnn`; opt-in until a GPU
+    // run has checked them against the CPU reference).
+    let chosen = capstan_kernels::attention_kernel() != capstan_kernels::AttentionKernel::CudaCores;
     let decoding_on_cuda = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         q.device().is_cuda()
             && q.dim(2).ok() == Some(1)
             && k.dtype() == q.dtype()
             && v.dtype() == q.dtype()
     };
-    if parts.len() > 1 && parts.iter().all(decoding_on_cuda) {
+    if chosen && parts.len() > 1 && parts.iter().all(decoding_on_cuda) {
         let q = Tensor::cat(&parts.iter().map(|(q, _, _)| q).collect::<Vec<_>>(), 0)?;
         let kvs: Vec<_> = parts.into_iter().map(|(_, k, v)| (k, v)).collect();
         let out = capstan_kernels::attention_decode_many(&q, &kvs, None)?;

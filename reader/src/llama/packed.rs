@@ -30,9 +30,10 @@ impl Llama {
     /// of matrix products over more rows. Caches must hold one unpadded row (as
     /// [`Cache::new`] and [`Llama::set_encoder_context`] with one row make them). Sequences
     /// run one by one (still correct, not batched) with a decoder attention pattern other than
-    /// full, or with more than a prefill chunk of new tokens. On CUDA the products run packed
-    /// and attention one sequence after another (`capstan-bench gpu decode --batch 16`
-    /// measures it and checks it against each sequence alone).
+    /// full, or with more than a prefill chunk of new tokens. On CUDA they run packed when
+    /// `CAPSTAN_ATTENTION_KERNEL` chooses the new GPU kernels (decoding rows in one launch;
+    /// `capstan-bench gpu decode --batch 16` measures it and checks it against each sequence
+    /// alone), else one by one.
     pub fn forward_packed(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
         self.on_pool(|| self.forward_packed_here(seqs))
     }
@@ -55,7 +56,11 @@ impl Llama {
                 ));
             }
         }
-        let packable = self.attention == AttentionPattern::Full
+        // On CUDA with the new GPU kernels chosen (their decoding kernel runs every sequence's
+        // row in one launch); opt-in until a GPU run has checked them.
+        let packable = (self.device.is_cpu()
+            || capstan_kernels::attention_kernel() != capstan_kernels::AttentionKernel::CudaCores)
+            && self.attention == AttentionPattern::Full
             && seqs.iter().all(|s| s.tokens.len() <= PREFILL_CHUNK);
         if !packable || seqs.len() == 1 {
             let rows = seqs
