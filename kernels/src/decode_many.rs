@@ -111,19 +111,22 @@ mod tests {
             .map(|((k, v), n)| (k.narrow(2, 0, n).unwrap(), v.narrow(2, 0, n).unwrap()))
             .collect();
         let out = super::attention_decode_many(&q, &kvs, None).unwrap();
+        // Sequence `s`, head `h` of a `(n, heads, 1, dim)` tensor.
+        let row = |t: &Tensor, s: usize, h: usize| -> Vec<f32> {
+            t.get(s)
+                .unwrap()
+                .get(h)
+                .unwrap()
+                .get(0)
+                .unwrap()
+                .to_vec1()
+                .unwrap()
+        };
         assert_eq!(out.dims(), &[lens.len(), h, 1, d]);
         for (s, (k, v)) in kvs.iter().enumerate() {
             for head in 0..h {
                 let kh = head / (h / kvh);
-                let qv: Vec<f32> = q
-                    .get(s)
-                    .unwrap()
-                    .get(head)
-                    .unwrap()
-                    .get(0)
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
+                let qv = row(&q, s, head);
                 let ks: Vec<Vec<f32>> = k.get(0).unwrap().get(kh).unwrap().to_vec2().unwrap();
                 let vs: Vec<Vec<f32>> = v.get(0).unwrap().get(kh).unwrap().to_vec2().unwrap();
                 let scores: Vec<f32> = ks
@@ -135,15 +138,7 @@ mod tests {
                 let m = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                 let e: Vec<f32> = scores.iter().map(|x| (x - m).exp()).collect();
                 let total: f32 = e.iter().sum();
-                let got: Vec<f32> = out
-                    .get(s)
-                    .unwrap()
-                    .get(head)
-                    .unwrap()
-                    .get(0)
-                    .unwrap()
-                    .to_vec1()
-                    .unwrap();
+                let got = row(&out, s, head);
                 for (j, g) in got.iter().enumerate() {
                     let want: f32 = e.iter().zip(&vs).map(|(w, vr)| w * vr[j]).sum::<f32>() / total;
                     assert!(

@@ -330,6 +330,28 @@ impl Builder {
         self.next
     }
 
+    /// The end of a band mask: the scores `x` where `compare(a, b)` holds, -inf elsewhere.
+    fn band(
+        &mut self,
+        compare: Pointwise,
+        (a, b): (i64, i64),
+        x: i64,
+        neg_inf: i64,
+        scores: [i64; 4],
+    ) -> i64 {
+        use DataType::{Boolean, Float};
+        let keep = self.pointwise(compare, Float, a, Some(b), None, Boolean, scores);
+        self.pointwise(
+            Pointwise::BinarySelect,
+            Float,
+            x,
+            Some(neg_inf),
+            Some(keep),
+            Float,
+            scores,
+        )
+    }
+
     /// `y = mode(x[, b[, t]])` into a new virtual tensor of `dtype` and `dims`.
     #[allow(clippy::too_many_arguments)]
     fn pointwise(
@@ -443,24 +465,7 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
             let shift = g.scalar(uid::SHIFT, Int32);
             right = g.pointwise(Pointwise::Add, Int32, row, Some(shift), None, Int32, scores);
         }
-        let keep = g.pointwise(
-            Pointwise::CmpGe,
-            Float,
-            right,
-            Some(col),
-            None,
-            Boolean,
-            scores,
-        );
-        masked = g.pointwise(
-            Pointwise::BinarySelect,
-            Float,
-            s1,
-            Some(neg_inf),
-            Some(keep),
-            Float,
-            scores,
-        );
+        masked = g.band(Pointwise::CmpGe, (right, col), s1, neg_inf, scores);
         if window > 0 {
             // The left bound, a band mask of its own (its index generators and its -inf):
             // key column c kept where c + left > row r.
@@ -469,24 +474,7 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
             let row = index(&mut g, masked, 2);
             let col = index(&mut g, masked, 3);
             let shifted = g.pointwise(Pointwise::Add, Float, col, Some(left), None, Float, scores);
-            let keep = g.pointwise(
-                Pointwise::CmpGt,
-                Float,
-                shifted,
-                Some(row),
-                None,
-                Boolean,
-                scores,
-            );
-            masked = g.pointwise(
-                Pointwise::BinarySelect,
-                Float,
-                masked,
-                Some(neg_inf),
-                Some(keep),
-                Float,
-                scores,
-            );
+            masked = g.band(Pointwise::CmpGt, (shifted, row), masked, neg_inf, scores);
         }
     }
     let max = g.virt(Float, rows);

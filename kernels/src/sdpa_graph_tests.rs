@@ -258,50 +258,31 @@ fn check(
 #[test]
 fn the_graph_computes_what_the_cpu_reference_computes() {
     for (dtype, tol) in [(DataType::Bf16, 2e-2), (DataType::Half, 3e-3)] {
-        // Prefill: queries and keys from the same position (not 0: the mask is relative).
-        check(
-            dtype,
-            (2, 4, 2, 16),
-            (37, 37, 48),
-            Pattern::Causal,
-            (5, 5),
-            tol,
-        );
-        // A prompt chunk after a cache: the queries are the keys' last 19 positions.
-        check(
-            dtype,
-            (1, 4, 1, 16),
-            (19, 40, 64),
-            Pattern::Causal,
-            (21, 0),
-            tol,
-        );
-        // Zebra's local window, square and after a cache (keys trimmed to start late).
-        check(
-            dtype,
-            (2, 4, 2, 16),
-            (37, 37, 48),
-            Pattern::Local { window: 5 },
-            (5, 5),
-            tol,
-        );
-        check(
-            dtype,
-            (1, 4, 2, 16),
-            (19, 30, 64),
-            Pattern::Local { window: 13 },
-            (41, 30),
-            tol,
-        );
-        // CAPE's cross-attention: every key, multi-head.
-        check(
-            dtype,
-            (2, 3, 3, 8),
-            (17, 23, 23),
-            Pattern::Cross,
-            (0, 0),
-            tol,
-        );
+        // (batch, heads, kv heads, width), (queries, keys, capacity), pattern, positions.
+        let cases = [
+            // Prefill: queries and keys from the same position (not 0: the mask is relative).
+            ((2, 4, 2, 16), (37, 37, 48), Pattern::Causal, (5, 5)),
+            // A prompt chunk after a cache: the queries are the keys' last 19 positions.
+            ((1, 4, 1, 16), (19, 40, 64), Pattern::Causal, (21, 0)),
+            // Zebra's local window, square and after a cache (keys trimmed to start late).
+            (
+                (2, 4, 2, 16),
+                (37, 37, 48),
+                Pattern::Local { window: 5 },
+                (5, 5),
+            ),
+            (
+                (1, 4, 2, 16),
+                (19, 30, 64),
+                Pattern::Local { window: 13 },
+                (41, 30),
+            ),
+            // CAPE's cross-attention: every key, multi-head.
+            ((2, 3, 3, 8), (17, 23, 23), Pattern::Cross, (0, 0)),
+        ];
+        for (dims, lens, pattern, positions) in cases {
+            check(dtype, dims, lens, pattern, positions, tol);
+        }
     }
 }
 
