@@ -384,7 +384,7 @@ impl Builder {
 /// (max, subtract, exp, sum, log, add: always emitted, the statistics virtual), and bmm2 on the
 /// probabilities in the input type.
 pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
-    use DataType::{Boolean, Float, Int32};
+    use DataType::{Float, Int32};
     let SdpaKey {
         dtype,
         batch: b,

@@ -163,6 +163,29 @@ fn interpret(
     vals
 }
 
+/// The key of a call with its statistics written out: (batch, heads, kv heads, width),
+/// (queries, keys, capacity), (mask, window).
+fn key_of(
+    dtype: DataType,
+    (b, h, hk, d): (usize, usize, usize, usize),
+    (sq, skv, cap): (usize, usize, usize),
+    (mask, window): (SdpaMask, i64),
+) -> SdpaKey {
+    SdpaKey {
+        dtype,
+        batch: b as i64,
+        heads: h as i64,
+        kv_heads: hk as i64,
+        q_len: sq as i64,
+        kv_len: skv as i64,
+        kv_stride: cap as i64,
+        dim: d as i64,
+        mask,
+        window,
+        stats: true,
+    }
+}
+
 /// A case: the graph against `attention` on the CPU, queries packed, keys and values inside a
 /// cache buffer of `cap` rows a head.
 #[allow(clippy::too_many_arguments)]
@@ -175,19 +198,12 @@ fn check(
     tol: f32,
 ) {
     let mask = sdpa_mask(&pattern, q_pos0, k_pos0, sq, skv, d, false).expect("eligible");
-    let key = SdpaKey {
+    let key = key_of(
         dtype,
-        batch: b as i64,
-        heads: h as i64,
-        kv_heads: hk as i64,
-        q_len: sq as i64,
-        kv_len: skv as i64,
-        kv_stride: cap as i64,
-        dim: d as i64,
-        mask,
-        window: sdpa_window(&pattern),
-        stats: true,
-    };
+        (b, h, hk, d),
+        (sq, skv, cap),
+        (mask, sdpa_window(&pattern)),
+    );
     let graph = sdpa_graph(&key);
     let dev = Device::Cpu;
     // Inputs already in the I/O type, as they reach cuDNN.
@@ -431,19 +447,7 @@ fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
             let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
             let scale = 1.0 / (d as f32).sqrt();
             let run = |mask, window, q: &Tensor, k: &Tensor| {
-                let key = SdpaKey {
-                    dtype,
-                    batch: b as i64,
-                    heads: h as i64,
-                    kv_heads: hk as i64,
-                    q_len: sq as i64,
-                    kv_len: skv as i64,
-                    kv_stride: cap as i64,
-                    dim: d as i64,
-                    mask,
-                    window,
-                    stats: true,
-                };
+                let key = key_of(dtype, (b, h, hk, d), (sq, skv, cap), (mask, window));
                 let graph = sdpa_graph(&key);
                 let inputs =
                     HashMap::from([(uid::Q, flat(q)), (uid::KT, flat(k)), (uid::V, flat(&vbuf))]);
