@@ -6,10 +6,22 @@
 # (scripts/setup-cuda.sh; a first build of candle's kernels takes ~30 min on 2 cores) and a
 # cuDNN 9 library: $CAPSTAN_CUDNN_LIB, else the nvidia-cudnn wheel of this Python (PyTorch's).
 #
-#   kernels/scripts/cudnn-check.sh
+#   kernels/scripts/cudnn-check.sh                     # this Python's cuDNN (or $CAPSTAN_CUDNN_LIB)
+#   kernels/scripts/cudnn-check.sh --version 9.19.0.56 # the GPU machines' cuDNN, fetched from PyPI
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/env.sh
+if [ "${1:-}" = "--version" ]; then
+  # The nvidia-cudnn-cu13 wheel of that version, unpacked once under $CAPSTAN_HOME (~360 MB).
+  dir="$CAPSTAN_HOME/cudnn-$2"
+  if [ ! -f "$dir/x/nvidia/cudnn/lib/libcudnn.so.9" ]; then
+    mkdir -p "$dir"
+    python3 -m pip download --quiet --no-deps "nvidia-cudnn-cu13==$2" -d "$dir"
+    python3 -m zipfile -e "$dir"/nvidia_cudnn_cu13-"$2"-*.whl "$dir/x"
+  fi
+  export CAPSTAN_CUDNN_LIB="$dir/x/nvidia/cudnn/lib/libcudnn.so.9"
+  export CAPSTAN_CUDNN_INCLUDE="$dir/x/nvidia/cudnn/include"
+fi
 # shellcheck disable=SC1090
 source <(scripts/setup-cuda.sh --env)
 export CARGO_TARGET_DIR="$CAPSTAN_HOME/target-cuda"
