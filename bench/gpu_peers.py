@@ -190,18 +190,22 @@ def decode_graph(args):
                 tok.copy_(logits.argmax(-1).view(b, 1))
                 pos.add_(1)
 
-            run = step
+            run, graph, captured, why = step, None, False, None
             if cuda:
-                side = torch.cuda.Stream()
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
-                    for _ in range(3):
+                try:
+                    side = torch.cuda.Stream()
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        for _ in range(3):
+                            step()
+                    torch.cuda.current_stream().wait_stream(side)
+                    graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(graph):
                         step()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
-                    step()
-                run = graph.replay
+                    run, captured = graph.replay, True
+                except Exception as e:  # noqa: BLE001 - reported, and the step runs eagerly
+                    why = f"{type(e).__name__}: {e}"[:300]
+                    torch.cuda.synchronize()
             pos.fill_(ctx)
             for _ in range(3):
                 run()
@@ -215,10 +219,10 @@ def decode_graph(args):
             seconds = time.perf_counter() - start
             rows[context_key(ctx)] = {"context": ctx, "steps": args.steps, "batch": b,
                                       "tokens_per_s": b * args.steps / seconds,
-                                      "steps_per_s": args.steps / seconds}
-            del kc, vc
+                                      "steps_per_s": args.steps / seconds,
+                                      "cuda_graph": captured, "capture_error": why}
+            del kc, vc, graph
             if cuda:
-                del graph
                 torch.cuda.empty_cache()
     return {"peer": "torch, CUDA graph" if cuda else "torch, eager", "shape": args.shape,
             "dtype": args.dtype, "device": str(device), "batch": b, "contexts": rows}
@@ -318,6 +322,23 @@ def scca_range(h, heads, i, chunk):
     return lo, hi
 
 
+def timed_call(call, device):
+    """Seconds a call, after a warm-up (compilation): about a second of calls, 1 to 20."""
+    with torch.inference_mode():
+        call()
+        sync(device)
+        start = time.perf_counter()
+        call()
+        sync(device)
+        first = time.perf_counter() - start
+        reps = max(1, min(20, int(1.0 / max(first, 1e-9))))
+        start = time.perf_counter()
+        for _ in range(reps):
+            call()
+        sync(device)
+        return (time.perf_counter() - start) / reps, reps
+
+
 def attention(args):
     import torch.nn.functional as F
     from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
@@ -377,19 +398,15 @@ def attention(args):
             # pairs Capstan's rules count (the same work on both sides).
             dense = create_mask(masks[name], 1, heads, s, s, device=device)
             assert int(dense.sum()) == pairs, (name, int(dense.sum()), pairs)
-        with torch.inference_mode():
-            call()  # warm-up (compilation)
-            sync(device)
-            start = time.perf_counter()
-            call()
-            sync(device)
-            first = time.perf_counter() - start
-            reps = max(1, min(20, int(1.0 / max(first, 1e-9))))
-            start = time.perf_counter()
-            for _ in range(reps):
-                call()
-            sync(device)
-            per_call = (time.perf_counter() - start) / reps
+        try:
+            per_call, reps = timed_call(call, device)
+        except Exception as e:  # noqa: BLE001 - one case's failure (compilation, memory) is
+            # recorded and the other cases still run.
+            rows[f"{name}_{context_key(s)}"] = {"pattern": name, "context": s,
+                                                "error": f"{type(e).__name__}: {e}"[:300]}
+            if cuda:
+                torch.cuda.empty_cache()
+            continue
         rows[f"{name}_{context_key(s)}"] = {
             "pattern": name, "context": s, "queries": queries, "kv_heads": kvh,
             "visible_pairs": pairs, "seconds": per_call, "reps": reps,

@@ -83,7 +83,9 @@ def vs_pytorch(raw, res):
                 ours.get("tensor_core_attention") and "TensorCores" or (ours and "CudaCores") or None),
             "cudnn_version": ours.get("cudnn_version"),
             "cases_on_cudnn": sorted(k for k, c in ours.get("cases", {}).items() if c.get("on_cudnn")),
-            "cudnn_refusals": ours.get("cudnn_refusals", [])}
+            "cudnn_refusals": ours.get("cudnn_refusals", []),
+            "peer_errors": {k: c["error"] for k, c in peer.get("cases", {}).items() if "error" in c},
+            "peer_decode_cuda_graph": all(r.get("cuda_graph", True) for r in graph.values()) if graph else None}
 
 
 def issue39_goals(v):
