@@ -46,6 +46,9 @@ def vs_pytorch(raw, res):
     prefill and decoding tokens/s; batch16_decode (16 sequences over one) and cape_128k (CAPE
     over full context) are Capstan alone; smollm2_tokens_per_s is not a ratio."""
     ours, peer = load(raw, "attention") or {}, load(raw, "attention_peer") or {}
+    # The 128K case runs as steps of its own: its rows join the others.
+    for name, into in (("attention_long", ours), ("attention_long_peer", peer)):
+        into.setdefault("cases", {}).update((load(raw, name) or {}).get("cases", {}))
     attention = {}
     for key in sorted(set(ours.get("cases", {})) | set(peer.get("cases", {})),
                       key=lambda k: (k.split("_")[0] != "causal", k.split("_")[0], tokens(k.split("_")[-1]))):

@@ -82,6 +82,7 @@ if [ "$CPU" = 1 ]; then
   CAPE_FULL_MAX=4096
   ATTN="--cases causal:256,causal:1024,zebra:1024,scca:1024,selfextend:1024,cross:1024 --heads 4"
   ATTN="$ATTN --kv-heads 2 --dim 32 --window 64 --chunk 256 --neighbor 64 --cross-queries 128"
+  ATTN_LONG="--cases causal:2048 --heads 4 --kv-heads 2 --dim 32"
   SHAPE=llama3-tiny BATCH_CONTEXTS=64,1024
   ENC_N=200 TIMEOUT=900 BUDGET=${CAPSTAN_GPU_CHECK_SECONDS:-1800}
   [ -x "${PYTHON:-}" ] || PY="$CAPSTAN_HOME/bench-venv/bin/python3"
@@ -106,7 +107,8 @@ else
   # Issue 39's cases: the defaults of both sides (causal at 8K, 32K and 128K; Zebra window 512,
   # SCCA_fixed chunks 2,048, SelfExtend neighbours 512 and cross-attention of 4,096 queries,
   # at 32K; 32 query heads, 8 KV heads, head dim 128).
-  ATTN=""
+  ATTN="--cases causal:8192,causal:32768,zebra:32768,scca:32768,selfextend:32768,cross:32768"
+  ATTN_LONG="--cases causal:131072"
   SHAPE=llama3-8b BATCH_CONTEXTS=1024
   ENC_N=5000 TIMEOUT=180
   # The CUDA 13 libraries (cuBLAS, cuRAND, NVRTC, runtime) of the machine's PyTorch wheels and
@@ -186,6 +188,11 @@ step parity "$BENCH" gpu parity --fixtures reader/tests/fixtures --device "$DEV"
 step attention env $KERNEL "$BENCH" gpu attention $ATTN --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step attention_peer "$PY" bench/gpu_peers.py attention $ATTN --device "$DEV" --dtype "$DT"
+# Causal attention at 128K, a step of its own: a slow kernel there must not cost the others.
+# shellcheck disable=SC2086
+step attention_long env $KERNEL "$BENCH" gpu attention $ATTN_LONG --device "$DEV" --dtype "$DT"
+# shellcheck disable=SC2086
+step attention_long_peer "$PY" bench/gpu_peers.py attention $ATTN_LONG --device "$DEV" --dtype "$DT"
 step "decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" \
   --full-attention matmul --device "$DEV" --dtype "$DT"
 # The decoding kernel (attention_decode.cu, keys split into ranges) in place of cuBLAS products,
