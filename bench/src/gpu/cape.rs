@@ -98,17 +98,30 @@ pub fn run(
         let (context_bytes, cape_s, cape_extra, cape_plans) =
             measured(device, || cape_pass(&model, &chunks, &decoder))?;
         let cape_bytes = cape_extra.map(|b| b + cape_weights);
+        // Full context's keys and values alone: a lower bound of its memory, reported where it
+        // is not run (past --full-max) or does not fit the device.
+        let lower_bound = Some(full_weights + kv_bytes(&plain, total, dtype));
         let (full_s, full_bytes, full_note, full_plans) = if total <= full_max {
             let all = Tensor::new(ids(total).as_slice(), device)?.unsqueeze(0)?;
-            let ((), s, extra, plans) = measured(device, || full_pass(&model, &all))?;
-            (Some(s), extra.map(|b| b + full_weights), "measured", plans)
+            match measured(device, || full_pass(&model, &all)) {
+                Ok(((), s, extra, plans)) => (
+                    Some(s),
+                    extra.map(|b| b + full_weights),
+                    "measured".to_string(),
+                    plans,
+                ),
+                Err(e) => (
+                    None,
+                    lower_bound,
+                    format!("lower bound: weights + KV cache; the pass failed: {e}"),
+                    0.0,
+                ),
+            }
         } else {
-            // Not run (past --full-max: it would not fit, or not in the time): its keys and
-            // values alone, a lower bound of its memory.
             (
                 None,
-                Some(full_weights + kv_bytes(&plain, total, dtype)),
-                "lower bound: weights + KV cache, not run",
+                lower_bound,
+                "lower bound: weights + KV cache, not run".to_string(),
                 0.0,
             )
         };
