@@ -38,6 +38,14 @@ fn each(d: [usize; 4]) -> impl Iterator<Item = [usize; 4]> {
     })
 }
 
+/// The largest absolute difference of two equally long outputs.
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
 /// Rounds to the tensor's element type, as the engine stores it.
 fn round(dt: DataType, x: f32) -> f32 {
     match dt {
@@ -233,12 +241,7 @@ fn check(
         vbuf.narrow(2, 0, skv).unwrap(),
     );
     let want = flat(&attention(&q, &k, &v, opts).unwrap());
-    let worst = got
-        .data
-        .iter()
-        .zip(&want)
-        .map(|(a, b)| (a - b).abs())
-        .fold(0f32, f32::max);
+    let worst = max_diff(&got.data, &want);
     assert!(
         worst <= tol,
         "{mask:?} {dtype:?}: max |O - reference| {worst} > {tol}"
@@ -476,11 +479,7 @@ fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
             opts.q_grouped = Some(qg.clone());
             opts.k_grouped = Some(view(&kgbuf));
             let want = flat(&attention(&q, &view(&kbuf), &view(&vbuf), opts).unwrap());
-            let worst = got
-                .iter()
-                .zip(&want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let worst = max_diff(&got, &want);
             assert!(
                 worst <= tol,
                 "SelfExtend {dtype:?} {:?}: {worst}",
