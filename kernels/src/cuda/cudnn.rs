@@ -695,6 +695,51 @@ mod tests {
         keys
     }
 
+    /// The shapes scripts/gpu-check.sh will send to cuDNN (batch 1, bf16): the attention cases
+    /// (Llama-3-8B's 32/8 heads; cross-attention 32/32), the model's prefill, CAPE's full-context
+    /// chunks of 4,096 after a cache up to 128K, CAPE's decoder (Llama-2's 32/32 heads) and its
+    /// cross-attention over the encoder's states.
+    fn check_keys() -> Vec<SdpaKey> {
+        let key = |(heads, kv_heads), (q_len, kv_len, kv_stride), mask, window, stats| SdpaKey {
+            dtype: DataType::Bf16,
+            batch: 1,
+            heads,
+            kv_heads,
+            q_len,
+            kv_len,
+            kv_stride,
+            dim: 128,
+            mask,
+            window,
+            stats,
+        };
+        let mut keys = Vec::new();
+        for n in [8192, 32768, 131072] {
+            keys.push(key((32, 8), (n, n, n), SdpaMask::Causal, 0, false));
+        }
+        let n = 32768;
+        keys.push(key((32, 8), (n, n, n), SdpaMask::Causal, 512, false));
+        keys.push(key((32, 8), (n, n, n), SdpaMask::Causal, 512, true));
+        let far = SdpaMask::CausalShifted { shift: -512 };
+        keys.push(key((32, 8), (n, n, n), far, 0, true));
+        keys.push(key((32, 32), (4096, n, n), SdpaMask::None, 0, false));
+        for kv in [8192, 65536, 131072] {
+            let chunk = SdpaMask::CausalBottomRight;
+            keys.push(key((32, 32), (4096, kv, 131072 + 4096), chunk, 0, false));
+        }
+        keys.push(key(
+            (32, 32),
+            (4096, 4096, 4096),
+            SdpaMask::Causal,
+            0,
+            false,
+        ));
+        for enc in [28672, 126976] {
+            keys.push(key((32, 32), (4096, enc, enc), SdpaMask::None, 0, false));
+        }
+        keys
+    }
+
     /// cuDNN, or a note and `None` (a failure under `CAPSTAN_REQUIRE_CUDNN`).
     fn loaded() -> Option<&'static Api> {
         match api() {
@@ -732,7 +777,8 @@ mod tests {
         r#""deviceName": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85017755648}"#
     );
 
-    /// cuDNN's fused-attention engines take every graph for an H100, without the H100: with
+    /// cuDNN's fused-attention engines take every graph for an H100 (and every shape the GPU
+    /// check will send), without the H100: with
     /// the device described by its properties, heuristics mode A (what PyTorch uses) proposes
     /// engines for each graph, and an execution plan of one of them compiles (NVRTC) for
     /// sm_90. Here the plan stops where the compiled kernel is loaded into the driver, which
@@ -752,7 +798,7 @@ mod tests {
             .set(DEVICEPROP_JSON_REPRESENTATION, TYPE_CHAR, H100.as_bytes())
             .unwrap();
         let device = device.finalize("device properties").unwrap();
-        for key in keys() {
+        for key in keys().into_iter().chain(check_keys()) {
             let g = operation_graph(api, &key, None).unwrap_or_else(|e| panic!("{key:?}: {e}"));
             let heur = Desc::new(api, ENGINEHEUR_DESCRIPTOR).unwrap();
             heur.set_desc(ENGINEHEUR_OPERATION_GRAPH, &g.og).unwrap();
