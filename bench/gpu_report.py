@@ -40,6 +40,27 @@ def ratio(x, y):
     return x / y if isinstance(x, (int, float)) and isinstance(y, (int, float)) and y else None
 
 
+def merged_model_rows(raw, prefixes):
+    """The `model` rows of every `PREFIX<context>.json` step, later prefixes over earlier ones
+    (the model's prefill runs one length per step; the peer's step has no `model` rows)."""
+    rows = {}
+    for prefix in prefixes:
+        for p in sorted(glob.glob(os.path.join(raw, prefix + "*.json"))):
+            rows.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
+    return rows
+
+
+def llama3_rows(raw, step):
+    """A step's rows by context, of the Llama-3-8B shape (the GPU) or its tiny one (the CPU)."""
+    return (load(raw, f"{step}_llama3-8b") or load(raw, f"{step}_llama3-tiny") or {}).get("contexts", {})
+
+
+def ratios(ours, peer, field="tokens_per_s"):
+    """Capstan's `field` over the peer's, for every context either has."""
+    return {k: ratio(ours.get(k, {}).get(field), peer.get(k, {}).get(field))
+            for k in sorted(set(ours) | set(peer), key=tokens)}
+
+
 def vs_pytorch(raw, res):
     """Capstan's figures over the PyTorch peers' from the same run (issue 39), each value
     Capstan / peer: attention seconds of the peer over Capstan's (the same useful FLOPs), model
@@ -57,22 +78,12 @@ def vs_pytorch(raw, res):
         if o.get("visible_pairs") != p.get("visible_pairs"):
             attention[key] = None  # not the same work (or one side missing): no ratio
     # The model's prefill: the tensor-core runs when the check made them (the candidate default).
-    cap_prefill = {}
-    for prefix in ("prefill_model_", "mma_prefill_model_", "tc_prefill_model_"):
-        for p in sorted(glob.glob(os.path.join(raw, prefix + "*.json"))):
-            cap_prefill.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
-    prefill_peer = (load(raw, "prefill_model_peer") or {}).get("contexts", {})
-    prefill = {k: ratio(cap_prefill.get(k, {}).get("tokens_per_s"),
-                        prefill_peer.get(k, {}).get("tokens_per_s"))
-               for k in sorted(set(cap_prefill) | set(prefill_peer), key=tokens)}
-    dec = (load(raw, "decode_llama3-8b") or load(raw, "decode_llama3-tiny") or {}).get("contexts", {})
-    graph = (load(raw, "graph_peer_llama3-8b") or load(raw, "graph_peer_llama3-tiny") or {}).get("contexts", {})
-    decode = {k: ratio(dec.get(k, {}).get("tokens_per_s"), graph.get(k, {}).get("tokens_per_s"))
-              for k in sorted(set(dec) | set(graph), key=tokens)}
-    kdec = (load(raw, "kernel_decode_llama3-8b") or load(raw, "kernel_decode_llama3-tiny") or {}).get("contexts", {})
-    decode_kernel = {k: ratio(kdec.get(k, {}).get("tokens_per_s"), graph.get(k, {}).get("tokens_per_s"))
-                     for k in sorted(set(kdec) | set(graph), key=tokens)}
-    b16 = (load(raw, "batch16_llama3-8b") or load(raw, "batch16_llama3-tiny") or {}).get("contexts", {})
+    cap_prefill = merged_model_rows(raw, ("prefill_model_", "mma_prefill_model_", "tc_prefill_model_"))
+    prefill = ratios(cap_prefill, (load(raw, "prefill_model_peer") or {}).get("contexts", {}))
+    dec, graph = llama3_rows(raw, "decode"), llama3_rows(raw, "graph_peer")
+    decode = ratios(dec, graph)
+    decode_kernel = ratios(llama3_rows(raw, "kernel_decode"), graph)
+    b16 = llama3_rows(raw, "batch16")
     cape = res.get("cape", {}).get("128k", {})
     gguf = res.get("gguf") or {}
     return {"attention": attention, "prefill": prefill, "decode": decode,
@@ -168,10 +179,8 @@ def main():
         model_rows.update(part.get("model", {}))
         model_shape = part.get("model_shape") or model_shape
     # The tensor-core kernel's runs (CAPSTAN_ATTENTION_KERNEL=mma), when the check ran them.
-    mma, mma_model = load(raw, "mma_prefill") or {}, {}
-    for p in sorted(glob.glob(os.path.join(raw, "mma_prefill_model_*.json"))
-                    + glob.glob(os.path.join(raw, "tc_prefill_model_*.json"))):
-        mma_model.update((load(raw, os.path.basename(p)[:-5]) or {}).get("model", {}))
+    mma = load(raw, "mma_prefill") or {}
+    mma_model = merged_model_rows(raw, ("mma_prefill_model_", "tc_prefill_model_"))
     res["prefill"] = {}
     for key in sorted(set(pre.get("kernel", {})) | set(model_rows), key=tokens):
         r = pre.get("kernel", {}).get(key, {"attention_tflops": None})
