@@ -457,9 +457,11 @@ impl Stack {
                     (0..cfg.num_hidden_layers)
                         .into_par_iter()
                         .map(layer)
-                        .collect::<CResult<Vec<_>>>()
+                        .collect::<Vec<_>>()
                 });
-                (embed?, layers?)
+                // The first layer's error in layer order, as the sequential load reports it
+                // (a parallel collect would report whichever failed first in time).
+                (embed?, layers.into_iter().collect::<CResult<Vec<_>>>()?)
             } else {
                 let layers = (0..cfg.num_hidden_layers)
                     .map(layer)
