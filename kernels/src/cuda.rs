@@ -199,7 +199,7 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     // One decoding row of each sequence at the end of its cache, with the new GPU kernels
     // chosen: the decoding kernel (keys split into ranges, so that a few sequences at long
     // contexts fill the device; this kernel's layout gives one busy warp of four per block).
-    let decoding = crate::attention_kernel() != crate::AttentionKernel::CudaCores
+    let decoding = crate::tensor_core_attention()
         && dims.q_len == 1
         && o.pattern == Pattern::Causal
         && pos.q_pos0 + 1 == pos.k_pos0 + dims.kv_len as u64
@@ -303,7 +303,7 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
     if let (Some((_, ga, _)), Some((_, kga, _))) = (&qg, &kg) {
         if let Some(base) = cudnn_base_key(q, &dims, &[qa, ka, va, *ga, *kga]) {
             let passes = (&qs, &ks, &vs, &qg_s, &kg_s);
-            if selfextend::on_cudnn(dev, base, o, &pos, passes, &mut out)? {
+            if selfextend::on_cudnn(dev, base, o, &pos, passes, &mut out, suffix(q)?)? {
                 return Ok(out);
             }
         }

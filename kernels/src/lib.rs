@@ -56,9 +56,9 @@ pub enum AttentionKernel {
     TensorCores,
     /// cuDNN's fused attention (loaded at run time) where its graph expresses the call: plain
     /// causal, causal with the queries at the keys' tail, either with Zebra's local window,
-    /// cross-attention without padding, in
-    /// bf16 or f16 with a head width up to 128 ([`cudnn_version`] says whether it loads);
-    /// tensor cores, then CUDA cores, for the rest.
+    /// SelfExtend (two passes merged), cross-attention without padding, in bf16 or f16 with a
+    /// head width up to 128 ([`cudnn_version`] says whether it loads); tensor cores, then CUDA
+    /// cores, for the rest.
     Cudnn,
 }
 
@@ -91,7 +91,10 @@ pub fn set_attention_kernel(kernel: AttentionKernel) {
     ATTENTION_KERNEL.store(code, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether CUDA prefill attention runs on tensor cores (its own kernel or cuDNN's).
+/// Whether one of the new GPU kernels is chosen (tensor cores or cuDNN, opt-in until a GPU run
+/// has checked them): CUDA prefill attention then runs on tensor cores (Capstan's kernel or
+/// cuDNN's), and decoding rows on the decoding kernel, every sequence of a packed step in one
+/// launch.
 pub fn tensor_core_attention() -> bool {
     attention_kernel() != AttentionKernel::CudaCores
 }

@@ -83,9 +83,9 @@ pub fn run(
     }))
 }
 
-/// One greedy step of every sequence together (the packed step of continuous batching):
-/// each sequence's next token.
-fn step_packed(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::Result<Vec<u32>> {
+/// Every sequence's logits after its one new token, together (the packed step of continuous
+/// batching): `(n, vocab)`.
+fn packed_logits(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::Result<Tensor> {
     let mut seqs: Vec<PackedInput<'_>> = caches
         .iter_mut()
         .zip(tokens)
@@ -94,7 +94,12 @@ fn step_packed(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::R
             cache,
         })
         .collect();
-    let logits = model.forward_packed(&mut seqs)?;
+    Ok(model.forward_packed(&mut seqs)?)
+}
+
+/// One greedy packed step: each sequence's next token.
+fn step_packed(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::Result<Vec<u32>> {
+    let logits = packed_logits(model, caches, tokens)?;
     Ok(logits.argmax(D::Minus1)?.to_vec1::<u32>()?)
 }
 
@@ -120,17 +125,7 @@ pub fn run_batched(
         // Parity: the caches' clones share their buffers, and both passes write the same
         // position, each reading back what it wrote before the other writes.
         let mut alone_caches = caches.clone();
-        let packed = {
-            let mut seqs: Vec<PackedInput<'_>> = caches
-                .iter_mut()
-                .zip(&tokens)
-                .map(|(cache, t)| PackedInput {
-                    tokens: std::slice::from_ref(t),
-                    cache,
-                })
-                .collect();
-            model.forward_packed(&mut seqs)?
-        };
+        let packed = packed_logits(&model, &mut caches, &tokens)?;
         let mut worst = 0f32;
         for (i, cache) in alone_caches.iter_mut().enumerate() {
             let x = Tensor::new(&[[tokens[i]]], device)?;

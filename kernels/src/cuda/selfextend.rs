@@ -24,7 +24,8 @@ type Passes<'a, 'b, T> = (
 );
 
 /// Runs SelfExtend on cuDNN into `out` when the call is one its two passes express and cuDNN
-/// has plans for both (asked before either runs); `Ok(false)` otherwise.
+/// has plans for both (asked before either runs); `Ok(false)` otherwise. `suffix`: the merge
+/// entry point's type suffix (`launch::suffix`).
 pub(super) fn on_cudnn<T: CudaDType + DeviceRepr + WithDType>(
     dev: &CudaDevice,
     base: SdpaKey,
@@ -32,6 +33,7 @@ pub(super) fn on_cudnn<T: CudaDType + DeviceRepr + WithDType>(
     pos: &AttnPositions,
     (q, k, v, qg, kg): Passes<'_, '_, T>,
     out: &mut CudaSlice<T>,
+    suffix: &str,
 ) -> Result<bool> {
     let Some((near, window, far)) = selfextend_masks(
         &o.pattern,
@@ -68,13 +70,6 @@ pub(super) fn on_cudnn<T: CudaDType + DeviceRepr + WithDType>(
     if !ran {
         candle_core::bail!("cuDNN SelfExtend: a pass with a plan did not run")
     }
-    let suffix = if T::DTYPE == candle_core::DType::BF16 {
-        "bf16"
-    } else if T::DTYPE == candle_core::DType::F16 {
-        "f16"
-    } else {
-        "f32"
-    };
     let f = func(
         dev,
         "attention_merge",

@@ -162,11 +162,10 @@ pub(super) fn attend_many(
     parts: Vec<(Tensor, Tensor, Tensor)>,
     n_rep: usize,
 ) -> CResult<Vec<Tensor>> {
-    // On CUDA, every sequence's decoding row in one launch (a launch per sequence and layer,
-    // several for the products path, cost more than the attention of a decoding row).
-    // With the new GPU kernels chosen (`CAPSTAN_ATTENTION_KERNEL=mma|cudnn`; opt-in until a GPU
-    // run has checked them against the CPU reference).
-    let chosen = capstan_kernels::attention_kernel() != capstan_kernels::AttentionKernel::CudaCores;
+    // On CUDA with the new GPU kernels chosen (`CAPSTAN_ATTENTION_KERNEL=mma|cudnn`), every
+    // sequence's decoding row in one launch (a launch per sequence and layer, several for the
+    // products path, cost more than the attention of a decoding row).
+    let chosen = capstan_kernels::tensor_core_attention();
     let decoding_on_cuda = |(q, k, v): &(Tensor, Tensor, Tensor)| {
         q.device().is_cuda()
             && q.dim(2).ok() == Some(1)

@@ -58,8 +58,7 @@ impl Llama {
         }
         // On CUDA with the new GPU kernels chosen (their decoding kernel runs every sequence's
         // row in one launch); opt-in until a GPU run has checked them.
-        let packable = (self.device.is_cpu()
-            || capstan_kernels::attention_kernel() != capstan_kernels::AttentionKernel::CudaCores)
+        let packable = (self.device.is_cpu() || capstan_kernels::tensor_core_attention())
             && self.attention == AttentionPattern::Full
             && seqs.iter().all(|s| s.tokens.len() <= PREFILL_CHUNK);
         if !packable || seqs.len() == 1 {
