@@ -9,28 +9,25 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::decode::context_key;
-use super::device::{describe, timed, MemoryPeak};
+use super::device::{describe, timed_without_plans, MemoryPeak};
 use super::shapes::{kv_bytes, model_bytes, random_model};
 
 /// Prompt chunks of the plain-context pass (as the generator's chunked prefill).
 const FULL_CHUNK: usize = 4096;
 
-/// Seconds of one pass, the bytes it used beyond what was in use before (`None` on the CPU),
-/// and the seconds of it spent building cuDNN plans for shapes seen for the first time, which
-/// the first seconds leave out: a server builds a shape's plan once, for every later request.
+/// Seconds of one pass without cuDNN plan building ([`timed_without_plans`]), the bytes it
+/// used beyond what was in use before (`None` on the CPU), and the plan seconds.
 fn measured<T>(
     device: &Device,
     f: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, f64, Option<usize>, f64)> {
     let peak = MemoryPeak::start(device)?;
-    let plans = capstan_kernels::cudnn_stats().plan_seconds;
-    let (out, seconds) = timed(device, f)?;
-    let plans = capstan_kernels::cudnn_stats().plan_seconds - plans;
+    let (out, seconds, plans) = timed_without_plans(device, f)?;
     let extra = peak.map(|p| {
         let base = p.baseline();
         p.finish().saturating_sub(base)
     });
-    Ok((out, seconds - plans, extra, plans))
+    Ok((out, seconds, extra, plans))
 }
 
 /// One CAPE pass: the bytes its encoder context held (cross-attention keys and values cached,

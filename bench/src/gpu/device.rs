@@ -52,6 +52,19 @@ pub fn timed<T>(
     Ok((out, start.elapsed().as_secs_f64()))
 }
 
+/// [`timed`], less the seconds spent meanwhile building cuDNN plans for shapes seen for the
+/// first time (a server builds a shape's plan once, for every later request), and those
+/// seconds: `(out, seconds without plans, plan seconds)`.
+pub fn timed_without_plans<T>(
+    device: &Device,
+    f: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<(T, f64, f64)> {
+    let before = capstan_kernels::cudnn_stats().plan_seconds;
+    let (out, seconds) = timed(device, f)?;
+    let plans = capstan_kernels::cudnn_stats().plan_seconds - before;
+    Ok((out, seconds - plans, plans))
+}
+
 /// Device-to-device copy bandwidth in bytes/s, counting bytes read and written (the way the
 /// device tool's notes and gpt-fast's roofline count it): the best of 5 copies of `bytes`.
 pub fn copy_bandwidth(device: &Device, bytes: usize) -> anyhow::Result<f64> {

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::decode::context_key;
-use super::device::{describe, timed};
+use super::device::{describe, timed, timed_without_plans};
 use super::shapes::random_model;
 
 /// Causal attention FLOPs at `s` positions (both products, the causal half).
@@ -66,14 +66,11 @@ pub fn run(
             for (path, kernel) in [("kernel", true), ("matmul", false)] {
                 model.set_full_attention_kernel(kernel);
                 model.forward_last(&warm, None, &mut Cache::new(&model))?;
-                let plans = capstan_kernels::cudnn_stats().plan_seconds;
-                let (_, seconds) = timed(device, || {
+                // cuDNN's plans for new shapes reported, and left out of the throughput.
+                let (_, seconds, plans) = timed_without_plans(device, || {
                     Ok(model.forward_last(&x, None, &mut Cache::new(&model))?)
                 })?;
-                // cuDNN plans built for shapes seen for the first time: a server builds them
-                // once; reported, and left out of the throughput.
-                let plans = capstan_kernels::cudnn_stats().plan_seconds - plans;
-                row[format!("{path}_tokens_per_s")] = json!(s as f64 / (seconds - plans));
+                row[format!("{path}_tokens_per_s")] = json!(s as f64 / seconds);
                 row[format!("{path}_cudnn_plan_seconds")] = json!(plans);
             }
             row["tokens_per_s"] = row["kernel_tokens_per_s"].clone();
