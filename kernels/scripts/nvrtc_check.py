@@ -31,12 +31,22 @@ SOURCES = {
         "capstan_attention_merge_f16",
     ],
     "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
+    "decode_step.cu": [
+        f"capstan_step_{k}_{w}_{t}" if k == "gemv" else f"capstan_step_{k}_{w}"
+        for w in ("f32", "bf16", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4k", "q6k")
+        for k, ts in (("gemv", ("f32", "bf16", "f16")), ("embed", (None,)))
+        for t in ts
+    ]
+    + [f"capstan_step_{k}_{t}" for k in ("rmsnorm", "rope_append", "swiglu") for t in ("f32", "bf16", "f16")],
     "rmsnorm.cu": [
         "capstan_rms_norm_residual_f32",
         "capstan_rms_norm_residual_bf16",
         "capstan_rms_norm_residual_f16",
     ],
 }
+
+# Headers after common.cuh, as the concat! of kernels/src/lib.rs (SOURCES) puts them.
+HEADERS = {"decode_step.cu": ["ggml_units.cuh"]}
 
 
 def find_nvrtc():
@@ -75,7 +85,8 @@ def main():
     failed = False
     for name, entries in SOURCES.items():
         # The attention kernels take their patterns' rules from a shared header.
-        rules = open(os.path.join(SRC, "attention_rules.cuh")).read() if name.startswith("attention") else ""
+        headers = HEADERS.get(name, ["attention_rules.cuh"] if name.startswith("attention") else [])
+        rules = "".join(open(os.path.join(SRC, h)).read() for h in headers)
         src = (common + rules + open(os.path.join(SRC, name)).read()).encode()
         prog = ctypes.c_void_p()
         rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None)

@@ -13,6 +13,7 @@ pub(crate) mod cudnn;
 pub(crate) mod decode_many;
 mod launch;
 mod selfextend;
+pub(crate) mod step;
 
 use launch::{cuda_of, func, offsets, output, suffix};
 

@@ -36,6 +36,7 @@ mod pattern;
 mod qmatmul_op;
 #[cfg(any(feature = "cuda", test))]
 mod sdpa_graph;
+pub mod step;
 
 pub use decode_many::attention_decode_many;
 pub use op_params::AttentionOptions;
@@ -145,7 +146,7 @@ pub type Result<T> = candle_core::Result<T>;
 
 /// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
 /// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
-pub const SOURCES: [(&str, &str); 6] = [
+pub const SOURCES: [(&str, &str); 7] = [
     (
         "attention",
         concat!(
@@ -194,6 +195,16 @@ pub const SOURCES: [(&str, &str); 6] = [
         concat!(
             include_str!("cuda/common.cuh"),
             include_str!("cuda/rmsnorm.cu")
+        ),
+    ),
+    // One decoding step's fused kernels: products of dense or GGML-quantized weights with
+    // their epilogues, RMSNorm, RoPE with the cache append ([`step`]).
+    (
+        "decode_step",
+        concat!(
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/ggml_units.cuh"),
+            include_str!("cuda/decode_step.cu")
         ),
     ),
 ];

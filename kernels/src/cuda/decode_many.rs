@@ -13,9 +13,9 @@ use super::launch::{cuda_of, func, offsets, output, suffix};
 use crate::op_params::kv_rows;
 
 /// Warps a block: each takes every fourth key of the block's range.
-const WARPS: usize = 4;
+pub(super) const WARPS: usize = 4;
 /// Largest head width (`DEC_MAXD`).
-const MAXD: usize = 256;
+pub(super) const MAXD: usize = 256;
 /// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
 /// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
 const TARGET_BLOCKS: usize = 528;
@@ -25,12 +25,12 @@ const MAX_SPLITS: usize = 32;
 /// `DecodeArgs` of attention_decode.cu, field for field.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
-struct DecodeArgs {
-    heads: i32,
-    kv_heads: i32,
-    dim: i32,
-    scale: f32,
-    splits: i32,
+pub(super) struct DecodeArgs {
+    pub(super) heads: i32,
+    pub(super) kv_heads: i32,
+    pub(super) dim: i32,
+    pub(super) scale: f32,
+    pub(super) splits: i32,
 }
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
@@ -47,7 +47,7 @@ pub(super) struct SeqKv {
 
 /// How many ranges each sequence's keys are split into: enough blocks for the device, ranges
 /// of at least `MIN_SPLIT_KEYS`.
-fn splits(blocks: usize, longest: usize) -> usize {
+pub(super) fn splits(blocks: usize, longest: usize) -> usize {
     TARGET_BLOCKS
         .div_ceil(blocks.max(1))
         .min(longest.div_ceil(MIN_SPLIT_KEYS))
