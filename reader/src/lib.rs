@@ -65,8 +65,8 @@ pub use likelihood::{
     scoring_cache_tokens, scoring_kv_tokens, AnswerLikelihood, MAX_ANSWER_TOKENS,
 };
 pub use llama::{
-    hash_tokens, prompt_piece, Architecture, Cache, CrossKv, EncodedChunks, KvBlock, Llama,
-    PackedInput, PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,
+    hash_tokens, prompt_piece, Architecture, Cache, CrossKv, DecodeStepStatus, EncodedChunks,
+    KvBlock, Llama, PackedInput, PassageCache, PassageCacheStats, STABLE_CHUNK_ROWS,
 };
 pub use prompt::{
     cepe_prompt, llama_prompt, lost_in_the_middle_order, CepeInputs, CepePrompt, Passage,

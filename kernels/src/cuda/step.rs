@@ -13,7 +13,7 @@ use candle_core::{bail, CudaDevice, CudaStorage, DType, Device, Result, Storage,
 use super::decode_many::{splits, DecodeArgs, MAXD, WARPS as DECODE_WARPS};
 use super::launch::{cuda_of, func};
 use crate::op_params::kv_rows;
-use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel};
+use crate::step::{StepDims, StepKv, StepLaunch, StepMatrix, StepModel};
 
 /// `GemvArgs` of decode_step.cu, field for field.
 #[repr(C)]
@@ -124,6 +124,8 @@ struct DevLayer {
     gate: DevMatrix,
     up: DevMatrix,
     down: DevMatrix,
+    /// The norms' weights, held: their addresses are read in place.
+    _norms: [Tensor; 2],
 }
 
 /// The static buffers, as device addresses (the slices are kept in [`Buffers::_keep`]).
@@ -166,13 +168,18 @@ struct CacheKey {
 /// One token's decoding step of a [`StepModel`] on a CUDA device, its launches captured as a
 /// CUDA graph ([`StepLaunch::Graph`]) or launched one by one.
 pub struct DecodeStep {
-    model: Arc<StepModel>,
+    /// The model's sizes, rotation scaling and float type (the model's host copies of quantized
+    /// blocks are dropped once uploaded).
+    dims: StepDims,
+    factor: f32,
+    dtype: DType,
     dev: CudaDevice,
     stream: Arc<CudaStream>,
     suffix: &'static str,
     embed: DevMatrix,
     layers: Vec<DevLayer>,
     norm: u64,
+    _norm: Tensor,
     lm_head: DevMatrix,
     buf: Buffers,
     launch: StepLaunch,
@@ -194,7 +201,7 @@ fn raw(dev: &CudaDevice, bytes: usize, keep: &mut Vec<CudaSlice<u8>>) -> Result<
 
 impl DecodeStep {
     /// Uploads the model's quantized blocks and allocates the step's buffers on `device`.
-    pub fn new(model: Arc<StepModel>, device: &Device, launch: StepLaunch) -> Result<Self> {
+    pub fn new(model: &StepModel, device: &Device, launch: StepLaunch) -> Result<Self> {
         model.check()?;
         let Device::Cuda(dev) = device else {
             bail!("decode step: runs on a CUDA device")
@@ -235,6 +242,7 @@ impl DecodeStep {
                     gate: mat(&l.gate)?,
                     up: mat(&l.up)?,
                     down: mat(&l.down)?,
+                    _norms: [l.attn_norm.clone(), l.mlp_norm.clone()],
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -275,13 +283,16 @@ impl DecodeStep {
         Ok(Self {
             embed: mat(&model.embed)?,
             norm: tensor_ptr(&model.norm, dev)?,
+            _norm: model.norm.clone(),
             lm_head,
             layers,
             buf,
             suffix,
             dev: dev.clone(),
             stream: dev.cuda_stream(),
-            model,
+            dims: model.dims,
+            factor: model.rope.factor,
+            dtype: model.dtype(),
             launch,
             captured: None,
             key: None,
@@ -304,7 +315,7 @@ impl DecodeStep {
     /// layer's cache gets the token's key and value at row `offset + len` (the caller then
     /// counts one more row). Every cache must have that row free and hold `len` rows.
     pub fn step(&mut self, token: u32, pos: usize, kvs: &[StepKv<'_>]) -> Result<Tensor> {
-        let d = self.model.dims;
+        let d = self.dims;
         if token as usize >= d.vocab {
             bail!(
                 "decode step: token {token} outside a vocabulary of {}",
@@ -337,8 +348,8 @@ impl DecodeStep {
             if dims != [1, d.kv_heads, dims[2], d.head_dim]
                 || vl.shape().dims() != dims
                 || cap != vcap
-                || kv.k.dtype() != self.model.dtype()
-                || kv.v.dtype() != self.model.dtype()
+                || kv.k.dtype() != self.dtype
+                || kv.v.dtype() != self.dtype
             {
                 bail!(
                     "decode step: layer {i}'s cache is {:?} {:?} of capacity {cap}",
@@ -349,7 +360,7 @@ impl DecodeStep {
             if kv.offset + kv.len + 1 > dims[2] {
                 bail!("decode step: layer {i}'s cache has no free row")
             }
-            let elem = self.model.dtype().size_in_bytes() as u64;
+            let elem = self.dtype.size_in_bytes() as u64;
             let row = (kv.offset * d.head_dim) as u64 * elem;
             let ptr = |s: &CudaStorage, a: usize| -> Result<u64> {
                 Ok(match &s.slice {
@@ -440,7 +451,7 @@ impl DecodeStep {
 
     /// Every launch of one step, in order, for the caches of `key`.
     fn launches(&self, key: &CacheKey) -> Result<()> {
-        let d = self.model.dims;
+        let d = self.dims;
         let b = &self.buf;
         let sfx = self.suffix;
         let state = ptr_of(&b.state, &self.dev);
@@ -490,7 +501,7 @@ impl DecodeStep {
                 .arg(&kv_heads)
                 .arg(&dim)
                 .arg(&cap_i)
-                .arg(&self.model.rope.factor);
+                .arg(&self.factor);
             // SAFETY: matches capstan_step_rope_append_*; the cache row `slot` is free.
             unsafe { a.launch(LaunchConfig::for_num_elems(pairs)) }.w()?;
             self.attention(
@@ -541,8 +552,8 @@ impl DecodeStep {
     fn norm_launch(&self, x: u64, w: u64, out: u64) -> Result<()> {
         let f = self.f(&format!("capstan_step_rmsnorm_{}", self.suffix))?;
         let mut a = self.stream.launch_builder(&f);
-        let dim = self.model.dims.hidden as i32;
-        let eps = self.model.dims.eps as f32;
+        let dim = self.dims.hidden as i32;
+        let eps = self.dims.eps as f32;
         a.arg(&x).arg(&w).arg(&out).arg(&dim).arg(&eps);
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
@@ -624,7 +635,7 @@ impl DecodeStep {
     }
 
     fn attention(&self, kptr: u64, vptr: u64, lens: u64, caps: u64, splits: usize) -> Result<()> {
-        let d = self.model.dims;
+        let d = self.dims;
         let b = &self.buf;
         let args = DecodeArgs {
             heads: d.heads as i32,

@@ -243,12 +243,22 @@ pub struct DecodeStep(std::convert::Infallible);
 #[cfg(not(feature = "cuda"))]
 impl DecodeStep {
     /// Always an error: built without the `cuda` feature.
-    pub fn new(_: Arc<StepModel>, _: &candle_core::Device, _: StepLaunch) -> Result<Self> {
+    pub fn new(_: &StepModel, _: &candle_core::Device, _: StepLaunch) -> Result<Self> {
         bail!("decode step: built without the cuda feature")
     }
 
     /// Never called (no value exists).
     pub fn step(&mut self, _: u32, _: usize, _: &[StepKv<'_>]) -> Result<Tensor> {
+        match self.0 {}
+    }
+
+    /// Never called (no value exists).
+    pub fn capture_error(&self) -> Option<&str> {
+        match self.0 {}
+    }
+
+    /// Never called (no value exists).
+    pub fn graphs_captured(&self) -> usize {
         match self.0 {}
     }
 }

@@ -188,6 +188,28 @@ impl LayerKv {
         Ok(())
     }
 
+    /// Whether the buffers have a row free after the cached ones (a decoding step writes
+    /// its key and value there in place).
+    pub(super) fn has_free_row(&self) -> bool {
+        self.k_grouped.is_none() && self.offset + self.len < self.capacity()
+    }
+
+    /// The buffers as the decoding step reads and extends them
+    /// ([`capstan_kernels::step::StepKv`]).
+    pub(super) fn step_kv(&self) -> capstan_kernels::step::StepKv<'_> {
+        capstan_kernels::step::StepKv {
+            k: &self.k,
+            v: &self.v,
+            offset: self.offset,
+            len: self.len,
+        }
+    }
+
+    /// Counts the row a decoding step wrote after the cached ones ([`LayerKv::step_kv`]).
+    pub(super) fn count_written_row(&mut self) {
+        self.len += 1;
+    }
+
     /// The cached keys and values, as views of the buffers.
     pub(super) fn view(&self) -> CResult<KvView> {
         let rows = |t: &Tensor| t.narrow(2, self.offset, self.len);

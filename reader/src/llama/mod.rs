@@ -25,7 +25,10 @@ mod layers;
 mod packed;
 mod passage_states;
 mod rope;
+mod step;
 mod weights;
+
+use std::sync::Arc;
 
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::VarBuilder;
@@ -33,9 +36,11 @@ use candle_nn::VarBuilder;
 use crate::attention::AttentionPattern;
 use crate::config::LlamaConfig;
 use crate::error::{Error, Result};
+use crate::gguf::GgufWeights;
 
 use cache::KvAlloc;
 pub use cache::{Cache, CrossKv, EncodedChunks, KvBlock};
+pub use step::DecodeStepStatus;
 
 /// A prompt chunk of at least this many rows runs the same kernels whatever its length
 /// (smaller ones run the per-row attention path and the quantized tiles, whose rounding
@@ -145,6 +150,10 @@ pub struct Llama {
     cross_kv: CrossKv,
     /// The element type of the self-attention KV cache.
     kv_dtype: DType,
+    /// The GGUF file of a quantized model (the decoding step reads its blocks).
+    gguf: Option<Arc<GgufWeights>>,
+    /// The CUDA decoding step, if chosen ([`Llama::set_decode_step`]).
+    step: Arc<step::StepSlot>,
 }
 
 impl Llama {
@@ -199,6 +208,8 @@ impl Llama {
             full_attention_kernel: false,
             cross_kv: CrossKv::default(),
             kv_dtype: default_kv_dtype(&vb),
+            gguf: vb.gguf(),
+            step: step::StepSlot::from_env(),
         })
     }
 
@@ -411,6 +422,12 @@ impl Llama {
         all: bool,
     ) -> Result<Tensor> {
         let (b, s) = ids.dims2()?;
+        if b == 1 && s == 1 && mask[0][0] {
+            let token = ids.flatten_all()?.to_vec1::<u32>()?[0];
+            if let Some(logits) = self.try_decode_step(token, cache)? {
+                return Ok(logits);
+            }
+        }
         let past = cache.seq_len;
         let mut positions = vec![Vec::with_capacity(s); b];
         for r in 0..b {

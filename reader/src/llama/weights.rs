@@ -44,6 +44,11 @@ impl<'a> Weights<'a> {
         }
     }
 
+    /// The GGUF file the matrices are read from, if any.
+    pub(crate) fn gguf(&self) -> Option<Arc<GgufWeights>> {
+        self.quantized.clone()
+    }
+
     /// Whether the matrices stay quantized.
     pub(crate) fn is_quantized(&self) -> bool {
         self.quantized.is_some()
@@ -227,6 +232,14 @@ fn expect_dims(name: &str, shape: &Shape, rows: usize, cols: usize) -> CResult<(
 }
 
 impl Proj {
+    /// The bias, if any.
+    pub(crate) fn bias(&self) -> Option<&Tensor> {
+        match self {
+            Proj::Dense(l) => l.bias(),
+            Proj::Packed { bias, .. } | Proj::Quantized { bias, .. } => bias.as_ref(),
+        }
+    }
+
     /// A file's matrix through candle's quantized products: where Capstan's CPU layout does
     /// not hold it ([`Weights::packed_matrix`] said `None`: another device or type).
     fn quantized(qt: QTensor, bias: Option<Tensor>) -> CResult<Self> {
