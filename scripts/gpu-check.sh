@@ -201,10 +201,15 @@ step "kernel_decode_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --c
   --steps "$STEPS" --full-attention kernel --device "$DEV" --dtype "$DT"
 step "graph_peer_$SHAPE" "$PY" bench/gpu_peers.py decode-graph --shape "$SHAPE" --contexts "$CONTEXTS" \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
+# The fused decoding step (decode_step.cu over static buffers), replayed as a CUDA graph and
+# launched eagerly, each first checked against the layers on the same cache.
+step "fused_decode_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" \
+  --steps "$STEPS" --full-attention step,step-eager --device "$DEV" --dtype "$DT"
 step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
-  step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --device "$DEV"
+  step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --ways layers,step,step-eager \
+    --device "$DEV"
 else
   say "no GGUF model in the bundle: step gguf not run"
 fi

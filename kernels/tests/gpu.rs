@@ -429,3 +429,158 @@ fn decoding_rows_split_over_keys_match_the_cpu_reference() {
     }
     capstan_kernels::set_attention_kernel(AttentionKernel::CudaCores);
 }
+
+/// A random model of `dtype` whose matrices are in `formats` (q, k, v, o, gate, up, down,
+/// embedding, output; `None`: dense in `dtype`).
+fn step_model(
+    dev: &Device,
+    dtype: DType,
+    formats: [Option<candle_core::quantized::GgmlDType>; 9],
+) -> capstan_kernels::step::StepModel {
+    use capstan_kernels::step::{StepDims, StepLayer, StepMatrix, StepModel};
+    let dims = StepDims {
+        hidden: 256,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 64,
+        intermediate: 512,
+        vocab: 1000,
+        eps: 1e-5,
+    };
+    let mut seed = 0u64;
+    let mut matrix = |rows: usize, cols: usize, which: usize| {
+        seed += 1;
+        let scale = 1.0 / (cols as f32).sqrt();
+        let w = (Tensor::rand(-1f32, 1.0, (rows, cols), &Device::Cpu).unwrap()
+            * (scale * 1.7) as f64)
+            .unwrap();
+        match formats[which] {
+            None => StepMatrix::Dense(w.to_dtype(dtype).unwrap().to_device(dev).unwrap()),
+            Some(q) => {
+                let qt = candle_core::quantized::QTensor::quantize(&w, q).unwrap();
+                StepMatrix::Ggml {
+                    dtype: q,
+                    rows,
+                    cols,
+                    bytes: qt.data().unwrap().into_owned().into(),
+                }
+            }
+        }
+    };
+    let norm = || {
+        Tensor::rand(0.8f32, 1.2, dims.hidden, &Device::Cpu)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+            .to_device(dev)
+            .unwrap()
+    };
+    let (h, q, kv, i) = (256, 256, 128, 512);
+    let layers = (0..3)
+        .map(|_| StepLayer {
+            attn_norm: norm(),
+            q: matrix(q, h, 0),
+            k: matrix(kv, h, 1),
+            v: matrix(kv, h, 2),
+            qkv_bias: None,
+            o: matrix(h, q, 3),
+            mlp_norm: norm(),
+            gate: matrix(i, h, 4),
+            up: matrix(i, h, 5),
+            down: matrix(h, i, 6),
+        })
+        .collect();
+    StepModel {
+        dims,
+        rope: capstan_kernels::RopeParams::from_base(500_000.0, 64, 1.0),
+        embed: matrix(1000, h, 7),
+        layers,
+        norm: norm(),
+        lm_head: matrix(1000, h, 8),
+    }
+}
+
+/// The fused decoding step on CUDA (captured as a graph, and launched eagerly) against its CPU
+/// oracle, step after step from an empty cache, with dense weights and with GGML blocks of
+/// every format (q, k and v in different formats: three products; gate and up too: SwiGLU
+/// apart); the caches then move to larger buffers, so the graph is captured again.
+#[test]
+fn decode_step_matches_its_cpu_reference() {
+    use candle_core::quantized::GgmlDType as G;
+    use capstan_kernels::step::{DecodeStep, ReferenceStep, StepKv, StepKvHost, StepLaunch};
+    let Some(dev) = gpu() else { return };
+    let mixed = [
+        Some(G::Q4_0),
+        Some(G::Q8_0),
+        Some(G::Q6K),
+        Some(G::Q4K),
+        Some(G::Q5_0),
+        Some(G::Q5_1),
+        Some(G::Q4_1),
+        Some(G::Q8_0),
+        Some(G::Q6K),
+    ];
+    let same = [Some(G::Q4K); 9];
+    for (dtype, tol) in [(DType::BF16, 3e-2), (DType::F16, 1e-2), (DType::F32, 1e-3)] {
+        for (name, formats) in [("dense", [None; 9]), ("mixed GGML", mixed), ("Q4_K", same)] {
+            for launch in [StepLaunch::Graph, StepLaunch::Eager] {
+                let model = step_model(&dev, dtype, formats);
+                let reference = ReferenceStep::new(&model).unwrap();
+                let mut step = DecodeStep::new(&model, &dev, launch).unwrap();
+                let mut host = vec![StepKvHost::default(); 3];
+                let zeros = |cap: usize| Tensor::zeros((1, 2, cap, 64), dtype, &dev).unwrap();
+                let mut caches: Vec<(Tensor, Tensor)> =
+                    (0..3).map(|_| (zeros(40), zeros(40))).collect();
+                for pos in 0..70usize {
+                    if pos == 40 {
+                        // Full: the rows move to larger buffers (new addresses).
+                        caches = caches
+                            .iter()
+                            .map(|(k, v)| {
+                                let grow = |t: &Tensor| {
+                                    Tensor::cat(&[t.narrow(2, 0, 40).unwrap(), zeros(60)], 2)
+                                        .unwrap()
+                                };
+                                (grow(k), grow(v))
+                            })
+                            .collect();
+                    }
+                    let token = ((pos * 7919 + 5) % 1000) as u32;
+                    let kvs: Vec<StepKv> = caches
+                        .iter()
+                        .map(|(k, v)| StepKv {
+                            k,
+                            v,
+                            offset: 0,
+                            len: pos,
+                        })
+                        .collect();
+                    let got = step.step(token, pos, &kvs).unwrap();
+                    let want = reference.step(token, pos, &mut host).unwrap();
+                    let got: Vec<f32> = got.to_vec1().unwrap();
+                    let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+                    let diff = got
+                        .iter()
+                        .zip(&want)
+                        .map(|(g, w)| {
+                            if g.is_finite() {
+                                (g - w).abs() / scale
+                            } else {
+                                f32::INFINITY
+                            }
+                        })
+                        .fold(0f32, f32::max);
+                    assert!(
+                        diff <= tol,
+                        "decode step {dtype:?} {name} {launch:?}, position {pos}: {diff} of the largest logit"
+                    );
+                }
+                if launch == StepLaunch::Graph {
+                    assert_eq!(step.capture_error(), None, "{dtype:?} {name}");
+                    assert_eq!(step.graphs_captured(), 2, "{dtype:?} {name}");
+                }
+                eprintln!("decode step {dtype:?} {name} {launch:?}: 70 steps match");
+            }
+        }
+    }
+}

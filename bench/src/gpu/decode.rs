@@ -3,8 +3,10 @@
 use std::path::Path;
 
 use candle_core::{DType, Device, Tensor, D};
+use capstan_kernels::step::StepLaunch;
 use capstan_reader::{
-    Cache, GenerationParams, LanguageModel, Llama, LoadOptions, PackedInput, Request,
+    Cache, DecodeStepStatus, GenerationParams, LanguageModel, Llama, LoadOptions, PackedInput,
+    Request,
 };
 use serde_json::{json, Value};
 
@@ -19,9 +21,12 @@ fn step(model: &Llama, cache: &mut Cache, token: u32) -> anyhow::Result<u32> {
 }
 
 /// Tokens/s of `steps` greedy steps after `context` positions (a synthetic cache), for each
-/// context and each way full attention runs on CUDA (`kernel`: Capstan's attention kernel;
-/// `matmul`: cuBLAS products, the CPU's path), with the roofline: the copy bandwidth over the
-/// bytes a step must read (weights plus keys and values).
+/// context and each way a step runs on CUDA (`kernel`: layer by layer, full attention on
+/// Capstan's attention kernel; `matmul`: layer by layer, cuBLAS products, the CPU's path;
+/// `step`: the fused decoding step replayed as a CUDA graph, `step-eager`: its kernels
+/// launched one by one), with the roofline: the copy bandwidth over the bytes a step must read
+/// (weights plus keys and values). A fused step's first logits are compared with the layers'
+/// on the same cache before it is timed.
 pub fn run(
     shape: &str,
     contexts: &[usize],
@@ -35,14 +40,24 @@ pub fn run(
     let bandwidth = copy_bandwidth(device, probe)?;
     let mut by_path = serde_json::Map::new();
     for path in paths {
-        model.set_full_attention_kernel(match path.as_str() {
-            "kernel" => true,
-            "matmul" => false,
-            other => anyhow::bail!("--full-attention {other:?}: expected kernel or matmul"),
-        });
+        let (kernel, fused) = match path.as_str() {
+            "kernel" => (true, None),
+            "matmul" => (false, None),
+            "step" => (true, Some(StepLaunch::Graph)),
+            "step-eager" => (true, Some(StepLaunch::Eager)),
+            other => anyhow::bail!(
+                "--full-attention {other:?}: expected kernel, matmul, step or step-eager"
+            ),
+        };
+        model.set_full_attention_kernel(kernel);
+        model.set_decode_step(fused);
         let mut rows = serde_json::Map::new();
         for &context in contexts {
             let mut cache = Cache::synthetic(&model, context)?;
+            let step_vs_layers = match fused {
+                Some(_) => fused_vs_layers(&model, &cache)?,
+                None => None,
+            };
             let mut token = 1;
             for _ in 0..3 {
                 token = step(&model, &mut cache, token)?;
@@ -66,6 +81,8 @@ pub fn run(
                     "bytes_per_token": bytes,
                     "roofline_tokens_per_s": roofline,
                     "roofline_fraction": tokens_per_s / roofline,
+                    "step_vs_layers_max_rel_diff": step_vs_layers,
+                    "decode_step": format!("{:?}", model.decode_step_status()),
                 }),
             );
         }
@@ -81,6 +98,38 @@ pub fn run(
         "contexts": by_path.get(first).cloned().unwrap_or(Value::Null),
         "by_full_attention": by_path,
     }))
+}
+
+/// The largest difference of the fused step's logits from the layers' on copies of `cache`
+/// (relative to the layers' largest magnitude); an error if the step did not run on CUDA,
+/// `None` on the CPU (where the step never runs: `--cpu` dry runs time the layers).
+fn fused_vs_layers(model: &Llama, cache: &Cache) -> anyhow::Result<Option<f32>> {
+    if !model.device().is_cuda() {
+        return Ok(None);
+    }
+    let mut layers = model.clone();
+    layers.set_decode_step(None);
+    let x = Tensor::new(&[[1u32]], model.device())?;
+    let want = layers.forward_last(&x, None, &mut cache.clone())?;
+    let got = model.forward_last(&x, None, &mut cache.clone())?;
+    if !matches!(model.decode_step_status(), DecodeStepStatus::Ready { .. }) {
+        anyhow::bail!(
+            "the decoding step did not run: {:?}",
+            model.decode_step_status()
+        );
+    }
+    let scale = want
+        .abs()?
+        .max_keepdim(D::Minus1)?
+        .max(0)?
+        .to_vec1::<f32>()?[0]
+        .max(1e-6);
+    let diff = (got - &want)?
+        .abs()?
+        .flatten_all()?
+        .max(0)?
+        .to_scalar::<f32>()?;
+    Ok(Some(diff / scale))
 }
 
 /// Every sequence's logits after its one new token, together (the packed step of continuous
@@ -176,23 +225,59 @@ pub fn context_key(n: usize) -> String {
     }
 }
 
-/// Decoding tokens/s of a GGUF checkpoint in its quantized form (greedy, no stop).
-pub fn gguf(path: &Path, new_tokens: usize, device: &Device) -> anyhow::Result<Value> {
-    let lm = LanguageModel::load(path, device, LoadOptions::default())?;
+/// Decoding tokens/s of a GGUF checkpoint in its quantized form (greedy, no stop), for each
+/// way a step runs (`layers`: layer by layer; `step`: the fused decoding step as a CUDA graph;
+/// `step-eager`: its kernels one by one); the top-level figures are the first way's, and each
+/// other way says whether it generated the first way's tokens.
+pub fn gguf(
+    path: &Path,
+    new_tokens: usize,
+    ways: &[String],
+    device: &Device,
+) -> anyhow::Result<Value> {
+    let mut lm = LanguageModel::load(path, device, LoadOptions::default())?;
     let prompt = lm.user_prompt("Write a long story about a lighthouse keeper.")?;
     let request = Request {
         prompt,
         ..Request::default()
     };
     let params = GenerationParams::greedy(new_tokens);
-    lm.generator().generate(&request, &params)?; // warm-up (kernels, allocations)
-    let out = lm.generator().generate(&request, &params)?;
-    Ok(json!({
-        "model": path.file_name().map(|n| n.to_string_lossy().into_owned()),
-        "device": describe(device),
-        "prompt_tokens": out.prompt_tokens,
-        "new_tokens": out.tokens.len(),
-        "time_to_first_token_s": out.time_to_first_token.as_secs_f64(),
-        "tokens_per_s": out.tokens_per_second(),
-    }))
+    let mut by_way = serde_json::Map::new();
+    let mut first: Option<(Value, Vec<u32>)> = None;
+    for way in ways {
+        lm.model_mut().set_decode_step(match way.as_str() {
+            "layers" => None,
+            "step" => Some(StepLaunch::Graph),
+            "step-eager" => Some(StepLaunch::Eager),
+            other => anyhow::bail!("--ways {other:?}: expected layers, step or step-eager"),
+        });
+        lm.generator().generate(&request, &params)?; // warm-up (kernels, allocations, graph)
+        let out = lm.generator().generate(&request, &params)?;
+        let mut row = json!({
+            "prompt_tokens": out.prompt_tokens,
+            "new_tokens": out.tokens.len(),
+            "time_to_first_token_s": out.time_to_first_token.as_secs_f64(),
+            "tokens_per_s": out.tokens_per_second(),
+            "decode_step": format!("{:?}", lm.model().decode_step_status()),
+        });
+        if let Some((_, tokens)) = &first {
+            let same = tokens
+                .iter()
+                .zip(&out.tokens)
+                .take_while(|(a, b)| a == b)
+                .count();
+            row["tokens_as_first_way"] = json!(same);
+        }
+        if first.is_none() {
+            first = Some((row.clone(), out.tokens.clone()));
+        }
+        by_way.insert(way.clone(), row);
+    }
+    let Some((mut top, _)) = first else {
+        anyhow::bail!("--ways: none given")
+    };
+    top["model"] = json!(path.file_name().map(|n| n.to_string_lossy().into_owned()));
+    top["device"] = json!(describe(device));
+    top["by_way"] = Value::Object(by_way);
+    Ok(top)
 }

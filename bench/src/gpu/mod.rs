@@ -36,8 +36,10 @@ pub enum GpuCommand {
         contexts: Vec<usize>,
         #[arg(long, default_value_t = 64)]
         steps: usize,
-        /// How full attention runs on CUDA, each measured: `kernel` (Capstan's attention
-        /// kernel, the default) and `matmul` (cuBLAS products with the softmax between).
+        /// How a step runs on CUDA, each measured: `kernel` (layer by layer, Capstan's
+        /// attention kernel), `matmul` (layer by layer, cuBLAS products with the softmax
+        /// between), `step` (the fused decoding step replayed as a CUDA graph), `step-eager`
+        /// (its kernels launched one by one).
         #[arg(long, value_delimiter = ',', default_value = "kernel,matmul")]
         full_attention: Vec<String>,
         /// Sequences decoding together (packed steps, as the continuous-batching scheduler
@@ -173,6 +175,10 @@ pub enum GpuCommand {
         model: PathBuf,
         #[arg(long, default_value_t = 128)]
         new_tokens: usize,
+        /// How steps run, each measured: `layers` (layer by layer), `step` (the fused decoding
+        /// step as a CUDA graph), `step-eager` (its kernels one by one).
+        #[arg(long, value_delimiter = ',', default_value = "layers")]
+        ways: Vec<String>,
         #[arg(long, default_value = "cuda")]
         device: String,
     },
@@ -316,7 +322,8 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
         GpuCommand::Gguf {
             model,
             new_tokens,
+            ways,
             device,
-        } => decode::gguf(&model, new_tokens, &device::open(&device)?),
+        } => decode::gguf(&model, new_tokens, &ways, &device::open(&device)?),
     }
 }
