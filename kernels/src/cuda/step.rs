@@ -117,8 +117,9 @@ struct DevLayer {
     q: DevMatrix,
     k: DevMatrix,
     v: DevMatrix,
-    /// f32 biases of q, k and v.
-    bias: Option<[CudaSlice<f32>; 3]>,
+    /// f32 biases of q, k and v (addresses; 0: none), and their buffers.
+    bias: [u64; 3],
+    _bias: Option<[CudaSlice<f32>; 3]>,
     o: DevMatrix,
     mlp_norm: u64,
     gate: DevMatrix,
@@ -155,7 +156,20 @@ struct Buffers {
     vptr: CudaSlice<u64>,
     caps: CudaSlice<i32>,
     inv_freq: CudaSlice<f32>,
+    /// The addresses of the slices above, taken once: nothing between a capture's begin and end
+    /// may touch a slice (with cudarc's stream synchronisation on, that records events).
+    ptrs: BufferPtrs,
     _keep: Vec<CudaSlice<u8>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct BufferPtrs {
+    logits: u64,
+    state: u64,
+    kptr: u64,
+    vptr: u64,
+    caps: u64,
+    inv_freq: u64,
 }
 
 /// Where the caches were when the graph was captured: a moved cache needs a new capture.
@@ -231,12 +245,17 @@ impl DecodeStep {
                     }
                     None => None,
                 };
+                let bias_ptr = match &bias {
+                    Some(b) => [0, 1, 2].map(|j| ptr_of(&b[j], dev)),
+                    None => [0; 3],
+                };
                 Ok(DevLayer {
+                    bias: bias_ptr,
+                    _bias: bias,
                     attn_norm: tensor_ptr(&l.attn_norm, dev)?,
                     q: mat(&l.q)?,
                     k: mat(&l.k)?,
                     v: mat(&l.v)?,
-                    bias,
                     o: mat(&l.o)?,
                     mlp_norm: tensor_ptr(&l.mlp_norm, dev)?,
                     gate: mat(&l.gate)?,
@@ -250,7 +269,7 @@ impl DecodeStep {
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let mut keep = Vec::new();
         let max_splits = splits(d.heads, usize::MAX / 2);
-        let buf = Buffers {
+        let mut buf = Buffers {
             x: raw(dev, 4 * d.hidden, &mut keep)?,
             h: raw(dev, elem * d.hidden.max(qw), &mut keep)?,
             qkv: raw(dev, 4 * (qw + 2 * kvw), &mut keep)?,
@@ -265,7 +284,23 @@ impl DecodeStep {
             vptr: dev.alloc_zeros::<u64>(layers.len().max(1))?,
             caps: dev.alloc_zeros::<i32>(layers.len().max(1))?,
             inv_freq: dev.clone_htod(&model.rope.inv_freq)?,
+            ptrs: BufferPtrs {
+                logits: 0,
+                state: 0,
+                kptr: 0,
+                vptr: 0,
+                caps: 0,
+                inv_freq: 0,
+            },
             _keep: keep,
+        };
+        buf.ptrs = BufferPtrs {
+            logits: ptr_of(&buf.logits, dev),
+            state: ptr_of(&buf.state, dev),
+            kptr: ptr_of(&buf.kptr, dev),
+            vptr: ptr_of(&buf.vptr, dev),
+            caps: ptr_of(&buf.caps, dev),
+            inv_freq: ptr_of(&buf.inv_freq, dev),
         };
         let (hidden_aligned, inter_aligned) =
             (d.hidden.is_multiple_of(8), d.intermediate.is_multiple_of(8));
@@ -454,16 +489,14 @@ impl DecodeStep {
         let d = self.dims;
         let b = &self.buf;
         let sfx = self.suffix;
-        let state = ptr_of(&b.state, &self.dev);
+        let p = b.ptrs;
+        let state = p.state;
         self.embed_launch(state)?;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-        let kptr = ptr_of(&b.kptr, &self.dev);
-        let vptr = ptr_of(&b.vptr, &self.dev);
-        let caps = ptr_of(&b.caps, &self.dev);
-        let inv_freq = ptr_of(&b.inv_freq, &self.dev);
+        let (kptr, vptr, caps, inv_freq) = (p.kptr, p.vptr, p.caps, p.inv_freq);
         for (i, l) in self.layers.iter().enumerate() {
             self.norm_launch(b.x, l.attn_norm, b.h)?;
-            let bias = |j: usize| l.bias.as_ref().map_or(0, |bs| ptr_of(&bs[j], &self.dev));
+            let bias = |j: usize| l.bias[j];
             if l.q.format == l.k.format && l.k.format == l.v.format {
                 self.gemv(
                     [&l.q, &l.k, &l.v],
@@ -529,8 +562,7 @@ impl DecodeStep {
             self.gemv1(&l.down, 0, b.act, b.x, 1)?;
         }
         self.norm_launch(b.x, self.norm, b.h)?;
-        let logits = ptr_of(&b.logits, &self.dev);
-        self.gemv1(&self.lm_head, 0, b.h, logits, 0)
+        self.gemv1(&self.lm_head, 0, b.h, p.logits, 0)
     }
 
     fn embed_launch(&self, state: u64) -> Result<()> {
