@@ -172,6 +172,15 @@ struct BufferPtrs {
     inv_freq: u64,
 }
 
+/// A captured graph, movable between threads: CUDA graph objects are not internally
+/// synchronised, and every use of this one goes through `&mut DecodeStep` (serialised; the
+/// reader keeps the step behind a mutex).
+struct Captured(CudaGraph);
+
+// SAFETY: see above; the driver allows a graph to be used from any thread when its uses are
+// serialised.
+unsafe impl Send for Captured {}
+
 /// Where the caches were when the graph was captured: a moved cache needs a new capture.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct CacheKey {
@@ -197,7 +206,7 @@ pub struct DecodeStep {
     lm_head: DevMatrix,
     buf: Buffers,
     launch: StepLaunch,
-    captured: Option<(CacheKey, CudaGraph)>,
+    captured: Option<(CacheKey, Captured)>,
     /// The caches as last given (the tables hold their addresses).
     key: Option<CacheKey>,
     /// Why capture failed, if it did (the step then launches eagerly).
@@ -451,7 +460,7 @@ impl DecodeStep {
             match self.capture(key) {
                 Ok(graph) => {
                     self.graphs += 1;
-                    self.captured = Some((key.clone(), graph));
+                    self.captured = Some((key.clone(), Captured(graph)));
                     // The eager pass above already computed this step.
                     return Ok(());
                 }
@@ -462,7 +471,7 @@ impl DecodeStep {
             }
         }
         let (_, graph) = self.captured.as_ref().expect("captured above");
-        graph.launch().w()
+        graph.0.launch().w()
     }
 
     fn capture(&self, key: &CacheKey) -> Result<CudaGraph> {
