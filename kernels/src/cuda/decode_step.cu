@@ -15,13 +15,6 @@ struct StepState {
     int token, pos, slot, len;
 };
 
-// Dense weights: element type and loads of 8 consecutive values.
-template <typename L>
-struct Dense {
-    typedef typename L::T T;
-    enum { BLOCK = 1 };
-};
-
 // 8 values of a row of 16-bit elements at `p` (16-byte aligned).
 template <typename L>
 __device__ __forceinline__ void load8(const typename L::T* p, float* y) {
@@ -44,6 +37,9 @@ __device__ float dense_dot(const u8* row_bytes, const typename L::T* __restrict_
     const typename W::T* w = (const typename W::T*)row_bytes;
     float acc = 0.f;
     if (vec) {
+        // Four 16-byte loads in flight a lane: a batch-1 product is bound by how many bytes
+        // are on their way, not by arithmetic.
+#pragma unroll 4
         for (int c = lane * 8; c < cols; c += 256) {
             float wv[8], xv[8];
             load8<W>(w + c, wv);
