@@ -42,6 +42,17 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// The sum of every thread's `v` over the block (blockDim.x a multiple of 32), returned to every
+// thread; `partial`: shared memory for blockDim.x / 32 floats.
+__device__ __forceinline__ float block_sum(float v, float* partial) {
+    v = warp_sum(v);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+    __syncthreads();
+    float total = 0.f;
+    for (int i = 0; i < (int)(blockDim.x / 32); i++) total += partial[i];
+    return total;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;

@@ -166,11 +166,7 @@ __device__ void step_rmsnorm(const float* __restrict__ x, const typename L::T* _
     __shared__ float partial[STEP_NORM_THREADS / 32];
     float ss = 0.f;
     for (int c = threadIdx.x; c < dim; c += blockDim.x) ss += x[c] * x[c];
-    ss = warp_sum(ss);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-    __syncthreads();
-    float total = 0.f;
-    for (int i = 0; i < (int)(blockDim.x / 32); i++) total += partial[i];
+    const float total = block_sum(ss, partial);
     const float inv = 1.f / sqrtf(total / dim + eps);
     for (int c = threadIdx.x; c < dim; c += blockDim.x) out[c] = L::st(x[c] * inv * L::ld(w[c]));
 }

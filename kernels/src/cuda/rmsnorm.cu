@@ -20,11 +20,7 @@ __device__ void rms_norm_residual(const typename L::T* __restrict__ x,
         ss += v * v;
         sum_out[c] = L::st(v);
     }
-    ss = warp_sum(ss);
-    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = ss;
-    __syncthreads();
-    float total = 0.f;
-    for (int i = 0; i < (int)(blockDim.x / 32); i++) total += partial[i];
+    const float total = block_sum(ss, partial);
     const float inv = 1.f / sqrtf(total / dim + eps);
     for (int c = threadIdx.x; c < dim; c += blockDim.x) {
         float v = L::ld(x[off + c]) + L::ld(r[off + c]);
