@@ -13,6 +13,10 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.join(HERE, "..", "src", "cuda")
+DENSE = ("f32", "bf16", "f16")
+# The GGML formats of the decoding step, each its own module (lib.rs: step_ggml_source!).
+GGML = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q8_0": "Q8_0",
+        "q4k": "Q4_K", "q6k": "Q6_K"}
 # Must match kernels/src/cuda.rs (SOURCES) and the entry points it launches.
 SOURCES = {
     "attention.cu": ["capstan_attention_f32", "capstan_attention_bf16", "capstan_attention_f16"],
@@ -31,13 +35,9 @@ SOURCES = {
         "capstan_attention_merge_f16",
     ],
     "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
-    "decode_step.cu": [
-        f"capstan_step_{k}_{w}_{t}" if k == "gemv" else f"capstan_step_{k}_{w}"
-        for w in ("f32", "bf16", "f16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4k", "q6k")
-        for k, ts in (("gemv", ("f32", "bf16", "f16")), ("embed", (None,)))
-        for t in ts
-    ]
-    + [f"capstan_step_{k}_{t}" for k in ("rmsnorm", "rope_append", "swiglu") for t in ("f32", "bf16", "f16")],
+    "decode_step.cu": [f"capstan_step_gemv_{w}_{t}" for w in DENSE for t in DENSE]
+    + [f"capstan_step_embed_{w}" for w in DENSE]
+    + [f"capstan_step_{k}_{t}" for k in ("rmsnorm", "rope_append", "swiglu") for t in DENSE],
     "rmsnorm.cu": [
         "capstan_rms_norm_residual_f32",
         "capstan_rms_norm_residual_bf16",
@@ -47,6 +47,11 @@ SOURCES = {
 
 # Headers after common.cuh, as the concat! of kernels/src/lib.rs (SOURCES) puts them.
 HEADERS = {"decode_step.cu": ["ggml_units.cuh"]}
+# Modules compiled from a source with a line put before common.cuh: (module, file, prefix,
+# entry points).
+VARIANTS = [(f"decode_step_{w}", "decode_step.cu", f"#define STEP_GGML(F) F({w}, {t}, false)\n",
+             [f"capstan_step_gemv_{w}_{x}" for x in DENSE] + [f"capstan_step_embed_{w}"])
+            for w, t in GGML.items()]
 
 
 def find_nvrtc():
@@ -83,11 +88,12 @@ def main():
     lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     common = open(os.path.join(SRC, "common.cuh")).read()
     failed = False
-    for name, entries in SOURCES.items():
+    modules = [(name, name, "", entries) for name, entries in SOURCES.items()] + VARIANTS
+    for name, source, prefix, entries in modules:
         # The attention kernels take their patterns' rules from a shared header.
-        headers = HEADERS.get(name, ["attention_rules.cuh"] if name.startswith("attention") else [])
+        headers = HEADERS.get(source, ["attention_rules.cuh"] if source.startswith("attention") else [])
         rules = "".join(open(os.path.join(SRC, h)).read() for h in headers)
-        src = (common + rules + open(os.path.join(SRC, name)).read()).encode()
+        src = (prefix + common + rules + open(os.path.join(SRC, source)).read()).encode()
         prog = ctypes.c_void_p()
         rc = lib.nvrtcCreateProgram(ctypes.byref(prog), src, name.encode(), 0, None, None)
         assert rc == 0, f"nvrtcCreateProgram {rc}"

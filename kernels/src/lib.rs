@@ -144,9 +144,29 @@ pub fn cudnn_stats() -> CudnnStats {
 /// Results of this crate's ops (candle's error type: the ops run inside candle).
 pub type Result<T> = candle_core::Result<T>;
 
+/// The decoding step's module of one GGML format (`decode_step_<name>`): decode_step.cu with
+/// only that format's entry points.
+macro_rules! step_ggml_source {
+    ($name:literal, $ty:literal) => {
+        (
+            concat!("decode_step_", $name),
+            concat!(
+                "#define STEP_GGML(F) F(",
+                $name,
+                ", ",
+                $ty,
+                ", false)\n",
+                include_str!("cuda/common.cuh"),
+                include_str!("cuda/ggml_units.cuh"),
+                include_str!("cuda/decode_step.cu")
+            ),
+        )
+    };
+}
+
 /// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
 /// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
-pub const SOURCES: [(&str, &str); 7] = [
+pub const SOURCES: [(&str, &str); 14] = [
     (
         "attention",
         concat!(
@@ -197,8 +217,9 @@ pub const SOURCES: [(&str, &str); 7] = [
             include_str!("cuda/rmsnorm.cu")
         ),
     ),
-    // One decoding step's fused kernels: products of dense or GGML-quantized weights with
-    // their epilogues, RMSNorm, RoPE with the cache append ([`step`]).
+    // One decoding step's fused kernels ([`step`]): RMSNorm, RoPE with the cache append,
+    // SwiGLU, and the products and embedding of float weights with their epilogues; then the
+    // products of each GGML format, a module each.
     (
         "decode_step",
         concat!(
@@ -207,4 +228,11 @@ pub const SOURCES: [(&str, &str); 7] = [
             include_str!("cuda/decode_step.cu")
         ),
     ),
+    step_ggml_source!("q4_0", "Q4_0"),
+    step_ggml_source!("q4_1", "Q4_1"),
+    step_ggml_source!("q5_0", "Q5_0"),
+    step_ggml_source!("q5_1", "Q5_1"),
+    step_ggml_source!("q8_0", "Q8_0"),
+    step_ggml_source!("q4k", "Q4_K"),
+    step_ggml_source!("q6k", "Q6_K"),
 ];

@@ -225,16 +225,15 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
                                                        float* x) {                            \
         embed<W, DENSE>(table, row_bytes, cols, st, x);                                       \
     }
+#ifdef STEP_GGML
+// A module of one GGML format's products and embedding (lib.rs, `decode_step_<format>`, puts
+// `#define STEP_GGML(F) F(name, type, false)` first): a model compiles only the formats it
+// holds, not all seven (NVRTC and the driver's JIT take seconds over all of them).
+STEP_GGML(GEMV_FORMAT)
+#else
 GEMV_FORMAT(f32, F32, true)
 GEMV_FORMAT(bf16, BF16, true)
 GEMV_FORMAT(f16, F16, true)
-GEMV_FORMAT(q4_0, Q4_0, false)
-GEMV_FORMAT(q4_1, Q4_1, false)
-GEMV_FORMAT(q5_0, Q5_0, false)
-GEMV_FORMAT(q5_1, Q5_1, false)
-GEMV_FORMAT(q8_0, Q8_0, false)
-GEMV_FORMAT(q4k, Q4_K, false)
-GEMV_FORMAT(q6k, Q6_K, false)
 
 #define STEP_ENTRY(LN, L)                                                                     \
     extern "C" __global__ void capstan_step_rmsnorm_##LN(const float* x, const L::T* w,       \
@@ -253,3 +252,4 @@ GEMV_FORMAT(q6k, Q6_K, false)
 STEP_ENTRY(f32, F32)
 STEP_ENTRY(bf16, BF16)
 STEP_ENTRY(f16, F16)
+#endif

@@ -43,6 +43,8 @@ struct DevMatrix {
     rows: usize,
     cols: usize,
     format: &'static str,
+    /// The CUDA module of its format's products.
+    module: &'static str,
     /// 16-byte loads: the rows and the input are aligned, `cols` a multiple of 8.
     vec: bool,
     _keep: Keep,
@@ -80,6 +82,7 @@ impl DevMatrix {
     fn new(m: &StepMatrix, dev: &CudaDevice) -> Result<Self> {
         let (rows, cols) = m.dims()?;
         let format = m.format()?;
+        let module = m.module()?;
         Ok(match m {
             StepMatrix::Dense(t) => {
                 let t = t.contiguous()?;
@@ -91,6 +94,7 @@ impl DevMatrix {
                     rows,
                     cols,
                     format,
+                    module,
                     vec: ptr % 16 == 0 && cols % 8 == 0,
                     _keep: Keep::Tensor(t),
                 }
@@ -104,6 +108,7 @@ impl DevMatrix {
                     rows,
                     cols,
                     format,
+                    module,
                     vec: true,
                     _keep: Keep::Blocks(blocks),
                 }
@@ -576,7 +581,7 @@ impl DecodeStep {
 
     fn embed_launch(&self, state: u64) -> Result<()> {
         let m = &self.embed;
-        let f = self.f(&format!("capstan_step_embed_{}", m.format))?;
+        let f = func(&self.dev, m.module, &format!("capstan_step_embed_{}", m.format))?;
         let mut a = self.stream.launch_builder(&f);
         let cols = m.cols as i32;
         a.arg(&m.ptr)
@@ -645,7 +650,11 @@ impl DecodeStep {
         mode: i32,
     ) -> Result<()> {
         let m0 = ms[0].0;
-        let f = self.f(&format!("capstan_step_gemv_{}_{}", m0.format, self.suffix))?;
+        let f = func(
+            &self.dev,
+            m0.module,
+            &format!("capstan_step_gemv_{}_{}", m0.format, self.suffix),
+        )?;
         let args = GemvArgs {
             rows0: rows[0] as i64,
             rows1: rows[1] as i64,

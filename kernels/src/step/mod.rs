@@ -49,6 +49,21 @@ impl StepMatrix {
         }
     }
 
+    /// The CUDA module of the format's products ([`crate::SOURCES`]).
+    #[cfg(feature = "cuda")]
+    pub(crate) fn module(&self) -> Result<&'static str> {
+        Ok(match self.format()? {
+            "q4_0" => "decode_step_q4_0",
+            "q4_1" => "decode_step_q4_1",
+            "q5_0" => "decode_step_q5_0",
+            "q5_1" => "decode_step_q5_1",
+            "q8_0" => "decode_step_q8_0",
+            "q4k" => "decode_step_q4k",
+            "q6k" => "decode_step_q6k",
+            _ => "decode_step",
+        })
+    }
+
     /// The format's name as the kernels' entry points spell it (`capstan_step_gemv_{name}_*`).
     pub(crate) fn format(&self) -> Result<&'static str> {
         Ok(match self {
