@@ -581,7 +581,11 @@ impl DecodeStep {
 
     fn embed_launch(&self, state: u64) -> Result<()> {
         let m = &self.embed;
-        let f = func(&self.dev, m.module, &format!("capstan_step_embed_{}", m.format))?;
+        let f = func(
+            &self.dev,
+            m.module,
+            &format!("capstan_step_embed_{}", m.format),
+        )?;
         let mut a = self.stream.launch_builder(&f);
         let cols = m.cols as i32;
         a.arg(&m.ptr)
