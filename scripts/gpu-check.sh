@@ -56,7 +56,8 @@ fi
 if [ "$CPU" = 1 ]; then
   source scripts/env.sh
   BENCH="$CARGO_TARGET_DIR/release/capstan-bench"
-  [ -x "$BENCH" ] || cargo build --release -p capstan-bench >>"$LOG" 2>&1
+  # Built every time (a no-op when fresh): a stale binary would check an older bench.
+  cargo build --release -p capstan-bench >>"$LOG" 2>&1 || { say "building capstan-bench failed"; exit 1; }
   KTEST=""
   ENCODER="$CAPSTAN_ENCODER"
   PASSAGES="$OUT/passages.jsonl"
