@@ -107,7 +107,10 @@ def vs_pytorch(raw, res):
     # The fused step's SmolLM2 figure counts where it generated the layers' tokens (a quantized
     # product's rounding may flip a late one: at least the first half).
     step_same = (step_way.get("tokens_as_first_way") or 0) >= (step_way.get("new_tokens") or 1) / 2
-    smollm2_step = step_way.get("tokens_per_s") if step_same else None
+    # ... and where the step ran as a graph (on the CPU, or refused, the layers ran instead).
+    step_ran = str(step_way.get("decode_step", "")).startswith("Ready") and \
+        "capture_error: None" in str(step_way.get("decode_step", ""))
+    smollm2_step = step_way.get("tokens_per_s") if step_same and step_ran else None
     return {"attention": attention, "prefill": prefill, "decode": decode,
             "decode_kernel": decode_kernel,
             "decode_step": decode_step,

@@ -46,4 +46,29 @@ for goal in ("causal_attention_at_least_0.8x_sdpa", "patterns_at_least_1x_flex_a
 assert r["goals"]["cape_128k_throughput_at_least_12x"] is None
 assert "| attention zebra_1k |" in md
 assert "SKIPPED cape_16384" in md and "| llama3-tiny | 1k |" in md
+# The fused decoding step never runs on the CPU: no figure of its own, the layers' stand.
+assert set(v["decode_step"]) == {"64", "1k"} and all(x is None for x in v["decode_step"].values())
+assert v["decode_best"] == v["decode"], (v["decode_best"], v["decode"])
+assert v["smollm2_step_tokens_per_s"] is None and v["smollm2_step_tokens_as_layers"] == 128
+# Where it ran (the same records, marked as a GPU run would mark them) its figures count: the
+# step's rows whose logits matched the layers', SmolLM2's where it ran as a graph.
+with tempfile.TemporaryDirectory() as raw:
+    src = os.path.join(here, "tests", "gpu-check-raw")
+    for name in os.listdir(src):
+        with open(os.path.join(src, name)) as f, open(os.path.join(raw, name), "w") as g:
+            g.write(f.read())
+    fused = json.load(open(os.path.join(raw, "fused_decode_llama3-tiny.json")))
+    fused["by_full_attention"]["step"]["1k"]["step_vs_layers_max_rel_diff"] = 0.004
+    fused["by_full_attention"]["step"]["64"]["step_vs_layers_max_rel_diff"] = 0.2  # failed its check
+    json.dump(fused, open(os.path.join(raw, "fused_decode_llama3-tiny.json"), "w"))
+    gguf = json.load(open(os.path.join(raw, "gguf.json")))
+    gguf["by_way"]["step"]["decode_step"] = "Ready { graphs: 1, capture_error: None }"
+    json.dump(gguf, open(os.path.join(raw, "gguf.json"), "w"))
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
+                        "--out", out], check=True)
+        w = json.load(open(os.path.join(out, "results.json")))["vs_pytorch"]
+    assert w["decode_step"]["64"] is None and w["decode_step"]["1k"] > 0, w["decode_step"]
+    assert w["decode_best"]["1k"] == max(w["decode"]["1k"], w["decode_step"]["1k"]), w
+    assert w["smollm2_step_tokens_per_s"] == gguf["by_way"]["step"]["tokens_per_s"], w
 print("gpu_report: ok")
