@@ -11,27 +11,10 @@ use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Tensor, 
 
 use super::launch::{cuda_of, func, offsets, output, suffix};
 use crate::op_params::kv_rows;
+use crate::step::plan::{splits, DecodeArgs, DECODE_WARPS as WARPS};
 
-/// Warps a block: each takes every fourth key of the block's range.
-pub(super) const WARPS: usize = 4;
 /// Largest head width (`DEC_MAXD`).
 pub(super) const MAXD: usize = 256;
-/// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
-/// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
-const TARGET_BLOCKS: usize = 528;
-const MIN_SPLIT_KEYS: usize = 256;
-const MAX_SPLITS: usize = 32;
-
-/// `DecodeArgs` of attention_decode.cu, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub(super) struct DecodeArgs {
-    pub(super) heads: i32,
-    pub(super) kv_heads: i32,
-    pub(super) dim: i32,
-    pub(super) scale: f32,
-    pub(super) splits: i32,
-}
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for DecodeArgs {}
@@ -43,15 +26,6 @@ pub(super) struct SeqKv {
     pub(super) v: u64,
     pub(super) len: usize,
     pub(super) cap: usize,
-}
-
-/// How many ranges each sequence's keys are split into: enough blocks for the device, ranges
-/// of at least `MIN_SPLIT_KEYS`.
-pub(super) fn splits(blocks: usize, longest: usize) -> usize {
-    TARGET_BLOCKS
-        .div_ceil(blocks.max(1))
-        .min(longest.div_ceil(MIN_SPLIT_KEYS))
-        .clamp(1, MAX_SPLITS)
 }
 
 /// Decoding attention of `q` `(n, heads, dim)` against each sequence's cache, on `dev`'s

@@ -4,58 +4,19 @@
 use std::sync::Arc;
 
 use candle_core::cuda_backend::cudarc::driver::{
-    sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg,
+    sys, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
 use candle_core::cuda_backend::{CudaStorageSlice, WrapErr};
 use candle_core::{bail, CudaDevice, CudaStorage, DType, Device, Result, Storage, Tensor};
 
-use super::decode_many::{splits, DecodeArgs, MAXD, WARPS as DECODE_WARPS};
+use super::decode_many::MAXD;
 use super::launch::{cuda_of, func};
 use crate::op_params::kv_rows;
-use crate::step::{StepDims, StepKv, StepLaunch, StepMatrix, StepModel};
-
-/// `GemvArgs` of decode_step.cu, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct GemvArgs {
-    rows0: i64,
-    rows1: i64,
-    rows2: i64,
-    row_bytes: i64,
-    cols: i32,
-    mode: i32,
-    vec: i32,
-}
+use crate::step::plan::{splits, Arg, BufferAddrs, CacheKey, GemvArgs, Layout};
+use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel};
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for GemvArgs {}
-
-/// `GEMV_WARPS`: output rows a block.
-const GEMV_ROWS: u32 = 8;
-/// `STEP_NORM_THREADS`.
-const NORM_THREADS: u32 = 1024;
-
-/// A matrix as the kernels read it, and what keeps its memory alive.
-struct DevMatrix {
-    ptr: u64,
-    row_bytes: i64,
-    rows: usize,
-    cols: usize,
-    format: &'static str,
-    /// The CUDA module of its format's products.
-    module: &'static str,
-    /// 16-byte loads: the rows and the input are aligned, `cols` a multiple of 8.
-    vec: bool,
-    _keep: Keep,
-}
-
-/// Held, never read: the memory a matrix's address points into.
-#[allow(dead_code)]
-enum Keep {
-    Tensor(Tensor),
-    Blocks(CudaSlice<u8>),
-}
 
 /// The device address of a contiguous float tensor's first element.
 fn tensor_ptr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
@@ -78,103 +39,26 @@ fn tensor_ptr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     Ok(base + a as u64 * elem)
 }
 
-impl DevMatrix {
-    fn new(m: &StepMatrix, dev: &CudaDevice) -> Result<Self> {
-        let (rows, cols) = m.dims()?;
-        let format = m.format()?;
-        let module = m.module()?;
-        Ok(match m {
-            StepMatrix::Dense(t) => {
-                let t = t.contiguous()?;
-                let ptr = tensor_ptr(&t, dev)?;
-                let elem = t.dtype().size_in_bytes();
-                Self {
-                    ptr,
-                    row_bytes: (cols * elem) as i64,
-                    rows,
-                    cols,
-                    format,
-                    module,
-                    vec: ptr % 16 == 0 && cols % 8 == 0,
-                    _keep: Keep::Tensor(t),
-                }
-            }
-            StepMatrix::Ggml { bytes, .. } => {
-                let blocks = dev.clone_htod(bytes.as_ref())?;
-                let ptr = blocks.device_ptr(&dev.cuda_stream()).0;
-                Self {
-                    ptr,
-                    row_bytes: (bytes.len() / rows.max(1)) as i64,
-                    rows,
-                    cols,
-                    format,
-                    module,
-                    vec: true,
-                    _keep: Keep::Blocks(blocks),
-                }
-            }
-        })
-    }
+/// What keeps the step's device memory alive: the model's tensors read in place, the uploaded
+/// GGML blocks and biases, the buffers.
+#[allow(dead_code)]
+enum Keep {
+    Tensor(Tensor),
+    Bytes(CudaSlice<u8>),
+    Floats(CudaSlice<f32>),
 }
 
-struct DevLayer {
-    attn_norm: u64,
-    q: DevMatrix,
-    k: DevMatrix,
-    v: DevMatrix,
-    /// f32 biases of q, k and v (addresses; 0: none), and their buffers.
-    bias: [u64; 3],
-    _bias: Option<[CudaSlice<f32>; 3]>,
-    o: DevMatrix,
-    mlp_norm: u64,
-    gate: DevMatrix,
-    up: DevMatrix,
-    down: DevMatrix,
-    /// The norms' weights, held: their addresses are read in place.
-    _norms: [Tensor; 2],
-}
+/// Indices of [`BufferAddrs::sizes`]: the buffers the host writes or reads.
+const LOGITS: usize = 7;
+const STATE: usize = 9;
+const KPTR: usize = 10;
+const VPTR: usize = 11;
+const CAPS: usize = 12;
+const INV_FREQ: usize = 13;
 
-/// The static buffers, as device addresses (the slices are kept in [`Buffers::_keep`]).
-struct Buffers {
-    /// f32 residual stream `(hidden)`.
-    x: u64,
-    /// A normed activation `(max(hidden, heads * head_dim))`, the model's type.
-    h: u64,
-    /// f32 q, k and v products.
-    qkv: u64,
-    /// Rotated queries, the model's type.
-    q: u64,
-    /// Attention output, the model's type.
-    attn: u64,
-    /// f32 gate and up products (when their formats differ).
-    gu: u64,
-    /// SwiGLU output `(intermediate)`, the model's type.
-    act: u64,
-    /// f32 logits `(vocab)`.
-    logits: CudaSlice<f32>,
-    /// Attention's per-split partial results.
-    partial: u64,
-    /// `StepState`: token, position, cache row, keys after the step.
-    state: CudaSlice<i32>,
-    /// Per layer: keys' and values' first cached row, and the buffers' capacities.
-    kptr: CudaSlice<u64>,
-    vptr: CudaSlice<u64>,
-    caps: CudaSlice<i32>,
-    inv_freq: CudaSlice<f32>,
-    /// The addresses of the slices above, taken once: nothing between a capture's begin and end
-    /// may touch a slice (with cudarc's stream synchronisation on, that records events).
-    ptrs: BufferPtrs,
-    _keep: Vec<CudaSlice<u8>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct BufferPtrs {
-    logits: u64,
-    state: u64,
-    kptr: u64,
-    vptr: u64,
-    caps: u64,
-    inv_freq: u64,
+/// Little-endian bytes of plain values (what the kernels read from the tables).
+fn bytes_of<T: Copy, const N: usize>(values: &[T], to: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+    values.iter().flat_map(|&v| to(v)).collect()
 }
 
 /// A captured graph, movable between threads: CUDA graph objects are not internally
@@ -186,30 +70,19 @@ struct Captured(CudaGraph);
 // serialised.
 unsafe impl Send for Captured {}
 
-/// Where the caches were when the graph was captured: a moved cache needs a new capture.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct CacheKey {
-    layers: Vec<(u64, u64, usize)>,
-    splits: usize,
-}
-
 /// One token's decoding step of a [`StepModel`] on a CUDA device, its launches captured as a
 /// CUDA graph ([`StepLaunch::Graph`]) or launched one by one.
 pub struct DecodeStep {
-    /// The model's sizes, rotation scaling and float type (the model's host copies of quantized
-    /// blocks are dropped once uploaded).
-    dims: StepDims,
-    factor: f32,
+    /// The weights' and buffers' addresses, and the model's sizes (the model's host copies of
+    /// quantized blocks are dropped once uploaded).
+    layout: Layout,
     dtype: DType,
     dev: CudaDevice,
     stream: Arc<CudaStream>,
-    suffix: &'static str,
-    embed: DevMatrix,
-    layers: Vec<DevLayer>,
-    norm: u64,
-    _norm: Tensor,
-    lm_head: DevMatrix,
-    buf: Buffers,
+    /// The buffers, in [`BufferAddrs`]' field order (the state and the cache tables are
+    /// written before each step, the logits copied out after it).
+    bufs: Vec<CudaSlice<u8>>,
+    _keep: Vec<Keep>,
     launch: StepLaunch,
     captured: Option<(CacheKey, Captured)>,
     /// The caches as last given (the tables hold their addresses).
@@ -219,14 +92,6 @@ pub struct DecodeStep {
     graphs: usize,
 }
 
-/// A float buffer of `n` elements' bytes of `dtype`, zeroed, kept in `keep`.
-fn raw(dev: &CudaDevice, bytes: usize, keep: &mut Vec<CudaSlice<u8>>) -> Result<u64> {
-    let s = dev.alloc_zeros::<u8>(bytes.max(16))?;
-    let ptr = s.device_ptr(&dev.cuda_stream()).0;
-    keep.push(s);
-    Ok(ptr)
-}
-
 impl DecodeStep {
     /// Uploads the model's quantized blocks and allocates the step's buffers on `device`.
     pub fn new(model: &StepModel, device: &Device, launch: StepLaunch) -> Result<Self> {
@@ -234,114 +99,66 @@ impl DecodeStep {
         let Device::Cuda(dev) = device else {
             bail!("decode step: runs on a CUDA device")
         };
-        let suffix = match model.dtype() {
-            DType::F32 => "f32",
-            DType::BF16 => "bf16",
-            DType::F16 => "f16",
-            d => bail!("decode step: a {d:?} model"),
-        };
         let d = model.dims;
         if d.head_dim > MAXD {
             bail!("decode step: head width {} > {MAXD}", d.head_dim)
         }
-        let mat = |m: &StepMatrix| DevMatrix::new(m, dev);
-        let layers = model
-            .layers
-            .iter()
-            .map(|l| {
-                let bias = match &l.qkv_bias {
-                    Some(b) => {
-                        let f = |t: &Tensor| -> Result<CudaSlice<f32>> {
-                            let host: Vec<f32> = t.to_dtype(DType::F32)?.to_vec1()?;
-                            dev.clone_htod(&host)
-                        };
-                        Some([f(&b[0])?, f(&b[1])?, f(&b[2])?])
-                    }
-                    None => None,
-                };
-                let bias_ptr = match &bias {
-                    Some(b) => [0, 1, 2].map(|j| ptr_of(&b[j], dev)),
-                    None => [0; 3],
-                };
-                Ok(DevLayer {
-                    bias: bias_ptr,
-                    _bias: bias,
-                    attn_norm: tensor_ptr(&l.attn_norm, dev)?,
-                    q: mat(&l.q)?,
-                    k: mat(&l.k)?,
-                    v: mat(&l.v)?,
-                    o: mat(&l.o)?,
-                    mlp_norm: tensor_ptr(&l.mlp_norm, dev)?,
-                    gate: mat(&l.gate)?,
-                    up: mat(&l.up)?,
-                    down: mat(&l.down)?,
-                    _norms: [l.attn_norm.clone(), l.mlp_norm.clone()],
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let elem = model.dtype().size_in_bytes();
-        let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-        let mut keep = Vec::new();
-        let max_splits = splits(d.heads, usize::MAX / 2);
-        let mut buf = Buffers {
-            x: raw(dev, 4 * d.hidden, &mut keep)?,
-            h: raw(dev, elem * d.hidden.max(qw), &mut keep)?,
-            qkv: raw(dev, 4 * (qw + 2 * kvw), &mut keep)?,
-            q: raw(dev, elem * qw, &mut keep)?,
-            attn: raw(dev, elem * qw, &mut keep)?,
-            gu: raw(dev, 4 * 2 * d.intermediate, &mut keep)?,
-            act: raw(dev, elem * d.intermediate, &mut keep)?,
-            logits: dev.alloc_zeros::<f32>(d.vocab)?,
-            partial: raw(dev, 4 * d.heads * max_splits * (2 + d.head_dim), &mut keep)?,
-            state: dev.alloc_zeros::<i32>(4)?,
-            kptr: dev.alloc_zeros::<u64>(layers.len().max(1))?,
-            vptr: dev.alloc_zeros::<u64>(layers.len().max(1))?,
-            caps: dev.alloc_zeros::<i32>(layers.len().max(1))?,
-            inv_freq: dev.clone_htod(&model.rope.inv_freq)?,
-            ptrs: BufferPtrs {
-                logits: 0,
-                state: 0,
-                kptr: 0,
-                vptr: 0,
-                caps: 0,
-                inv_freq: 0,
-            },
-            _keep: keep,
-        };
-        buf.ptrs = BufferPtrs {
-            logits: ptr_of(&buf.logits, dev),
-            state: ptr_of(&buf.state, dev),
-            kptr: ptr_of(&buf.kptr, dev),
-            vptr: ptr_of(&buf.vptr, dev),
-            caps: ptr_of(&buf.caps, dev),
-            inv_freq: ptr_of(&buf.inv_freq, dev),
-        };
-        let (hidden_aligned, inter_aligned) =
-            (d.hidden.is_multiple_of(8), d.intermediate.is_multiple_of(8));
-        let mut layers = layers;
-        // The input of a product is aligned (fresh buffers are); its width decides the rest.
-        for l in &mut layers {
-            for m in [&mut l.q, &mut l.k, &mut l.v, &mut l.gate, &mut l.up] {
-                m.vec &= hidden_aligned;
-            }
-            l.o.vec &= qw % 8 == 0;
-            l.down.vec &= inter_aligned;
+        let stream = dev.cuda_stream();
+        let sizes = BufferAddrs::sizes(&d, model.layers.len(), model.dtype().size_in_bytes());
+        let mut slices = Vec::with_capacity(sizes.len());
+        for n in sizes {
+            slices.push(dev.alloc_zeros::<u8>(n.max(16))?);
         }
-        let mut lm_head = mat(&model.lm_head)?;
-        lm_head.vec &= hidden_aligned;
-        Ok(Self {
-            embed: mat(&model.embed)?,
-            norm: tensor_ptr(&model.norm, dev)?,
-            _norm: model.norm.clone(),
-            lm_head,
-            layers,
+        let addrs: Vec<u64> = slices.iter().map(|s| s.device_ptr(&stream).0).collect();
+        let buf = BufferAddrs::from_addrs(addrs.try_into().expect("14 buffers"));
+        let held = std::cell::RefCell::new(Vec::new());
+        let layout = Layout::build(
+            model,
             buf,
-            suffix,
-            dev: dev.clone(),
-            stream: dev.cuda_stream(),
-            dims: model.dims,
-            factor: model.rope.factor,
+            |m| match m {
+                StepMatrix::Dense(t) => {
+                    let t = t.contiguous()?;
+                    let ptr = tensor_ptr(&t, dev)?;
+                    held.borrow_mut().push(Keep::Tensor(t));
+                    Ok(ptr)
+                }
+                StepMatrix::Ggml { bytes, .. } => {
+                    let blocks = dev.clone_htod(bytes.as_ref())?;
+                    let ptr = blocks.device_ptr(&stream).0;
+                    held.borrow_mut().push(Keep::Bytes(blocks));
+                    Ok(ptr)
+                }
+            },
+            |t| tensor_ptr(t, dev),
+            |b| {
+                let host: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;
+                let s = dev.clone_htod(&host)?;
+                let ptr = s.device_ptr(&stream).0;
+                held.borrow_mut().push(Keep::Floats(s));
+                Ok(ptr)
+            },
+        )?;
+        let mut keep = held.into_inner();
+        // The norms are read in place: hold them.
+        keep.push(Keep::Tensor(model.norm.clone()));
+        for l in &model.layers {
+            keep.push(Keep::Tensor(l.attn_norm.clone()));
+            keep.push(Keep::Tensor(l.mlp_norm.clone()));
+        }
+        let inv_freq: Vec<u8> = model
+            .rope
+            .inv_freq
+            .iter()
+            .flat_map(|f| f.to_le_bytes())
+            .collect();
+        stream.memcpy_htod(&inv_freq, &mut slices[INV_FREQ]).w()?;
+        Ok(Self {
+            layout,
             dtype: model.dtype(),
+            dev: dev.clone(),
+            stream,
+            bufs: slices,
+            _keep: keep,
             launch,
             captured: None,
             key: None,
@@ -364,18 +181,18 @@ impl DecodeStep {
     /// layer's cache gets the token's key and value at row `offset + len` (the caller then
     /// counts one more row). Every cache must have that row free and hold `len` rows.
     pub fn step(&mut self, token: u32, pos: usize, kvs: &[StepKv<'_>]) -> Result<Tensor> {
-        let d = self.dims;
+        let d = self.layout.dims;
         if token as usize >= d.vocab {
             bail!(
                 "decode step: token {token} outside a vocabulary of {}",
                 d.vocab
             )
         }
-        if kvs.len() != self.layers.len() {
+        if kvs.len() != self.layout.layers.len() {
             bail!(
                 "decode step: {} caches for {} layers",
                 kvs.len(),
-                self.layers.len()
+                self.layout.layers.len()
             )
         }
         let len = kvs.first().map_or(0, |kv| kv.len);
@@ -433,16 +250,25 @@ impl DecodeStep {
             let col = |f: fn(&(u64, u64, usize)) -> u64| -> Vec<u64> {
                 key.layers.iter().map(f).collect()
             };
-            stream.memcpy_htod(&col(|l| l.0), &mut self.buf.kptr).w()?;
-            stream.memcpy_htod(&col(|l| l.1), &mut self.buf.vptr).w()?;
+            let kptr = bytes_of(&col(|l| l.0), u64::to_le_bytes);
+            let vptr = bytes_of(&col(|l| l.1), u64::to_le_bytes);
             let caps: Vec<i32> = key.layers.iter().map(|l| l.2 as i32).collect();
-            stream.memcpy_htod(&caps, &mut self.buf.caps).w()?;
+            stream.memcpy_htod(&kptr, &mut self.bufs[KPTR]).w()?;
+            stream.memcpy_htod(&vptr, &mut self.bufs[VPTR]).w()?;
+            stream
+                .memcpy_htod(&bytes_of(&caps, i32::to_le_bytes), &mut self.bufs[CAPS])
+                .w()?;
             self.key = Some(key.clone());
         }
         let state = [token as i32, pos as i32, len as i32, len as i32 + 1];
-        stream.memcpy_htod(&state, &mut self.buf.state).w()?;
+        stream
+            .memcpy_htod(&bytes_of(&state, i32::to_le_bytes), &mut self.bufs[STATE])
+            .w()?;
         self.run(&key)?;
-        let logits = stream.clone_dtod(&self.buf.logits).w()?;
+        // SAFETY: the logits buffer holds `vocab` f32 values (BufferAddrs::sizes).
+        let view = unsafe { self.bufs[LOGITS].transmute::<f32>(d.vocab) }
+            .ok_or_else(|| candle_core::Error::Msg("decode step: logits buffer".into()))?;
+        let logits = stream.clone_dtod(&view).w()?;
         let storage = CudaStorage::wrap_cuda_slice(logits, self.dev.clone());
         Ok(Tensor::from_storage(
             Storage::Cuda(storage),
@@ -494,253 +320,32 @@ impl DecodeStep {
         }
     }
 
-    fn f(&self, name: &str) -> Result<CudaFunction> {
-        func(&self.dev, "decode_step", name)
-    }
-
-    /// Every launch of one step, in order, for the caches of `key`.
+    /// Every launch of one step ([`Layout::plan`]), in order, for the caches of `key`.
     fn launches(&self, key: &CacheKey) -> Result<()> {
-        let d = self.dims;
-        let b = &self.buf;
-        let sfx = self.suffix;
-        let p = b.ptrs;
-        let state = p.state;
-        self.embed_launch(state)?;
-        let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-        let (kptr, vptr, caps, inv_freq) = (p.kptr, p.vptr, p.caps, p.inv_freq);
-        for (i, l) in self.layers.iter().enumerate() {
-            self.norm_launch(b.x, l.attn_norm, b.h)?;
-            let bias = |j: usize| l.bias[j];
-            if l.q.format == l.k.format && l.k.format == l.v.format {
-                self.gemv(
-                    [&l.q, &l.k, &l.v],
-                    [bias(0), bias(1), bias(2)],
-                    b.h,
-                    b.qkv,
-                    0,
-                    0,
-                )?;
-            } else {
-                for (j, (m, at)) in [(&l.q, 0), (&l.k, qw), (&l.v, qw + kvw)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    self.gemv1(m, bias(j), b.h, b.qkv + 4 * at as u64, 0)?;
-                }
+        for l in self.layout.plan(key) {
+            let f = func(&self.dev, l.module, &l.name)?;
+            let mut b = self.stream.launch_builder(&f);
+            for a in &l.args {
+                match a {
+                    Arg::Ptr(x) => b.arg(x),
+                    Arg::I32(x) => b.arg(x),
+                    Arg::I64(x) => b.arg(x),
+                    Arg::F32(x) => b.arg(x),
+                    Arg::Gemv(x) => b.arg(x),
+                    Arg::Decode(x) => b.arg(x),
+                };
             }
-            let (kc, vc, cap) = key.layers[i];
-            let pairs = ((d.heads + 2 * d.kv_heads) * d.head_dim / 2) as u32;
-            let f = self.f(&format!("capstan_step_rope_append_{sfx}"))?;
-            let mut a = self.stream.launch_builder(&f);
-            let (heads, kv_heads, dim, cap_i) = (
-                d.heads as i32,
-                d.kv_heads as i32,
-                d.head_dim as i32,
-                cap as i32,
-            );
-            a.arg(&b.qkv)
-                .arg(&inv_freq)
-                .arg(&state)
-                .arg(&b.q)
-                .arg(&kc)
-                .arg(&vc);
-            a.arg(&heads)
-                .arg(&kv_heads)
-                .arg(&dim)
-                .arg(&cap_i)
-                .arg(&self.factor);
-            // SAFETY: matches capstan_step_rope_append_*; the cache row `slot` is free.
-            unsafe { a.launch(LaunchConfig::for_num_elems(pairs)) }.w()?;
-            self.attention(
-                kptr + 8 * i as u64,
-                vptr + 8 * i as u64,
-                state + 12,
-                caps + 4 * i as u64,
-                key.splits,
-            )?;
-            self.gemv1(&l.o, 0, b.attn, b.x, 1)?;
-            self.norm_launch(b.x, l.mlp_norm, b.h)?;
-            if l.gate.format == l.up.format {
-                self.gemv([&l.gate, &l.up, &l.up], [0, 0, 0], b.h, 0, b.act, 2)?;
-            } else {
-                self.gemv1(&l.gate, 0, b.h, b.gu, 0)?;
-                self.gemv1(&l.up, 0, b.h, b.gu + 4 * d.intermediate as u64, 0)?;
-                let f = self.f(&format!("capstan_step_swiglu_{sfx}"))?;
-                let mut a = self.stream.launch_builder(&f);
-                let up = b.gu + 4 * d.intermediate as u64;
-                let n = d.intermediate as i32;
-                a.arg(&b.gu).arg(&up).arg(&b.act).arg(&n);
-                // SAFETY: matches capstan_step_swiglu_*.
-                unsafe { a.launch(LaunchConfig::for_num_elems(n as u32)) }.w()?;
-            }
-            self.gemv1(&l.down, 0, b.act, b.x, 1)?;
-        }
-        self.norm_launch(b.x, self.norm, b.h)?;
-        self.gemv1(&self.lm_head, 0, b.h, p.logits, 0)
-    }
-
-    fn embed_launch(&self, state: u64) -> Result<()> {
-        let m = &self.embed;
-        let f = func(
-            &self.dev,
-            m.module,
-            &format!("capstan_step_embed_{}", m.format),
-        )?;
-        let mut a = self.stream.launch_builder(&f);
-        let cols = m.cols as i32;
-        a.arg(&m.ptr)
-            .arg(&m.row_bytes)
-            .arg(&cols)
-            .arg(&state)
-            .arg(&self.buf.x);
-        let units = (m.cols / 32) as u32;
-        // SAFETY: matches capstan_step_embed_*; the token was checked against the vocabulary.
-        unsafe { a.launch(LaunchConfig::for_num_elems(units)) }.w()?;
-        Ok(())
-    }
-
-    fn norm_launch(&self, x: u64, w: u64, out: u64) -> Result<()> {
-        let f = self.f(&format!("capstan_step_rmsnorm_{}", self.suffix))?;
-        let mut a = self.stream.launch_builder(&f);
-        let dim = self.dims.hidden as i32;
-        let eps = self.dims.eps as f32;
-        a.arg(&x).arg(&w).arg(&out).arg(&dim).arg(&eps);
-        let cfg = LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (NORM_THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches capstan_step_rmsnorm_*.
-        unsafe { a.launch(cfg) }.w()?;
-        Ok(())
-    }
-
-    fn gemv1(&self, m: &DevMatrix, bias: u64, x: u64, out: u64, mode: i32) -> Result<()> {
-        self.gemv_rows([(m, bias), (m, 0), (m, 0)], [m.rows, 0, 0], x, out, 0, mode)
-    }
-
-    /// `mode` 0 or 1 over the stacked rows of `ms`, or 2 (SwiGLU of `ms[0]` and `ms[1]`).
-    fn gemv(
-        &self,
-        ms: [&DevMatrix; 3],
-        bias: [u64; 3],
-        x: u64,
-        out_f32: u64,
-        out_t: u64,
-        mode: i32,
-    ) -> Result<()> {
-        let rows = if mode == 2 {
-            [ms[0].rows, ms[1].rows, 0]
-        } else {
-            [ms[0].rows, ms[1].rows, ms[2].rows]
-        };
-        self.gemv_rows(
-            [(ms[0], bias[0]), (ms[1], bias[1]), (ms[2], bias[2])],
-            rows,
-            x,
-            out_f32,
-            out_t,
-            mode,
-        )
-    }
-
-    fn gemv_rows(
-        &self,
-        ms: [(&DevMatrix, u64); 3],
-        rows: [usize; 3],
-        x: u64,
-        out_f32: u64,
-        out_t: u64,
-        mode: i32,
-    ) -> Result<()> {
-        let m0 = ms[0].0;
-        let f = func(
-            &self.dev,
-            m0.module,
-            &format!("capstan_step_gemv_{}_{}", m0.format, self.suffix),
-        )?;
-        let args = GemvArgs {
-            rows0: rows[0] as i64,
-            rows1: rows[1] as i64,
-            rows2: rows[2] as i64,
-            row_bytes: m0.row_bytes,
-            cols: m0.cols as i32,
-            mode,
-            vec: ms.iter().all(|(m, _)| m.vec) as i32,
-        };
-        let out_rows = if mode == 2 {
-            rows[0]
-        } else {
-            rows.iter().sum()
-        };
-        let mut a = self.stream.launch_builder(&f);
-        a.arg(&ms[0].0.ptr).arg(&ms[1].0.ptr).arg(&ms[2].0.ptr);
-        a.arg(&ms[0].1).arg(&ms[1].1).arg(&ms[2].1);
-        a.arg(&x).arg(&out_f32).arg(&out_t).arg(&args);
-        let cfg = LaunchConfig {
-            grid_dim: ((out_rows as u32).div_ceil(GEMV_ROWS), 1, 1),
-            block_dim: (32 * GEMV_ROWS, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: matches capstan_step_gemv_*; every matrix has `cols` columns of one format
-        // and the output buffer room for the rows.
-        unsafe { a.launch(cfg) }.w()?;
-        Ok(())
-    }
-
-    fn attention(&self, kptr: u64, vptr: u64, lens: u64, caps: u64, splits: usize) -> Result<()> {
-        let d = self.dims;
-        let b = &self.buf;
-        let args = DecodeArgs {
-            heads: d.heads as i32,
-            kv_heads: d.kv_heads as i32,
-            dim: d.head_dim as i32,
-            scale: 1.0 / (d.head_dim as f32).sqrt(),
-            splits: splits as i32,
-        };
-        let stream = self.dev.cuda_stream();
-        let sfx = self.suffix;
-        let f = func(
-            &self.dev,
-            "attention_decode",
-            &format!("capstan_attention_decode_{sfx}"),
-        )?;
-        let cfg = LaunchConfig {
-            grid_dim: (d.heads as u32, 1, splits as u32),
-            block_dim: (32 * DECODE_WARPS as u32, 1, 1),
-            shared_mem_bytes: (DECODE_WARPS * (2 + d.head_dim) * 4) as u32,
-        };
-        let mut a = stream.launch_builder(&f);
-        a.arg(&b.q)
-            .arg(&kptr)
-            .arg(&vptr)
-            .arg(&lens)
-            .arg(&caps)
-            .arg(&b.attn)
-            .arg(&b.partial);
-        a.arg(&args);
-        // SAFETY: matches capstan_attention_decode_*: the tables hold one live cache each.
-        unsafe { a.launch(cfg) }.w()?;
-        if splits > 1 {
-            let f = func(
-                &self.dev,
-                "attention_decode",
-                &format!("capstan_attention_decode_merge_{sfx}"),
-            )?;
             let cfg = LaunchConfig {
-                grid_dim: (d.heads as u32, 1, 1),
-                block_dim: (32, 1, 1),
-                shared_mem_bytes: 0,
+                grid_dim: l.grid,
+                block_dim: l.block,
+                shared_mem_bytes: l.shared,
             };
-            let mut a = stream.launch_builder(&f);
-            a.arg(&b.partial).arg(&b.attn).arg(&args);
-            // SAFETY: matches capstan_attention_decode_merge_*.
-            unsafe { a.launch(cfg) }.w()?;
+            // SAFETY: the plan's arguments match each entry point's parameters (plan.rs
+            // mirrors decode_step.cu and attention_decode.cu; emulate.rs runs the same plan
+            // against the CPU oracle), every address lies in a live buffer, weight or cache
+            // with room for what the kernel writes.
+            unsafe { b.launch(cfg) }.w()?;
         }
         Ok(())
     }
-}
-
-fn ptr_of<T>(s: &CudaSlice<T>, dev: &CudaDevice) -> u64 {
-    s.device_ptr(&dev.cuda_stream()).0
 }

@@ -11,6 +11,11 @@
 //! GPU test compares against, and itself checked against the model's forward pass in the
 //! reader.
 
+#[cfg(test)]
+mod emulate;
+// Without the `cuda` feature only the emulator's tests run the plan.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) mod plan;
 mod reference;
 
 use std::sync::Arc;
@@ -50,7 +55,7 @@ impl StepMatrix {
     }
 
     /// The CUDA module of the format's products ([`crate::SOURCES`]).
-    #[cfg(feature = "cuda")]
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn module(&self) -> Result<&'static str> {
         Ok(match self.format()? {
             "q4_0" => "decode_step_q4_0",

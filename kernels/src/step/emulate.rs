@@ -1,0 +1,743 @@
+//! The decoding step's launch plan ([`super::plan`]) run on the host: device memory as host
+//! regions at made-up addresses (every write bounds-checked against its region), each entry
+//! point of decode_step.cu and attention_decode.cu written out as its kernel computes it
+//! (attention's split ranges and their merge included). Against the CPU oracle this tests,
+//! without a GPU, what the CUDA step launches: the order, the buffers and their sizes, the
+//! offsets into them, every argument.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+use candle_core::{DType, Device, Tensor};
+
+use super::plan::{Arg, BufferAddrs, CacheKey, Launch, Layout};
+use super::{StepMatrix, StepModel};
+
+/// Device memory on the host.
+struct Memory {
+    regions: Vec<(u64, Vec<u8>)>,
+    next: u64,
+}
+
+impl Memory {
+    fn new() -> Self {
+        Self {
+            regions: Vec::new(),
+            next: 0x10_000,
+        }
+    }
+
+    /// A zeroed region of `n` bytes; regions lie 4 KiB apart, 256-byte aligned.
+    fn alloc(&mut self, n: usize) -> u64 {
+        let base = self.next;
+        self.regions.push((base, vec![0; n.max(16)]));
+        self.next = (base + n.max(16) as u64 + 4096).next_multiple_of(256);
+        base
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> u64 {
+        let a = self.alloc(bytes.len());
+        self.write(a, bytes);
+        a
+    }
+
+    fn at(&self, addr: u64, n: usize) -> (usize, usize) {
+        for (i, (base, data)) in self.regions.iter().enumerate() {
+            if addr >= *base && addr + n as u64 <= base + data.len() as u64 {
+                return (i, (addr - base) as usize);
+            }
+        }
+        panic!("{n} bytes at {addr:#x} lie outside every buffer")
+    }
+
+    fn read(&self, addr: u64, n: usize) -> &[u8] {
+        let (i, o) = self.at(addr, n);
+        &self.regions[i].1[o..o + n]
+    }
+
+    fn write(&mut self, addr: u64, bytes: &[u8]) {
+        let (i, o) = self.at(addr, bytes.len());
+        self.regions[i].1[o..o + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn i32(&self, addr: u64) -> i32 {
+        i32::from_le_bytes(self.read(addr, 4).try_into().unwrap())
+    }
+
+    fn u64(&self, addr: u64) -> u64 {
+        u64::from_le_bytes(self.read(addr, 8).try_into().unwrap())
+    }
+
+    fn f32s(&self, addr: u64, n: usize) -> Vec<f32> {
+        self.read(addr, 4 * n)
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect()
+    }
+
+    fn put_f32s(&mut self, addr: u64, v: &[f32]) {
+        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.write(addr, &bytes);
+    }
+
+    /// `n` values of type `t` (`f32`, `bf16`, `f16`).
+    fn floats(&self, t: &str, addr: u64, n: usize) -> Vec<f32> {
+        match t {
+            "f32" => self.f32s(addr, n),
+            _ => self
+                .read(addr, 2 * n)
+                .chunks_exact(2)
+                .map(|b| half_to_f32(t, u16::from_le_bytes([b[0], b[1]])))
+                .collect(),
+        }
+    }
+
+    fn put_floats(&mut self, t: &str, addr: u64, v: &[f32]) {
+        let bytes: Vec<u8> = match t {
+            "f32" => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            _ => v
+                .iter()
+                .flat_map(|&x| f32_to_half(t, x).to_le_bytes())
+                .collect(),
+        };
+        self.write(addr, &bytes);
+    }
+}
+
+fn half_to_f32(t: &str, h: u16) -> f32 {
+    match t {
+        "bf16" => half::bf16::from_bits(h).to_f32(),
+        _ => half::f16::from_bits(h).to_f32(),
+    }
+}
+
+fn f32_to_half(t: &str, x: f32) -> u16 {
+    match t {
+        "bf16" => half::bf16::from_f32(x).to_bits(),
+        _ => half::f16::from_f32(x).to_bits(),
+    }
+}
+
+fn ggml_type(format: &str) -> Option<GgmlDType> {
+    Some(match format {
+        "q4_0" => GgmlDType::Q4_0,
+        "q4_1" => GgmlDType::Q4_1,
+        "q5_0" => GgmlDType::Q5_0,
+        "q5_1" => GgmlDType::Q5_1,
+        "q8_0" => GgmlDType::Q8_0,
+        "q4k" => GgmlDType::Q4K,
+        "q6k" => GgmlDType::Q6K,
+        _ => return None,
+    })
+}
+
+/// The host executor of launch plans.
+struct Emulator {
+    mem: Memory,
+    /// Matrices decoded once: (address, format, rows) -> rows of f32.
+    decoded: HashMap<(u64, String, usize), Vec<f32>>,
+}
+
+fn ptr(a: &Arg) -> u64 {
+    match a {
+        Arg::Ptr(p) => *p,
+        other => panic!("expected an address, got {other:?}"),
+    }
+}
+
+fn int(a: &Arg) -> i64 {
+    match a {
+        Arg::I32(x) => *x as i64,
+        Arg::I64(x) => *x,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+fn float(a: &Arg) -> f32 {
+    match a {
+        Arg::F32(x) => *x,
+        other => panic!("expected a float, got {other:?}"),
+    }
+}
+
+impl Emulator {
+    /// `rows` rows of `cols` values of a matrix of `format` at `addr`, `row_bytes` apart.
+    fn rows(
+        &mut self,
+        format: &str,
+        addr: u64,
+        rows: usize,
+        cols: usize,
+        row_bytes: usize,
+    ) -> &[f32] {
+        let key = (addr, format.to_string(), rows);
+        if !self.decoded.contains_key(&key) {
+            let bytes = self.mem.read(addr, rows * row_bytes).to_vec();
+            let values = match ggml_type(format) {
+                Some(t) => {
+                    let s = QStorage::from_data(Cow::Owned(bytes), &Device::Cpu, t).unwrap();
+                    QTensor::new(s, (rows, cols))
+                        .unwrap()
+                        .dequantize(&Device::Cpu)
+                        .unwrap()
+                        .flatten_all()
+                        .unwrap()
+                        .to_vec1()
+                        .unwrap()
+                }
+                None => self.mem.floats(format, addr, rows * cols),
+            };
+            self.decoded.insert(key.clone(), values);
+        }
+        &self.decoded[&key]
+    }
+
+    fn run(&mut self, plan: &[Launch]) {
+        for l in plan {
+            let name = l.name.as_str();
+            let a = &l.args;
+            if let Some(fmt) = name.strip_prefix("capstan_step_embed_") {
+                self.embed(fmt, a);
+            } else if let Some(t) = name.strip_prefix("capstan_step_rmsnorm_") {
+                self.rms_norm(t, a);
+            } else if let Some(rest) = name.strip_prefix("capstan_step_gemv_") {
+                let (fmt, t) = rest.rsplit_once('_').unwrap();
+                assert_eq!(l.module, expected_module(fmt), "{name}");
+                self.gemv(fmt, t, a);
+            } else if let Some(t) = name.strip_prefix("capstan_step_rope_append_") {
+                self.rope_append(t, a);
+            } else if let Some(t) = name.strip_prefix("capstan_step_swiglu_") {
+                let n = int(&a[3]) as usize;
+                let g = self.mem.f32s(ptr(&a[0]), n);
+                let u = self.mem.f32s(ptr(&a[1]), n);
+                let out: Vec<f32> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+                    .collect();
+                self.mem.put_floats(t, ptr(&a[2]), &out);
+            } else if let Some(t) = name.strip_prefix("capstan_attention_decode_merge_") {
+                self.merge(t, a);
+            } else if let Some(t) = name.strip_prefix("capstan_attention_decode_") {
+                self.attention(t, a, l.grid.2 as usize);
+            } else {
+                panic!("no emulation of {name}");
+            }
+        }
+    }
+
+    fn embed(&mut self, fmt: &str, a: &[Arg]) {
+        let (table, row_bytes, cols) = (ptr(&a[0]), int(&a[1]) as usize, int(&a[2]) as usize);
+        let token = self.mem.i32(ptr(&a[3])) as u64;
+        let row = self
+            .rows(fmt, table + token * row_bytes as u64, 1, cols, row_bytes)
+            .to_vec();
+        self.mem.put_f32s(ptr(&a[4]), &row);
+    }
+
+    fn rms_norm(&mut self, t: &str, a: &[Arg]) {
+        let dim = int(&a[3]) as usize;
+        let x = self.mem.f32s(ptr(&a[0]), dim);
+        let w = self.mem.floats(t, ptr(&a[1]), dim);
+        let ss: f32 = x.iter().map(|v| v * v).sum();
+        let inv = 1.0 / (ss / dim as f32 + float(&a[4])).sqrt();
+        let out: Vec<f32> = x.iter().zip(&w).map(|(x, w)| x * inv * w).collect();
+        self.mem.put_floats(t, ptr(&a[2]), &out);
+    }
+
+    fn gemv(&mut self, fmt: &str, t: &str, a: &[Arg]) {
+        let Arg::Gemv(g) = a[9] else {
+            panic!("gemv without its arguments")
+        };
+        let cols = g.cols as usize;
+        let x = self.mem.floats(t, ptr(&a[6]), cols);
+        let (out_f32, out_t) = (ptr(&a[7]), ptr(&a[8]));
+        let rows = [g.rows0 as usize, g.rows1 as usize, g.rows2 as usize];
+        let rb = g.row_bytes as usize;
+        let dot = |w: &[f32], r: usize| -> f32 {
+            w[r * cols..][..cols]
+                .iter()
+                .zip(&x)
+                .map(|(a, b)| a * b)
+                .sum()
+        };
+        if g.mode == 2 {
+            let gate = self.rows(fmt, ptr(&a[0]), rows[0], cols, rb).to_vec();
+            let up = self.rows(fmt, ptr(&a[1]), rows[0], cols, rb).to_vec();
+            let out: Vec<f32> = (0..rows[0])
+                .map(|r| {
+                    let (g, u) = (dot(&gate, r), dot(&up, r));
+                    g / (1.0 + (-g).exp()) * u
+                })
+                .collect();
+            self.mem.put_floats(t, out_t, &out);
+            return;
+        }
+        let mut out = Vec::new();
+        for (j, &n) in rows.iter().enumerate() {
+            if n == 0 {
+                continue;
+            }
+            let w = self.rows(fmt, ptr(&a[j]), n, cols, rb).to_vec();
+            let bias = match ptr(&a[3 + j]) {
+                0 => vec![0f32; n],
+                b => self.mem.f32s(b, n),
+            };
+            out.extend((0..n).map(|r| dot(&w, r) + bias[r]));
+        }
+        if g.mode == 1 {
+            let prev = self.mem.f32s(out_f32, out.len());
+            out.iter_mut().zip(prev).for_each(|(o, p)| *o += p);
+        }
+        self.mem.put_f32s(out_f32, &out);
+    }
+
+    fn rope_append(&mut self, t: &str, a: &[Arg]) {
+        let (heads, kv_heads, dim, cap) = (
+            int(&a[6]) as usize,
+            int(&a[7]) as usize,
+            int(&a[8]) as usize,
+            int(&a[9]) as u64,
+        );
+        let factor = float(&a[10]);
+        let half = dim / 2;
+        let state = ptr(&a[2]);
+        let (pos, slot) = (
+            self.mem.i32(state + 4) as f32,
+            self.mem.i32(state + 8) as u64,
+        );
+        let qkv = self.mem.f32s(ptr(&a[0]), (heads + 2 * kv_heads) * dim);
+        let inv_freq = self.mem.f32s(ptr(&a[1]), half);
+        let p = if factor == 1.0 { pos } else { pos / factor };
+        let elem = if t == "f32" { 4 } else { 2 };
+        for head in 0..heads + 2 * kv_heads {
+            let src = &qkv[head * dim..][..dim];
+            let mut out = vec![0f32; dim];
+            let dst = if head < heads {
+                ptr(&a[3]) + (head * dim * elem) as u64
+            } else if head < heads + kv_heads {
+                ptr(&a[4]) + (((head - heads) as u64 * cap + slot) * dim as u64) * elem as u64
+            } else {
+                ptr(&a[5])
+                    + (((head - heads - kv_heads) as u64 * cap + slot) * dim as u64) * elem as u64
+            };
+            for f in 0..half {
+                let (x1, x2) = (src[f], src[f + half]);
+                if head >= heads + kv_heads {
+                    (out[f], out[f + half]) = (x1, x2);
+                } else {
+                    let (sn, cs) = (p * inv_freq[f]).sin_cos();
+                    (out[f], out[f + half]) = (x1 * cs - x2 * sn, x1 * sn + x2 * cs);
+                }
+            }
+            self.mem.put_floats(t, dst, &out);
+        }
+    }
+
+    fn attention(&mut self, t: &str, a: &[Arg], grid_splits: usize) {
+        let Arg::Decode(d) = a[7] else {
+            panic!("attention without its arguments")
+        };
+        let (heads, kv_heads, dim, splits) = (
+            d.heads as usize,
+            d.kv_heads as usize,
+            d.dim as usize,
+            d.splits as usize,
+        );
+        assert_eq!(grid_splits, splits, "the grid's z is the splits");
+        let len = self.mem.i32(ptr(&a[3])) as usize;
+        let cap = self.mem.i32(ptr(&a[4])) as usize;
+        let (kbase, vbase) = (self.mem.u64(ptr(&a[1])), self.mem.u64(ptr(&a[2])));
+        let elem = if t == "f32" { 4 } else { 2 };
+        let q = self.mem.floats(t, ptr(&a[0]), heads * dim);
+        let chunk = len.div_ceil(splits);
+        for h in 0..heads {
+            let kh = h / (heads / kv_heads);
+            let head = (kh * cap * dim * elem) as u64;
+            let keys = self.mem.floats(t, kbase + head, len * dim);
+            let values = self.mem.floats(t, vbase + head, len * dim);
+            for split in 0..splits {
+                let (first, end) = ((split * chunk).min(len), ((split + 1) * chunk).min(len));
+                let scores: Vec<f32> = (first..end)
+                    .map(|j| {
+                        (0..dim)
+                            .map(|x| q[h * dim + x] * d.scale * keys[j * dim + x])
+                            .sum()
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+                let mut l = 0f32;
+                let mut acc = vec![0f32; dim];
+                for (s, j) in scores.iter().zip(first..end) {
+                    let e = (s - m).exp();
+                    l += e;
+                    for x in 0..dim {
+                        acc[x] += e * values[j * dim + x];
+                    }
+                }
+                if splits == 1 {
+                    let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
+                    let out: Vec<f32> = acc.iter().map(|v| v * inv).collect();
+                    self.mem
+                        .put_floats(t, ptr(&a[5]) + (h * dim * elem) as u64, &out);
+                } else {
+                    let at = ptr(&a[6]) + (4 * (h * splits + split) * (2 + dim)) as u64;
+                    let mut row = vec![m, l];
+                    row.extend(acc);
+                    self.mem.put_f32s(at, &row);
+                }
+            }
+        }
+    }
+
+    fn merge(&mut self, t: &str, a: &[Arg]) {
+        let Arg::Decode(d) = a[2] else {
+            panic!("merge without its arguments")
+        };
+        let (heads, dim, splits) = (d.heads as usize, d.dim as usize, d.splits as usize);
+        let elem = if t == "f32" { 4 } else { 2 };
+        for h in 0..heads {
+            let p = self.mem.f32s(
+                ptr(&a[0]) + (4 * h * splits * (2 + dim)) as u64,
+                splits * (2 + dim),
+            );
+            let row = |z: usize| &p[z * (2 + dim)..][..2 + dim];
+            let big = (0..splits)
+                .map(|z| row(z)[0])
+                .fold(f32::NEG_INFINITY, f32::max);
+            let w: Vec<f32> = (0..splits)
+                .map(|z| {
+                    if row(z)[0] == f32::NEG_INFINITY {
+                        0.0
+                    } else {
+                        (row(z)[0] - big).exp()
+                    }
+                })
+                .collect();
+            let total: f32 = (0..splits).map(|z| row(z)[1] * w[z]).sum();
+            let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+            let out: Vec<f32> = (0..dim)
+                .map(|x| (0..splits).map(|z| row(z)[2 + x] * w[z]).sum::<f32>() * inv)
+                .collect();
+            self.mem
+                .put_floats(t, ptr(&a[1]) + (h * dim * elem) as u64, &out);
+        }
+    }
+}
+
+fn expected_module(fmt: &str) -> &'static str {
+    match fmt {
+        "q4_0" => "decode_step_q4_0",
+        "q4_1" => "decode_step_q4_1",
+        "q5_0" => "decode_step_q5_0",
+        "q5_1" => "decode_step_q5_1",
+        "q8_0" => "decode_step_q8_0",
+        "q4k" => "decode_step_q4k",
+        "q6k" => "decode_step_q6k",
+        _ => "decode_step",
+    }
+}
+
+/// The bytes of a float tensor as stored.
+fn tensor_bytes(t: &Tensor) -> Vec<u8> {
+    let t = t.flatten_all().unwrap();
+    match t.dtype() {
+        DType::F32 => t
+            .to_vec1::<f32>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect(),
+        DType::BF16 => t
+            .to_vec1::<half::bf16>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        DType::F16 => t
+            .to_vec1::<half::f16>()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.to_bits().to_le_bytes())
+            .collect(),
+        d => panic!("{d:?}"),
+    }
+}
+
+/// `model` laid out in emulated memory, as `DecodeStep::new` lays it out on a device.
+fn lay_out(model: &StepModel, mem: &mut Memory) -> Layout {
+    let sizes = BufferAddrs::sizes(
+        &model.dims,
+        model.layers.len(),
+        model.dtype().size_in_bytes(),
+    );
+    let addrs = sizes.map(|n| mem.alloc(n));
+    let buf = BufferAddrs::from_addrs(addrs);
+    let inv: Vec<u8> = model
+        .rope
+        .inv_freq
+        .iter()
+        .flat_map(|f| f.to_le_bytes())
+        .collect();
+    mem.write(buf.inv_freq, &inv);
+    let mem = std::cell::RefCell::new(mem);
+    Layout::build(
+        model,
+        buf,
+        |m| {
+            Ok(match m {
+                StepMatrix::Dense(t) => mem.borrow_mut().put(&tensor_bytes(t)),
+                StepMatrix::Ggml { bytes, .. } => mem.borrow_mut().put(bytes),
+            })
+        },
+        |t| Ok(mem.borrow_mut().put(&tensor_bytes(t))),
+        |b| {
+            let f: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;
+            let bytes: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+            Ok(mem.borrow_mut().put(&bytes))
+        },
+    )
+    .unwrap()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::step::plan::splits;
+    use crate::step::{ReferenceStep, StepDims, StepKvHost, StepLayer};
+    use crate::RopeParams;
+
+    fn model(dtype: DType, formats: [Option<GgmlDType>; 9], bias: bool) -> StepModel {
+        let dims = StepDims {
+            hidden: 256,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            intermediate: 512,
+            vocab: 300,
+            eps: 1e-5,
+        };
+        let matrix = |rows: usize, cols: usize, which: usize| {
+            let w = (Tensor::rand(-1f32, 1.0, (rows, cols), &Device::Cpu).unwrap()
+                * (1.7 / (cols as f64).sqrt()))
+            .unwrap();
+            match formats[which] {
+                None => StepMatrix::Dense(w.to_dtype(dtype).unwrap()),
+                Some(q) => StepMatrix::Ggml {
+                    dtype: q,
+                    rows,
+                    cols,
+                    bytes: QTensor::quantize(&w, q)
+                        .unwrap()
+                        .data()
+                        .unwrap()
+                        .into_owned()
+                        .into(),
+                },
+            }
+        };
+        let norm = || {
+            Tensor::rand(0.8f32, 1.2, 256, &Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let bias_of = |n: usize| {
+            Tensor::rand(-0.5f32, 0.5, n, &Device::Cpu)
+                .unwrap()
+                .to_dtype(dtype)
+                .unwrap()
+        };
+        let layers = (0..2)
+            .map(|_| StepLayer {
+                attn_norm: norm(),
+                q: matrix(256, 256, 0),
+                k: matrix(128, 256, 1),
+                v: matrix(128, 256, 2),
+                qkv_bias: bias.then(|| [bias_of(256), bias_of(128), bias_of(128)]),
+                o: matrix(256, 256, 3),
+                mlp_norm: norm(),
+                gate: matrix(512, 256, 4),
+                up: matrix(512, 256, 5),
+                down: matrix(256, 512, 6),
+            })
+            .collect();
+        StepModel {
+            dims,
+            rope: RopeParams::from_base(10_000.0, 64, 2.0),
+            embed: matrix(300, 256, 7),
+            layers,
+            norm: norm(),
+            lm_head: matrix(300, 256, 8),
+        }
+    }
+
+    /// Steps from an empty cache through the plan, the caches moving to larger buffers at
+    /// step 40 (capacity 40, then 700: keys split several ways), against the oracle.
+    fn check(m: &StepModel, tol: f32) {
+        let reference = ReferenceStep::new(m).unwrap();
+        let mut mem = Memory::new();
+        let layout = lay_out(m, &mut mem);
+        let mut emu = Emulator {
+            mem,
+            decoded: HashMap::new(),
+        };
+        let t = layout.suffix;
+        let elem = m.dtype().size_in_bytes();
+        let d = m.dims;
+        let per_head = |cap: usize| cap * d.head_dim * elem;
+        let alloc = |emu: &mut Emulator, cap: usize| {
+            (0..m.layers.len())
+                .map(|_| {
+                    (
+                        emu.mem.alloc(d.kv_heads * per_head(cap)),
+                        emu.mem.alloc(d.kv_heads * per_head(cap)),
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut cap = 40;
+        let mut caches = alloc(&mut emu, cap);
+        let mut host = vec![StepKvHost::default(); m.layers.len()];
+        let mut seen_splits = std::collections::BTreeSet::new();
+        for pos in 0..60usize {
+            if pos == 40 {
+                let bigger = alloc(&mut emu, 700);
+                for (old, new) in caches.iter().zip(&bigger) {
+                    for (o, n) in [(old.0, new.0), (old.1, new.1)] {
+                        for kh in 0..d.kv_heads {
+                            let rows = emu
+                                .mem
+                                .read(o + (kh * per_head(cap)) as u64, 40 * d.head_dim * elem)
+                                .to_vec();
+                            emu.mem.write(n + (kh * per_head(700)) as u64, &rows);
+                        }
+                    }
+                }
+                (caches, cap) = (bigger, 700);
+            }
+            let key = CacheKey {
+                layers: caches.iter().map(|&(k, v)| (k, v, cap)).collect(),
+                splits: splits(d.heads, cap),
+            };
+            seen_splits.insert(key.splits);
+            let b = layout.buf;
+            for (i, &(k, v)) in caches.iter().enumerate() {
+                emu.mem.write(b.kptr + 8 * i as u64, &k.to_le_bytes());
+                emu.mem.write(b.vptr + 8 * i as u64, &v.to_le_bytes());
+                emu.mem
+                    .write(b.caps + 4 * i as u64, &(cap as i32).to_le_bytes());
+            }
+            let token = ((pos * 7919 + 5) % d.vocab) as i32;
+            let state: Vec<u8> = [token, pos as i32, pos as i32, pos as i32 + 1]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            emu.mem.write(b.state, &state);
+            emu.run(&layout.plan(&key));
+            let got = emu.mem.f32s(b.logits, d.vocab);
+            let want = reference.step(token as u32, pos, &mut host).unwrap();
+            let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
+            let diff = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs() / scale)
+                .fold(0f32, f32::max);
+            assert!(
+                diff <= tol,
+                "{t}, position {pos}: {diff} of the largest logit"
+            );
+        }
+        assert!(
+            seen_splits.len() == 2 && seen_splits.contains(&1),
+            "{seen_splits:?}"
+        );
+    }
+
+    #[test]
+    fn the_plan_computes_what_the_oracle_computes() {
+        use GgmlDType as G;
+        let mixed = [
+            Some(G::Q4_0),
+            Some(G::Q8_0),
+            Some(G::Q6K),
+            Some(G::Q4K),
+            Some(G::Q5_0),
+            Some(G::Q5_1),
+            Some(G::Q4_1),
+            Some(G::Q8_0),
+            Some(G::Q6K),
+        ];
+        // f32: the plan computes the oracle's arithmetic (up to summation order); bf16 and
+        // f16: a value rounded one way or the other (attention's split ranges sum in another
+        // order) moves a logit by a few thousandths.
+        for (dtype, tol) in [(DType::F32, 2e-5), (DType::BF16, 1e-2), (DType::F16, 1e-2)] {
+            // Dense with q/k/v biases (one stacked product), and mixed formats (three
+            // products; gate and up apart, then SwiGLU).
+            check(&model(dtype, [None; 9], true), tol);
+            check(&model(dtype, mixed, false), tol);
+        }
+    }
+
+    #[test]
+    fn a_wrong_argument_in_the_plan_is_caught() {
+        let m = model(DType::F32, [None; 9], false);
+        let reference = ReferenceStep::new(&m).unwrap();
+        let mut mem = Memory::new();
+        let layout = lay_out(&m, &mut mem);
+        let mut emu = Emulator {
+            mem,
+            decoded: HashMap::new(),
+        };
+        let d = m.dims;
+        let kc = emu.mem.alloc(2 * 64 * 64 * 4);
+        let vc = emu.mem.alloc(2 * 64 * 64 * 4);
+        let kc2 = emu.mem.alloc(2 * 64 * 64 * 4);
+        let vc2 = emu.mem.alloc(2 * 64 * 64 * 4);
+        let key = CacheKey {
+            layers: vec![(kc, vc, 64), (kc2, vc2, 64)],
+            splits: 1,
+        };
+        let b = layout.buf;
+        for (i, (k, v)) in [(kc, vc), (kc2, vc2)].into_iter().enumerate() {
+            emu.mem.write(b.kptr + 8 * i as u64, &k.to_le_bytes());
+            emu.mem.write(b.vptr + 8 * i as u64, &v.to_le_bytes());
+            emu.mem.write(b.caps + 4 * i as u64, &64i32.to_le_bytes());
+        }
+        let mut host = vec![StepKvHost::default(); 2];
+        let mut worst = 0f32;
+        for pos in 0..3 {
+            let state: Vec<u8> = [3i32, pos, pos, pos + 1]
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect();
+            emu.mem.write(b.state, &state);
+            let mut plan = layout.plan(&key);
+            // Attention reads the cache row's index (StepState's third int) as the key count:
+            // one key short, a plan bug.
+            for l in &mut plan {
+                if l.name.starts_with("capstan_attention_decode_") {
+                    if let Arg::Ptr(p) = &mut l.args[3] {
+                        *p -= 4;
+                    }
+                }
+            }
+            emu.run(&plan);
+            let got = emu.mem.f32s(b.logits, d.vocab);
+            let want = reference.step(3, pos as usize, &mut host).unwrap();
+            worst = worst.max(
+                got.iter()
+                    .zip(&want)
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0f32, f32::max),
+            );
+        }
+        let diff = worst;
+
+        assert!(
+            diff > 1e-3,
+            "attention one key short went unnoticed ({diff})"
+        );
+    }
+}
