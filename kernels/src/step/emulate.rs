@@ -197,13 +197,17 @@ impl Emulator {
         for l in plan {
             let name = l.name.as_str();
             let a = &l.args;
+            let format = name.strip_prefix("capstan_step_embed_").or_else(|| {
+                name.strip_prefix("capstan_step_gemv_")
+                    .map(|r| r.rsplit_once('_').unwrap().0)
+            });
+            check_module(l.module, format);
             if let Some(fmt) = name.strip_prefix("capstan_step_embed_") {
                 self.embed(fmt, a);
             } else if let Some(t) = name.strip_prefix("capstan_step_rmsnorm_") {
                 self.rms_norm(t, a);
             } else if let Some(rest) = name.strip_prefix("capstan_step_gemv_") {
                 let (fmt, t) = rest.rsplit_once('_').unwrap();
-                assert_eq!(l.module, expected_module(fmt), "{name}");
                 self.gemv(fmt, t, a);
             } else if let Some(t) = name.strip_prefix("capstan_step_rope_append_") {
                 self.rope_append(t, a);
@@ -426,16 +430,19 @@ impl Emulator {
     }
 }
 
-fn expected_module(fmt: &str) -> &'static str {
-    match fmt {
-        "q4_0" => "decode_step_q4_0",
-        "q4_1" => "decode_step_q4_1",
-        "q5_0" => "decode_step_q5_0",
-        "q5_1" => "decode_step_q5_1",
-        "q8_0" => "decode_step_q8_0",
-        "q4k" => "decode_step_q4k",
-        "q6k" => "decode_step_q6k",
-        _ => "decode_step",
+/// Panics unless `module` is one of [`crate::SOURCES`] and, for a format's product or
+/// embedding, the module compiled for that format (what NVRTC will be asked for on a GPU).
+fn check_module(module: &str, format: Option<&str>) {
+    let Some((_, src)) = crate::SOURCES.iter().find(|(m, _)| *m == module) else {
+        panic!("no CUDA module {module}")
+    };
+    let ggml = src.starts_with("#define STEP_GGML");
+    match format.filter(|f| ggml_type(f).is_some()) {
+        Some(f) => assert!(
+            src.starts_with(&format!("#define STEP_GGML(F) F({f}, ")),
+            "{module} is not the module of {f}"
+        ),
+        None => assert!(!ggml, "{module} holds only one GGML format"),
     }
 }
 
