@@ -118,18 +118,15 @@ fn fused_vs_layers(model: &Llama, cache: &Cache) -> anyhow::Result<Option<f32>> 
             model.decode_step_status()
         );
     }
-    let scale = want
-        .abs()?
-        .max_keepdim(D::Minus1)?
-        .max(0)?
-        .to_vec1::<f32>()?[0]
-        .max(1e-6);
-    let diff = (got - &want)?
-        .abs()?
-        .flatten_all()?
-        .max(0)?
-        .to_scalar::<f32>()?;
-    Ok(Some(diff / scale))
+    Ok(Some(max_rel_diff(&got, &want)?))
+}
+
+/// The largest difference of `got` from `want` relative to `want`'s largest magnitude.
+fn max_rel_diff(got: &Tensor, want: &Tensor) -> anyhow::Result<f32> {
+    let largest = |t: &Tensor| -> anyhow::Result<f32> {
+        Ok(t.abs()?.flatten_all()?.max(0)?.to_scalar::<f32>()?)
+    };
+    Ok(largest(&(got - want)?)? / largest(want)?.max(1e-6))
 }
 
 /// Every sequence's logits after its one new token, together (the packed step of continuous
@@ -179,10 +176,7 @@ pub fn run_batched(
         for (i, cache) in alone_caches.iter_mut().enumerate() {
             let x = Tensor::new(&[[tokens[i]]], device)?;
             let alone = model.forward_last(&x, None, cache)?.squeeze(0)?;
-            let row = packed.get(i)?;
-            let scale = alone.abs()?.max(0)?.to_scalar::<f32>()?.max(1e-6);
-            let diff = (row - &alone)?.abs()?.max(0)?.to_scalar::<f32>()?;
-            worst = worst.max(diff / scale);
+            worst = worst.max(max_rel_diff(&packed.get(i)?, &alone)?);
         }
         drop(alone_caches);
         let mut next = tokens.clone();
