@@ -12,7 +12,7 @@ use candle_core::{bail, CudaDevice, CudaStorage, DType, Device, Result, Storage,
 use super::decode_many::MAXD;
 use super::launch::{cuda_of, func};
 use crate::op_params::kv_rows;
-use crate::step::plan::{splits, Arg, BufferAddrs, CacheKey, GemvArgs, Layout};
+use crate::step::plan::{f32_bytes, state_bytes, Arg, BufferAddrs, CacheKey, GemvArgs, Layout};
 use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel};
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
@@ -46,19 +46,6 @@ enum Keep {
     Tensor(Tensor),
     Bytes(CudaSlice<u8>),
     Floats(CudaSlice<f32>),
-}
-
-/// Indices of [`BufferAddrs::sizes`]: the buffers the host writes or reads.
-const LOGITS: usize = 7;
-const STATE: usize = 9;
-const KPTR: usize = 10;
-const VPTR: usize = 11;
-const CAPS: usize = 12;
-const INV_FREQ: usize = 13;
-
-/// Little-endian bytes of plain values (what the kernels read from the tables).
-fn bytes_of<T: Copy, const N: usize>(values: &[T], to: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    values.iter().flat_map(|&v| to(v)).collect()
 }
 
 /// A captured graph, movable between threads: CUDA graph objects are not internally
@@ -145,13 +132,10 @@ impl DecodeStep {
             keep.push(Keep::Tensor(l.attn_norm.clone()));
             keep.push(Keep::Tensor(l.mlp_norm.clone()));
         }
-        let inv_freq: Vec<u8> = model
-            .rope
-            .inv_freq
-            .iter()
-            .flat_map(|f| f.to_le_bytes())
-            .collect();
-        stream.memcpy_htod(&inv_freq, &mut slices[INV_FREQ]).w()?;
+        let inv_freq = f32_bytes(&model.rope.inv_freq);
+        stream
+            .memcpy_htod(&inv_freq, &mut slices[BufferAddrs::INV_FREQ])
+            .w()?;
         Ok(Self {
             layout,
             dtype: model.dtype(),
@@ -242,31 +226,26 @@ impl DecodeStep {
                 cap,
             ));
         }
-        let key = CacheKey {
-            splits: splits(d.heads, layers.iter().map(|l| l.2).min().unwrap_or(1)),
-            layers,
-        };
+        let key = CacheKey::new(layers, d.heads);
         if self.key.as_ref() != Some(&key) {
-            let col = |f: fn(&(u64, u64, usize)) -> u64| -> Vec<u64> {
-                key.layers.iter().map(f).collect()
-            };
-            let kptr = bytes_of(&col(|l| l.0), u64::to_le_bytes);
-            let vptr = bytes_of(&col(|l| l.1), u64::to_le_bytes);
-            let caps: Vec<i32> = key.layers.iter().map(|l| l.2 as i32).collect();
-            stream.memcpy_htod(&kptr, &mut self.bufs[KPTR]).w()?;
-            stream.memcpy_htod(&vptr, &mut self.bufs[VPTR]).w()?;
-            stream
-                .memcpy_htod(&bytes_of(&caps, i32::to_le_bytes), &mut self.bufs[CAPS])
-                .w()?;
+            let tables = key.tables();
+            for (i, bytes) in [BufferAddrs::KPTR, BufferAddrs::VPTR, BufferAddrs::CAPS]
+                .into_iter()
+                .zip(&tables)
+            {
+                stream.memcpy_htod(bytes, &mut self.bufs[i]).w()?;
+            }
             self.key = Some(key.clone());
         }
-        let state = [token as i32, pos as i32, len as i32, len as i32 + 1];
         stream
-            .memcpy_htod(&bytes_of(&state, i32::to_le_bytes), &mut self.bufs[STATE])
+            .memcpy_htod(
+                &state_bytes(token, pos, len),
+                &mut self.bufs[BufferAddrs::STATE],
+            )
             .w()?;
         self.run(&key)?;
         // SAFETY: the logits buffer holds `vocab` f32 values (BufferAddrs::sizes).
-        let view = unsafe { self.bufs[LOGITS].transmute::<f32>(d.vocab) }
+        let view = unsafe { self.bufs[BufferAddrs::LOGITS].transmute::<f32>(d.vocab) }
             .ok_or_else(|| candle_core::Error::Msg("decode step: logits buffer".into()))?;
         let logits = stream.clone_dtod(&view).w()?;
         let storage = CudaStorage::wrap_cuda_slice(logits, self.dev.clone());

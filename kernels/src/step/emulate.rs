@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::plan::{Arg, BufferAddrs, CacheKey, Launch, Layout};
+use super::plan::{f32_bytes, Arg, BufferAddrs, CacheKey, Launch, Layout};
 use super::{StepMatrix, StepModel};
 
 /// Device memory on the host.
@@ -77,8 +77,7 @@ impl Memory {
     }
 
     fn put_f32s(&mut self, addr: u64, v: &[f32]) {
-        let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        self.write(addr, &bytes);
+        self.write(addr, &f32_bytes(v));
     }
 
     /// `n` values of type `t` (`f32`, `bf16`, `f16`).
@@ -95,7 +94,7 @@ impl Memory {
 
     fn put_floats(&mut self, t: &str, addr: u64, v: &[f32]) {
         let bytes: Vec<u8> = match t {
-            "f32" => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            "f32" => f32_bytes(v),
             _ => v
                 .iter()
                 .flat_map(|&x| f32_to_half(t, x).to_le_bytes())
@@ -162,6 +161,22 @@ fn float(a: &Arg) -> f32 {
 }
 
 impl Emulator {
+    /// What `DecodeStep::step` writes before its launches: the cache tables and the state.
+    fn write_inputs(
+        &mut self,
+        b: &BufferAddrs,
+        key: &CacheKey,
+        token: u32,
+        pos: usize,
+        len: usize,
+    ) {
+        for (at, bytes) in [b.kptr, b.vptr, b.caps].into_iter().zip(key.tables()) {
+            self.mem.write(at, &bytes);
+        }
+        self.mem
+            .write(b.state, &super::plan::state_bytes(token, pos, len));
+    }
+
     /// `rows` rows of `cols` values of a matrix of `format` at `addr`, `row_bytes` apart.
     fn rows(
         &mut self,
@@ -481,13 +496,7 @@ fn lay_out(model: &StepModel, mem: &mut Memory) -> Layout {
     );
     let addrs = sizes.map(|n| mem.alloc(n));
     let buf = BufferAddrs::from_addrs(addrs);
-    let inv: Vec<u8> = model
-        .rope
-        .inv_freq
-        .iter()
-        .flat_map(|f| f.to_le_bytes())
-        .collect();
-    mem.write(buf.inv_freq, &inv);
+    mem.write(buf.inv_freq, &f32_bytes(&model.rope.inv_freq));
     let mem = std::cell::RefCell::new(mem);
     Layout::build(
         model,
@@ -501,8 +510,7 @@ fn lay_out(model: &StepModel, mem: &mut Memory) -> Layout {
         |t| Ok(mem.borrow_mut().put(&tensor_bytes(t))),
         |b| {
             let f: Vec<f32> = b.to_dtype(DType::F32)?.to_vec1()?;
-            let bytes: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
-            Ok(mem.borrow_mut().put(&bytes))
+            Ok(mem.borrow_mut().put(&f32_bytes(&f)))
         },
     )
     .unwrap()

@@ -1,7 +1,6 @@
 //! The decoding step's plan run by the emulator against the CPU oracle.
 
 use super::*;
-use crate::step::plan::splits;
 use crate::step::{ReferenceStep, StepDims, StepKvHost, StepLayer};
 use crate::RopeParams;
 
@@ -114,27 +113,14 @@ fn check(m: &StepModel, tol: f32) {
             }
             (caches, cap) = (bigger, 700);
         }
-        let key = CacheKey {
-            layers: caches.iter().map(|&(k, v)| (k, v, cap)).collect(),
-            splits: splits(d.heads, cap),
-        };
+        let key = CacheKey::new(caches.iter().map(|&(k, v)| (k, v, cap)).collect(), d.heads);
         seen_splits.insert(key.splits);
         let b = layout.buf;
-        for (i, &(k, v)) in caches.iter().enumerate() {
-            emu.mem.write(b.kptr + 8 * i as u64, &k.to_le_bytes());
-            emu.mem.write(b.vptr + 8 * i as u64, &v.to_le_bytes());
-            emu.mem
-                .write(b.caps + 4 * i as u64, &(cap as i32).to_le_bytes());
-        }
-        let token = ((pos * 7919 + 5) % d.vocab) as i32;
-        let state: Vec<u8> = [token, pos as i32, pos as i32, pos as i32 + 1]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
-        emu.mem.write(b.state, &state);
+        let token = ((pos * 7919 + 5) % d.vocab) as u32;
+        emu.write_inputs(&b, &key, token, pos, pos);
         emu.run(&layout.plan(&key));
         let got = emu.mem.f32s(b.logits, d.vocab);
-        let want = reference.step(token as u32, pos, &mut host).unwrap();
+        let want = reference.step(token, pos, &mut host).unwrap();
         let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
         let diff = got
             .iter()
@@ -192,24 +178,13 @@ fn a_wrong_argument_in_the_plan_is_caught() {
     let vc = emu.mem.alloc(2 * 64 * 64 * 4);
     let kc2 = emu.mem.alloc(2 * 64 * 64 * 4);
     let vc2 = emu.mem.alloc(2 * 64 * 64 * 4);
-    let key = CacheKey {
-        layers: vec![(kc, vc, 64), (kc2, vc2, 64)],
-        splits: 1,
-    };
+    let key = CacheKey::new(vec![(kc, vc, 64), (kc2, vc2, 64)], d.heads);
+    assert_eq!(key.splits, 1);
     let b = layout.buf;
-    for (i, (k, v)) in [(kc, vc), (kc2, vc2)].into_iter().enumerate() {
-        emu.mem.write(b.kptr + 8 * i as u64, &k.to_le_bytes());
-        emu.mem.write(b.vptr + 8 * i as u64, &v.to_le_bytes());
-        emu.mem.write(b.caps + 4 * i as u64, &64i32.to_le_bytes());
-    }
     let mut host = vec![StepKvHost::default(); 2];
     let mut worst = 0f32;
     for pos in 0..3 {
-        let state: Vec<u8> = [3i32, pos, pos, pos + 1]
-            .iter()
-            .flat_map(|x| x.to_le_bytes())
-            .collect();
-        emu.mem.write(b.state, &state);
+        emu.write_inputs(&b, &key, 3, pos, pos);
         let mut plan = layout.plan(&key);
         // Attention reads the cache row's index (StepState's third int) as the key count:
         // one key short, a plan bug.
@@ -222,7 +197,7 @@ fn a_wrong_argument_in_the_plan_is_caught() {
         }
         emu.run(&plan);
         let got = emu.mem.f32s(b.logits, d.vocab);
-        let want = reference.step(3, pos as usize, &mut host).unwrap();
+        let want = reference.step(3, pos, &mut host).unwrap();
         worst = worst.max(
             got.iter()
                 .zip(&want)

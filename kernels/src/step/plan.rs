@@ -142,6 +142,14 @@ pub(crate) struct BufferAddrs {
 }
 
 impl BufferAddrs {
+    /// Indices of [`BufferAddrs::sizes`] of the buffers the host writes or reads.
+    pub(crate) const LOGITS: usize = 7;
+    pub(crate) const STATE: usize = 9;
+    pub(crate) const KPTR: usize = 10;
+    pub(crate) const VPTR: usize = 11;
+    pub(crate) const CAPS: usize = 12;
+    pub(crate) const INV_FREQ: usize = 13;
+
     /// Each buffer's bytes for a model of `dims` with `layers` layers and `elem`-byte
     /// activations, in field order.
     pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize) -> [usize; 14] {
@@ -177,13 +185,13 @@ impl BufferAddrs {
             attn: a[4],
             gu: a[5],
             act: a[6],
-            logits: a[7],
+            logits: a[Self::LOGITS],
             partial: a[8],
-            state: a[9],
-            kptr: a[10],
-            vptr: a[11],
-            caps: a[12],
-            inv_freq: a[13],
+            state: a[Self::STATE],
+            kptr: a[Self::KPTR],
+            vptr: a[Self::VPTR],
+            caps: a[Self::CAPS],
+            inv_freq: a[Self::INV_FREQ],
         }
     }
 }
@@ -193,7 +201,45 @@ impl BufferAddrs {
 pub(crate) struct CacheKey {
     /// Per layer: the keys' and values' first cached row, and the buffers' capacity.
     pub(crate) layers: Vec<(u64, u64, usize)>,
+    /// The ranges attention_decode.cu splits the keys into, for the smallest capacity (fixed
+    /// while the caches stay where they are: the graph replays it as the keys grow).
     pub(crate) splits: usize,
+}
+
+impl CacheKey {
+    /// The caches of every layer, for a model of `heads` query heads.
+    pub(crate) fn new(layers: Vec<(u64, u64, usize)>, heads: usize) -> Self {
+        let smallest = layers.iter().map(|l| l.2).min().unwrap_or(1);
+        Self {
+            splits: splits(heads, smallest),
+            layers,
+        }
+    }
+
+    /// The bytes of the key, value and capacity tables ([`BufferAddrs::kptr`], `vptr`,
+    /// `caps`), as the host writes them.
+    pub(crate) fn tables(&self) -> [Vec<u8>; 3] {
+        let l = &self.layers;
+        [
+            l.iter().flat_map(|x| x.0.to_le_bytes()).collect(),
+            l.iter().flat_map(|x| x.1.to_le_bytes()).collect(),
+            l.iter().flat_map(|x| (x.2 as i32).to_le_bytes()).collect(),
+        ]
+    }
+}
+
+/// The bytes of `StepState` ([`BufferAddrs::state`]) for `token` at position `pos` after
+/// `len` cached rows: it writes row `len`, and attention then reads `len + 1` keys.
+pub(crate) fn state_bytes(token: u32, pos: usize, len: usize) -> Vec<u8> {
+    [token as i32, pos as i32, len as i32, len as i32 + 1]
+        .iter()
+        .flat_map(|x| x.to_le_bytes())
+        .collect()
+}
+
+/// Little-endian bytes of f32 values (the RoPE frequencies, biases).
+pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// A model's weights and the step's buffers, as addresses.
