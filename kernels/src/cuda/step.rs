@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use candle_core::backend::BackendStorage;
 use candle_core::cuda_backend::cudarc::driver::{
     sys, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg,
 };
@@ -18,6 +19,21 @@ use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel};
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for GemvArgs {}
 
+/// The device address of element `at` of a float storage (one stream: every use is ordered
+/// after the storage's writes, so the synchronisation guard is not kept).
+fn float_address(s: &CudaStorage, at: usize, stream: &CudaStream) -> Result<u64> {
+    let base = match &s.slice {
+        CudaStorageSlice::F32(x) => x.device_ptr(stream).0,
+        CudaStorageSlice::BF16(x) => x.device_ptr(stream).0,
+        CudaStorageSlice::F16(x) => x.device_ptr(stream).0,
+        _ => bail!(
+            "decode step: a {:?} tensor, not f32, bf16 or f16",
+            s.dtype()
+        ),
+    };
+    Ok(base + (at * s.dtype().size_in_bytes()) as u64)
+}
+
 /// The device address of a contiguous float tensor's first element.
 fn tensor_ptr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     let (s, l) = t.storage_and_layout();
@@ -27,16 +43,7 @@ fn tensor_ptr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     let Some((a, _)) = l.contiguous_offsets() else {
         bail!("decode step: a weight is not contiguous")
     };
-    let stream = dev.cuda_stream();
-    let elem = t.dtype().size_in_bytes() as u64;
-    // One stream: every use is ordered after the tensor's writes.
-    let base = match &cs.slice {
-        CudaStorageSlice::F32(s) => s.device_ptr(&stream).0,
-        CudaStorageSlice::BF16(s) => s.device_ptr(&stream).0,
-        CudaStorageSlice::F16(s) => s.device_ptr(&stream).0,
-        _ => bail!("decode step: a {:?} weight", t.dtype()),
-    };
-    Ok(base + a as u64 * elem)
+    float_address(cs, a, &dev.cuda_stream())
 }
 
 /// What keeps the step's device memory alive: the model's tensors read in place, the uploaded
@@ -210,19 +217,11 @@ impl DecodeStep {
             if kv.offset + kv.len + 1 > dims[2] {
                 bail!("decode step: layer {i}'s cache has no free row")
             }
-            let elem = self.dtype.size_in_bytes() as u64;
-            let row = (kv.offset * d.head_dim) as u64 * elem;
-            let ptr = |s: &CudaStorage, a: usize| -> Result<u64> {
-                Ok(match &s.slice {
-                    CudaStorageSlice::F32(x) => x.device_ptr(&stream).0,
-                    CudaStorageSlice::BF16(x) => x.device_ptr(&stream).0,
-                    CudaStorageSlice::F16(x) => x.device_ptr(&stream).0,
-                    _ => bail!("decode step: a cache of another type"),
-                } + a as u64 * elem)
-            };
+            // The first cached row of head 0.
+            let row = kv.offset * d.head_dim;
             layers.push((
-                ptr(cuda_of(&ks)?, ka)? + row,
-                ptr(cuda_of(&vs)?, va)? + row,
+                float_address(cuda_of(&ks)?, ka + row, &stream)?,
+                float_address(cuda_of(&vs)?, va + row, &stream)?,
                 cap,
             ));
         }
