@@ -437,67 +437,15 @@ fn step_model(
     dtype: DType,
     formats: [Option<candle_core::quantized::GgmlDType>; 9],
 ) -> capstan_kernels::step::StepModel {
-    use capstan_kernels::step::{StepDims, StepLayer, StepMatrix, StepModel};
-    let dims = StepDims {
-        hidden: 256,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 64,
-        intermediate: 512,
+    let spec = capstan_kernels::step::RandomModel {
+        dtype,
+        formats,
+        layers: 3,
         vocab: 1000,
-        eps: 1e-5,
-    };
-    let mut seed = 0u64;
-    let mut matrix = |rows: usize, cols: usize, which: usize| {
-        seed += 1;
-        let scale = 1.0 / (cols as f32).sqrt();
-        let w = (Tensor::rand(-1f32, 1.0, (rows, cols), &Device::Cpu).unwrap()
-            * (scale * 1.7) as f64)
-            .unwrap();
-        match formats[which] {
-            None => StepMatrix::Dense(w.to_dtype(dtype).unwrap().to_device(dev).unwrap()),
-            Some(q) => {
-                let qt = candle_core::quantized::QTensor::quantize(&w, q).unwrap();
-                StepMatrix::Ggml {
-                    dtype: q,
-                    rows,
-                    cols,
-                    bytes: qt.data().unwrap().into_owned().into(),
-                }
-            }
-        }
-    };
-    let norm = || {
-        Tensor::rand(0.8f32, 1.2, dims.hidden, &Device::Cpu)
-            .unwrap()
-            .to_dtype(dtype)
-            .unwrap()
-            .to_device(dev)
-            .unwrap()
-    };
-    let (h, q, kv, i) = (256, 256, 128, 512);
-    let layers = (0..3)
-        .map(|_| StepLayer {
-            attn_norm: norm(),
-            q: matrix(q, h, 0),
-            k: matrix(kv, h, 1),
-            v: matrix(kv, h, 2),
-            qkv_bias: None,
-            o: matrix(h, q, 3),
-            mlp_norm: norm(),
-            gate: matrix(i, h, 4),
-            up: matrix(i, h, 5),
-            down: matrix(h, i, 6),
-        })
-        .collect();
-    StepModel {
-        dims,
+        qkv_bias: false,
         rope: capstan_kernels::RopeParams::from_base(500_000.0, 64, 1.0),
-        embed: matrix(1000, h, 7),
-        layers,
-        norm: norm(),
-        lm_head: matrix(1000, h, 8),
-    }
+    };
+    capstan_kernels::step::StepModel::random(&spec, dev).unwrap()
 }
 
 /// The fused decoding step on CUDA (captured as a graph, and launched eagerly) against its CPU

@@ -1,72 +1,19 @@
 //! The decoding step's plan run by the emulator against the CPU oracle.
 
 use super::*;
-use crate::step::{ReferenceStep, StepDims, StepKvHost, StepLayer};
+use crate::step::{RandomModel, ReferenceStep, StepKvHost};
 use crate::RopeParams;
 
 fn model(dtype: DType, formats: [Option<GgmlDType>; 9], bias: bool) -> StepModel {
-    let dims = StepDims {
-        hidden: 256,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 64,
-        intermediate: 512,
+    let spec = RandomModel {
+        dtype,
+        formats,
+        layers: 2,
         vocab: 300,
-        eps: 1e-5,
-    };
-    let matrix = |rows: usize, cols: usize, which: usize| {
-        let w = (Tensor::rand(-1f32, 1.0, (rows, cols), &Device::Cpu).unwrap()
-            * (1.7 / (cols as f64).sqrt()))
-        .unwrap();
-        match formats[which] {
-            None => StepMatrix::Dense(w.to_dtype(dtype).unwrap()),
-            Some(q) => StepMatrix::Ggml {
-                dtype: q,
-                rows,
-                cols,
-                bytes: QTensor::quantize(&w, q)
-                    .unwrap()
-                    .data()
-                    .unwrap()
-                    .into_owned()
-                    .into(),
-            },
-        }
-    };
-    let norm = || {
-        Tensor::rand(0.8f32, 1.2, 256, &Device::Cpu)
-            .unwrap()
-            .to_dtype(dtype)
-            .unwrap()
-    };
-    let bias_of = |n: usize| {
-        Tensor::rand(-0.5f32, 0.5, n, &Device::Cpu)
-            .unwrap()
-            .to_dtype(dtype)
-            .unwrap()
-    };
-    let layers = (0..2)
-        .map(|_| StepLayer {
-            attn_norm: norm(),
-            q: matrix(256, 256, 0),
-            k: matrix(128, 256, 1),
-            v: matrix(128, 256, 2),
-            qkv_bias: bias.then(|| [bias_of(256), bias_of(128), bias_of(128)]),
-            o: matrix(256, 256, 3),
-            mlp_norm: norm(),
-            gate: matrix(512, 256, 4),
-            up: matrix(512, 256, 5),
-            down: matrix(256, 512, 6),
-        })
-        .collect();
-    StepModel {
-        dims,
+        qkv_bias: bias,
         rope: RopeParams::from_base(10_000.0, 64, 2.0),
-        embed: matrix(300, 256, 7),
-        layers,
-        norm: norm(),
-        lm_head: matrix(300, 256, 8),
-    }
+    };
+    StepModel::random(&spec, &Device::Cpu).unwrap()
 }
 
 /// Steps from an empty cache through the plan, the caches moving to larger buffers at

@@ -16,6 +16,7 @@ mod emulate;
 // Without the `cuda` feature only the emulator's tests run the plan.
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) mod plan;
+mod random;
 mod reference;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use candle_core::quantized::GgmlDType;
 use candle_core::{bail, DType, Result, Tensor};
 
+pub use random::RandomModel;
 pub use reference::{ReferenceStep, StepKvHost};
 
 use crate::RopeParams;

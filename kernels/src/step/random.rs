@@ -1,0 +1,94 @@
+//! Models with random weights for the step's tests (the emulator's, and the GPU test's against
+//! the oracle): hidden 256, 4 query heads over 2 of width 64, MLP 512.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{DType, Device, Result, Tensor};
+
+use super::{StepDims, StepLayer, StepMatrix, StepModel};
+use crate::RopeParams;
+
+/// What a [`StepModel::random`] model is made of.
+#[derive(Debug, Clone)]
+pub struct RandomModel {
+    /// The activations' and float weights' type.
+    pub dtype: DType,
+    /// The formats of q, k, v, o, gate, up, down, the embedding and the output layer
+    /// (`None`: dense in `dtype`).
+    pub formats: [Option<GgmlDType>; 9],
+    /// Layers.
+    pub layers: usize,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Biases on q, k and v.
+    pub qkv_bias: bool,
+    /// The rotation.
+    pub rope: RopeParams,
+}
+
+impl StepModel {
+    /// A model of `spec` with uniform random weights (matrices scaled by 1.7 / sqrt(columns),
+    /// norms in [0.8, 1.2), biases in [-0.5, 0.5)), its float tensors on `device`.
+    pub fn random(spec: &RandomModel, device: &Device) -> Result<Self> {
+        let dims = StepDims {
+            hidden: 256,
+            heads: 4,
+            kv_heads: 2,
+            head_dim: 64,
+            intermediate: 512,
+            vocab: spec.vocab,
+            eps: 1e-5,
+        };
+        let float = |lo: f32, hi: f32, n: usize| -> Result<Tensor> {
+            Tensor::rand(lo, hi, n, &Device::Cpu)?
+                .to_dtype(spec.dtype)?
+                .to_device(device)
+        };
+        let matrix = |rows: usize, cols: usize, which: usize| -> Result<StepMatrix> {
+            let w = (Tensor::rand(-1f32, 1.0, (rows, cols), &Device::Cpu)?
+                * (1.7 / (cols as f64).sqrt()))?;
+            Ok(match spec.formats[which] {
+                None => StepMatrix::Dense(w.to_dtype(spec.dtype)?.to_device(device)?),
+                Some(q) => StepMatrix::Ggml {
+                    dtype: q,
+                    rows,
+                    cols,
+                    bytes: QTensor::quantize(&w, q)?.data()?.into_owned().into(),
+                },
+            })
+        };
+        let (h, q, kv, i) = (256, 256, 128, 512);
+        let layers = (0..spec.layers)
+            .map(|_| {
+                let qkv_bias = if spec.qkv_bias {
+                    Some([
+                        float(-0.5, 0.5, q)?,
+                        float(-0.5, 0.5, kv)?,
+                        float(-0.5, 0.5, kv)?,
+                    ])
+                } else {
+                    None
+                };
+                Ok(StepLayer {
+                    attn_norm: float(0.8, 1.2, h)?,
+                    q: matrix(q, h, 0)?,
+                    k: matrix(kv, h, 1)?,
+                    v: matrix(kv, h, 2)?,
+                    qkv_bias,
+                    o: matrix(h, q, 3)?,
+                    mlp_norm: float(0.8, 1.2, h)?,
+                    gate: matrix(i, h, 4)?,
+                    up: matrix(i, h, 5)?,
+                    down: matrix(h, i, 6)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(StepModel {
+            dims,
+            rope: spec.rope.clone(),
+            embed: matrix(spec.vocab, h, 7)?,
+            layers,
+            norm: float(0.8, 1.2, h)?,
+            lm_head: matrix(spec.vocab, h, 8)?,
+        })
+    }
+}
