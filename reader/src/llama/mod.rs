@@ -361,7 +361,8 @@ impl Llama {
             return Err(Error::invalid("empty input_ids"));
         }
         let ids = input_ids.to_dtype(DType::U32)?;
-        if let Some(max) = ids.flatten_all()?.to_vec1::<u32>()?.into_iter().max() {
+        let host_ids = ids.flatten_all()?.to_vec1::<u32>()?;
+        if let Some(&max) = host_ids.iter().max() {
             if max as usize >= self.cfg.vocab_size {
                 return Err(Error::invalid(format!(
                     "token id {max} out of range (vocab_size {})",
@@ -386,6 +387,12 @@ impl Llama {
             None => vec![vec![true; s]; b],
         };
         cache.ensure_batch(b)?;
+        // One sequence's next token: the fused CUDA step where it applies.
+        if b == 1 && s == 1 && mask[0][0] {
+            if let Some(logits) = self.try_decode_step(host_ids[0], cache)? {
+                return Ok(logits);
+            }
+        }
         let mut outs = Vec::new();
         let mut start = 0;
         while start < s {
@@ -422,12 +429,6 @@ impl Llama {
         all: bool,
     ) -> Result<Tensor> {
         let (b, s) = ids.dims2()?;
-        if b == 1 && s == 1 && mask[0][0] {
-            let token = ids.flatten_all()?.to_vec1::<u32>()?[0];
-            if let Some(logits) = self.try_decode_step(token, cache)? {
-                return Ok(logits);
-            }
-        }
         let past = cache.seq_len;
         let mut positions = vec![Vec::with_capacity(s); b];
         for r in 0..b {
