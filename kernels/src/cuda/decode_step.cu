@@ -75,20 +75,15 @@ __device__ float ggml_dot(const u8* row, const typename L::T* __restrict__ x, in
     return acc;
 }
 
+// One lane's share of a row's dot product with x: a dense row, or a GGML one.
 template <typename W, typename L, bool DENSE>
-struct RowDot;
-template <typename W, typename L>
-struct RowDot<W, L, true> {
-    static __device__ float at(const u8* row, const typename L::T* x, int cols, int vec, int lane) {
+__device__ float row_dot(const u8* row, const typename L::T* x, int cols, int vec, int lane) {
+    if constexpr (DENSE) {
         return dense_dot<W, L>(row, x, cols, vec, lane);
-    }
-};
-template <typename W, typename L>
-struct RowDot<W, L, false> {
-    static __device__ float at(const u8* row, const typename L::T* x, int cols, int vec, int lane) {
+    } else {
         return ggml_dot<W, L>(row, x, cols, vec, lane);
     }
-};
+}
 
 // Matrix-vector products of up to three matrices of one format on one input, their rows
 // stacked (q, k, v), or of two (gate, up) combined by SwiGLU. A warp per output row.
@@ -111,8 +106,8 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
     const long long total = a.mode == 2 ? a.rows0 : a.rows0 + a.rows1 + a.rows2;
     if (r >= total) return;
     if (a.mode == 2) {
-        float g = warp_sum(RowDot<W, L, DENSE>::at(w0 + r * a.row_bytes, x, a.cols, a.vec, lane));
-        float u = warp_sum(RowDot<W, L, DENSE>::at(w1 + r * a.row_bytes, x, a.cols, a.vec, lane));
+        float g = warp_sum(row_dot<W, L, DENSE>(w0 + r * a.row_bytes, x, a.cols, a.vec, lane));
+        float u = warp_sum(row_dot<W, L, DENSE>(w1 + r * a.row_bytes, x, a.cols, a.vec, lane));
         if (lane == 0) out_t[r] = L::st(g / (1.f + __expf(-g)) * u);
         return;
     }
@@ -126,7 +121,7 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
     } else {
         w = w2, b = b2, i = r - a.rows0 - a.rows1;
     }
-    float v = warp_sum(RowDot<W, L, DENSE>::at(w + i * a.row_bytes, x, a.cols, a.vec, lane));
+    float v = warp_sum(row_dot<W, L, DENSE>(w + i * a.row_bytes, x, a.cols, a.vec, lane));
     if (lane == 0) {
         if (b) v += b[i];
         out_f32[r] = a.mode == 1 ? out_f32[r] + v : v;
@@ -134,27 +129,19 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
 }
 
 // Embedding row of `state.token` into the f32 residual: a thread per 32 values.
-template <typename W, typename L, bool DENSE>
-struct EmbedRow;
-template <typename W, typename L>
-struct EmbedRow<W, L, true> {
-    static __device__ void at(const u8* row, float* y, int u) {
-        const typename W::T* w = (const typename W::T*)row;
-        for (int i = 0; i < 32; i++) y[i] = W::ld(w[u * 32 + i]);
-    }
-};
-template <typename W, typename L>
-struct EmbedRow<W, L, false> {
-    static __device__ void at(const u8* row, float* y, int u) { W::unit(row, u, y); }
-};
-
 template <typename W, bool DENSE>
 __device__ void embed(const u8* __restrict__ table, long long row_bytes, int cols,
                       const StepState* __restrict__ st, float* __restrict__ x) {
     const int u = blockIdx.x * blockDim.x + threadIdx.x;
     if (u >= cols / 32) return;
+    const u8* row = table + (long long)st->token * row_bytes;
     float y[32];
-    EmbedRow<W, F32, DENSE>::at(table + (long long)st->token * row_bytes, y, u);
+    if constexpr (DENSE) {
+        const typename W::T* w = (const typename W::T*)row;
+        for (int i = 0; i < 32; i++) y[i] = W::ld(w[u * 32 + i]);
+    } else {
+        W::unit(row, u, y);
+    }
     for (int i = 0; i < 32; i++) x[u * 32 + i] = y[i];
 }
 
