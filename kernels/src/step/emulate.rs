@@ -489,6 +489,7 @@ fn tensor_bytes(t: &Tensor) -> Vec<u8> {
 
 /// `model` laid out in emulated memory, as `DecodeStep::new` lays it out on a device.
 fn lay_out(model: &StepModel, mem: &mut Memory) -> Layout {
+    model.check().unwrap();
     let sizes = BufferAddrs::sizes(
         &model.dims,
         model.layers.len(),

@@ -502,8 +502,9 @@ impl Matrix {
 }
 
 impl Layout {
-    /// The layout of `model` with its matrices, norms and biases at the addresses the
-    /// closures give (a bias: its f32 copy's), and the buffers at `buf`.
+    /// The layout of `model` (checked by the caller, before it allocates the buffers: see
+    /// [`StepModel::check`]) with its matrices, norms and biases at the addresses the closures
+    /// give (a bias: its f32 copy's), and the buffers at `buf`.
     pub(crate) fn build(
         model: &StepModel,
         buf: BufferAddrs,
@@ -511,7 +512,6 @@ impl Layout {
         mut tensor: impl FnMut(&Tensor) -> Result<u64>,
         mut bias: impl FnMut(&Tensor) -> Result<u64>,
     ) -> Result<Self> {
-        model.check()?;
         let suffix = match model.dtype() {
             DType::F32 => "f32",
             DType::BF16 => "bf16",
