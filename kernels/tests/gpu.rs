@@ -457,17 +457,7 @@ fn decode_step_matches_its_cpu_reference() {
     use candle_core::quantized::GgmlDType as G;
     use capstan_kernels::step::{DecodeStep, ReferenceStep, StepKv, StepKvHost, StepLaunch};
     let Some(dev) = gpu() else { return };
-    let mixed = [
-        Some(G::Q4_0),
-        Some(G::Q8_0),
-        Some(G::Q6K),
-        Some(G::Q4K),
-        Some(G::Q5_0),
-        Some(G::Q5_1),
-        Some(G::Q4_1),
-        Some(G::Q8_0),
-        Some(G::Q6K),
-    ];
+    let mixed = capstan_kernels::step::RandomModel::MIXED_FORMATS;
     let same = [Some(G::Q4K); 9];
     for (dtype, tol) in [(DType::BF16, 3e-2), (DType::F16, 1e-2), (DType::F32, 1e-3)] {
         for (name, formats) in [("dense", [None; 9]), ("mixed GGML", mixed), ("Q4_K", same)] {

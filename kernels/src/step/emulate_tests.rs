@@ -87,18 +87,7 @@ fn check(m: &StepModel, tol: f32) {
 
 #[test]
 fn the_plan_computes_what_the_oracle_computes() {
-    use GgmlDType as G;
-    let mixed = [
-        Some(G::Q4_0),
-        Some(G::Q8_0),
-        Some(G::Q6K),
-        Some(G::Q4K),
-        Some(G::Q5_0),
-        Some(G::Q5_1),
-        Some(G::Q4_1),
-        Some(G::Q8_0),
-        Some(G::Q6K),
-    ];
+    let mixed = RandomModel::MIXED_FORMATS;
     // f32: the plan computes the oracle's arithmetic (up to summation order); bf16 and
     // f16: a value rounded one way or the other (attention's split ranges sum in another
     // order) moves a logit by a few thousandths.

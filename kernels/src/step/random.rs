@@ -25,6 +25,23 @@ pub struct RandomModel {
     pub rope: RopeParams,
 }
 
+impl RandomModel {
+    /// Every GGML format the step reads, q, k and v in three of them (three products), gate
+    /// and up in two (SwiGLU apart): q Q4_0, k Q8_0, v Q6_K, o Q4_K, gate Q5_0, up Q5_1,
+    /// down Q4_1, embedding Q8_0, output Q6_K.
+    pub const MIXED_FORMATS: [Option<GgmlDType>; 9] = [
+        Some(GgmlDType::Q4_0),
+        Some(GgmlDType::Q8_0),
+        Some(GgmlDType::Q6K),
+        Some(GgmlDType::Q4K),
+        Some(GgmlDType::Q5_0),
+        Some(GgmlDType::Q5_1),
+        Some(GgmlDType::Q4_1),
+        Some(GgmlDType::Q8_0),
+        Some(GgmlDType::Q6K),
+    ];
+}
+
 impl StepModel {
     /// A model of `spec` with uniform random weights (matrices scaled by 1.7 / sqrt(columns),
     /// norms in [0.8, 1.2), biases in [-0.5, 0.5)), its float tensors on `device`.
