@@ -12,6 +12,7 @@ use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Tensor, 
 pub(crate) mod cudnn;
 pub(crate) mod decode_many;
 mod launch;
+mod scca;
 mod selfextend;
 pub(crate) mod step;
 
@@ -112,7 +113,7 @@ fn cudnn_base_key(
     dims: &AttnDims,
     starts: &[usize],
 ) -> Option<crate::sdpa_graph::SdpaKey> {
-    use crate::sdpa_graph::{DataType, SdpaKey, SdpaMask};
+    use crate::sdpa_graph::{DataType, SdpaBatch, SdpaKey, SdpaMask};
     if crate::attention_kernel() != crate::AttentionKernel::Cudnn {
         return None;
     }
@@ -137,6 +138,7 @@ fn cudnn_base_key(
         mask: SdpaMask::None,
         window: 0,
         stats: false,
+        batch_layout: SdpaBatch::Packed,
     })
 }
 
@@ -305,6 +307,13 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
         if let Some(base) = cudnn_base_key(q, &dims, &[qa, ka, va, *ga, *kga]) {
             let passes = (&qs, &ks, &vs, &qg_s, &kg_s);
             if selfextend::on_cudnn(dev, base, o, &pos, passes, &mut out, suffix(q)?)? {
+                return Ok(out);
+            }
+        }
+    }
+    if let (Pattern::Scca(rules), None) = (&o.pattern, &o.key_mask) {
+        if let Some(base) = cudnn_base_key(q, &dims, &[qa, ka, va]) {
+            if scca::on_cudnn(dev, base, rules, &pos, (&qs, &ks, &vs), &mut out)? {
                 return Ok(out);
             }
         }

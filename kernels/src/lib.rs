@@ -35,6 +35,8 @@ mod ops;
 mod pattern;
 mod qmatmul_op;
 #[cfg(any(feature = "cuda", test))]
+mod scca_calls;
+#[cfg(any(feature = "cuda", test))]
 mod sdpa_graph;
 pub mod step;
 

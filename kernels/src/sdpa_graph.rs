@@ -120,9 +120,22 @@ pub(crate) enum SdpaMask {
     CausalShifted { shift: i64 },
 }
 
+/// Where a call's batch entries lie in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum SdpaBatch {
+    /// One after another: queries and output packed `(batch, heads, q_len, dim)`, keys and
+    /// values `(batch, kv_heads, kv_stride, dim)`.
+    Packed,
+    /// Chunks of one sequence, read and written in place (SCCA's chunks, `crate::scca_calls`):
+    /// entry `n` starts `n * step` rows after the first in queries, output, keys and values
+    /// alike; query and output heads are `q_head_rows` rows apart, key and value heads
+    /// `kv_stride`.
+    Chunks { step: i64, q_head_rows: i64 },
+}
+
 /// What a call's graph (and so its execution plan) depends on: the plan cache's key. Strides
-/// follow from it (queries and output packed; keys and values `kv_stride` rows from one head to
-/// the next, heads packed in the batch), so different layouts never share a plan.
+/// follow from it (`batch_layout`; keys and values `kv_stride` rows from one head to the
+/// next), so different layouts never share a plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct SdpaKey {
     pub(crate) dtype: DataType,
@@ -139,6 +152,8 @@ pub(crate) struct SdpaKey {
     /// Whether the softmax statistics (`max + ln(sum)` of each row's scaled, masked scores,
     /// f32 `(b, h, q_len, 1)`) are an output (SelfExtend merges its two passes with them).
     pub(crate) stats: bool,
+    /// Where the batch entries lie.
+    pub(crate) batch_layout: SdpaBatch,
 }
 
 /// The non-virtual tensors' uids (the variant pack's entries).
@@ -397,6 +412,7 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
         mask,
         window,
         stats,
+        batch_layout,
     } = *key;
     let mut g = Builder {
         g: SdpaGraph {
@@ -406,21 +422,16 @@ pub(crate) fn sdpa_graph(key: &SdpaKey) -> SdpaGraph {
         next: 100,
     };
     let kv_head = kv_stride * d;
-    let q = g.tensor(uid::Q, dtype, [b, h, sq, d], [h * sq * d, sq * d, d, 1]);
+    // Elements from one batch entry to the next, and from one query head to the next.
+    let (q_entry, kv_entry, q_head) = match batch_layout {
+        SdpaBatch::Packed => (h * sq * d, hk * kv_head, sq * d),
+        SdpaBatch::Chunks { step, q_head_rows } => (step * d, step * d, q_head_rows * d),
+    };
+    let q = g.tensor(uid::Q, dtype, [b, h, sq, d], [q_entry, q_head, d, 1]);
     // K described transposed, (b, kv heads, d, kv_len): K's last two strides swapped.
-    let kt = g.tensor(
-        uid::KT,
-        dtype,
-        [b, hk, d, skv],
-        [hk * kv_head, kv_head, 1, d],
-    );
-    let v = g.tensor(
-        uid::V,
-        dtype,
-        [b, hk, skv, d],
-        [hk * kv_head, kv_head, d, 1],
-    );
-    let o = g.tensor(uid::O, dtype, [b, h, sq, d], [h * sq * d, sq * d, d, 1]);
+    let kt = g.tensor(uid::KT, dtype, [b, hk, d, skv], [kv_entry, kv_head, 1, d]);
+    let v = g.tensor(uid::V, dtype, [b, hk, skv, d], [kv_entry, kv_head, d, 1]);
+    let o = g.tensor(uid::O, dtype, [b, h, sq, d], [q_entry, q_head, d, 1]);
     let scale = g.scalar(uid::SCALE, Float);
     let scores = [b, h, sq, skv];
     let rows = [b, h, sq, 1];

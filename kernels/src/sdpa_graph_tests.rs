@@ -191,6 +191,7 @@ fn key_of(
         mask,
         window,
         stats: true,
+        batch_layout: SdpaBatch::Packed,
     }
 }
 
@@ -325,6 +326,7 @@ fn the_graph_is_well_formed() {
             mask,
             window: if mask == SdpaMask::None { 0 } else { 64 },
             stats,
+            batch_layout: SdpaBatch::Packed,
         };
         let g = sdpa_graph(&key);
         let mut uids: Vec<i64> = g.tensors.iter().map(|t| t.uid).collect();
@@ -484,6 +486,83 @@ fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
                 worst <= tol,
                 "SelfExtend {dtype:?} {:?}: {worst}",
                 (sq, skv, q_pos0)
+            );
+        }
+    }
+}
+
+/// SCCA's chunked heads as the batched calls of `crate::scca_calls`: each call's graph run on
+/// the queries, keys and values read in place through its strides, its output scattered
+/// through them into one buffer (as cuDNN writes it), against the CPU reference's SCCA —
+/// SCCA_fixed with a partial last chunk, SCCA_flow, and shifts past a chunk and not a
+/// multiple of it in a prompt chunk that starts mid-chunk after 29 cached keys; two
+/// sequences, grouped heads, keys and values in a cache of larger capacity.
+#[test]
+fn scca_as_batched_chunk_calls_computes_what_the_cpu_reference_computes() {
+    use crate::pattern::{scca_rules, HeadRule, SccaKind};
+    use crate::scca_calls::scca_calls;
+    let dev = Device::Cpu;
+    let (b, h, hk, d) = (2, 8, 2, 16);
+    let odd_shifts: Vec<HeadRule> = scca_rules(SccaKind::Fixed, 16, h)
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| HeadRule {
+            shift: if i < 4 { 24 } else { 5 },
+            ..r
+        })
+        .collect();
+    let cases = [
+        (scca_rules(SccaKind::Fixed, 16, h), (70, 70, 80), 0),
+        (
+            scca_rules(SccaKind::Flow { groups: 2 }, 16, h),
+            (100, 100, 100),
+            0,
+        ),
+        (odd_shifts, (61, 90, 96), 29),
+    ];
+    for (dtype, tol) in [(DataType::Bf16, 2e-2), (DataType::Half, 3e-3)] {
+        for (rules, (sq, skv, cap), q_pos0) in cases.clone() {
+            let rnd = |shape: (usize, usize, usize, usize)| {
+                let t = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
+                let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+                let v: Vec<f32> = v.into_iter().map(|x| round(dtype, x)).collect();
+                Tensor::from_vec(v, shape, &dev).unwrap()
+            };
+            let q = rnd((b, h, sq, d));
+            let (kbuf, vbuf) = (rnd((b, hk, cap, d)), rnd((b, hk, cap, d)));
+            let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };
+            let (qv, kv, vv) = (flat(&q), flat(&kbuf), flat(&vbuf));
+            let scale = 1.0 / (d as f32).sqrt();
+            let mut base = key_of(dtype, (b, h, hk, d), (sq, skv, cap), (SdpaMask::None, 0));
+            base.stats = false;
+            let calls = scca_calls(&rules, &base, q_pos0, 0).expect("expressible");
+            let mut got = vec![f32::NAN; b * h * sq * d];
+            for call in &calls {
+                let graph = sdpa_graph(&call.key);
+                let (qa, ka) = (call.q_row as usize * d, call.kv_row as usize * d);
+                let inputs = HashMap::from([
+                    (uid::Q, qv[qa..].to_vec()),
+                    (uid::KT, kv[ka..].to_vec()),
+                    (uid::V, vv[ka..].to_vec()),
+                ]);
+                let vals = interpret(&graph, &inputs, &graph.scalars(&call.key, scale));
+                let o = graph.tensor(uid::O).unwrap();
+                for (x, i) in vals[&uid::O].data.iter().zip(each(dims_of(o))) {
+                    let at: i64 = (0..4).map(|a| i[a] as i64 * o.strides[a]).sum();
+                    got[qa + at as usize] = *x;
+                }
+            }
+            assert!(got.iter().all(|x| x.is_finite()), "a row no call wrote");
+            let mut opts = AttentionOptions::new(Pattern::Scca(rules.clone()));
+            opts.q_pos0 = q_pos0;
+            let view = |t: &Tensor| t.narrow(2, 0, skv).unwrap();
+            let want = flat(&attention(&q, &view(&kbuf), &view(&vbuf), opts).unwrap());
+            let worst = max_diff(&got, &want);
+            assert!(
+                worst <= tol,
+                "SCCA {dtype:?} {:?}, {} calls: {worst}",
+                (sq, skv, q_pos0),
+                calls.len()
             );
         }
     }

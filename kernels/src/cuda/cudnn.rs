@@ -584,8 +584,8 @@ pub(crate) fn ready(dev: &CudaDevice, key: &SdpaKey) -> Result<bool> {
 /// Runs attention of `key` on cuDNN into `out` (and the softmax statistics into `stats`, f32
 /// per query row, when the key asks for them): `Ok(false)` where cuDNN is not available or
 /// has no engine for the shape (the caller then runs its own kernel), `Err` only when an
-/// accepted plan fails to execute. `q`, `k`, `v` start at their first element; `k`, `v` with
-/// `key.kv_stride` rows between heads.
+/// accepted plan fails to execute. `q`, `k`, `v` and `out` start at their first element; `k`,
+/// `v` with `key.kv_stride` rows between heads.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr>(
     dev: &CudaDevice,
@@ -594,7 +594,7 @@ pub(crate) fn attention<T: candle_core::cuda_backend::cudarc::driver::DeviceRepr
     q: &CudaView<'_, T>,
     k: &CudaView<'_, T>,
     v: &CudaView<'_, T>,
-    out: &mut CudaSlice<T>,
+    out: &mut impl DevicePtrMut<T>,
     stats: Option<&mut CudaSlice<f32>>,
 ) -> Result<bool> {
     let Ok(api) = api() else {

@@ -3,7 +3,7 @@
 //! (kernels/scripts/cudnn-check.sh).
 
 use super::*;
-use crate::sdpa_graph::{DataType, SdpaMask};
+use crate::sdpa_graph::{DataType, SdpaBatch, SdpaMask};
 
 /// Every graph Capstan builds, at Llama-3-8B's heads, with each mask and both types.
 fn keys() -> Vec<SdpaKey> {
@@ -31,6 +31,7 @@ fn keys() -> Vec<SdpaKey> {
                 mask,
                 window,
                 stats,
+                batch_layout: SdpaBatch::Packed,
             });
         }
     }
@@ -54,6 +55,7 @@ fn check_keys() -> Vec<SdpaKey> {
         mask,
         window,
         stats,
+        batch_layout: SdpaBatch::Packed,
     };
     let mut keys = Vec::new();
     for n in [8192, 32768, 131072] {
@@ -79,6 +81,12 @@ fn check_keys() -> Vec<SdpaKey> {
     for enc in [28672, 126976] {
         keys.push(key((32, 32), (4096, enc, enc), SdpaMask::None, 0, false));
     }
+    // SCCA_fixed at 32K (chunks of 2,048, half the heads shifted by 1,024) as its batched
+    // chunk calls.
+    let rules = crate::pattern::scca_rules(crate::pattern::SccaKind::Fixed, 2048, 32);
+    let whole = key((32, 8), (n, n, n), SdpaMask::None, 0, false);
+    let calls = crate::scca_calls::scca_calls(&rules, &whole, 0, 0).expect("SCCA_fixed");
+    keys.extend(calls.iter().map(|c| c.key));
     keys
 }
 
