@@ -9,10 +9,11 @@
 //! sections 2.3 and 2.4; its single SDPA operation cannot express causal masks before 9.21).
 //! Covered: plain causal attention (queries and keys from the same position), causal attention
 //! of queries at the tail of the keys (a prompt chunk after a cache: the frontend's
-//! bottom-right diagonal), either with Zebra's local window (the frontend's left bound), and
-//! cross-attention without padding, in bf16 or f16, grouped-query
-//! heads, keys and values read in place from a cache's buffer. Everything else runs on
-//! Capstan's own kernels.
+//! bottom-right diagonal), either with Zebra's local window (the frontend's left bound),
+//! a diagonal shifted by a constant (SelfExtend's far keys; SCCA's shifted chunks, batched over
+//! a sequence's chunks in place: [`SdpaBatch::Chunks`], `crate::scca_calls`), and
+//! cross-attention without padding, in bf16 or f16, grouped-query heads, keys and values read
+//! in place from a cache's buffer. Everything else runs on Capstan's own kernels.
 
 /// Element types of the graph's tensors (`cudnnDataType_t`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -116,7 +117,8 @@ pub(crate) enum SdpaMask {
     /// last `q_len` positions).
     CausalBottomRight,
     /// Query row `r` sees key columns `c <= r + shift` (the frontend's top-left diagonal with a
-    /// right bound; `shift` may be negative): SelfExtend's far keys, `i - p >= neighbor`.
+    /// right bound; `shift` may be negative): SelfExtend's far keys, `i - p >= neighbor`, and
+    /// SCCA's shifted chunks (`shift` > 0: the chunk's keys start before its queries).
     CausalShifted { shift: i64 },
 }
 
