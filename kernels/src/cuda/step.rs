@@ -46,11 +46,12 @@ fn tensor_ptr(t: &Tensor, dev: &CudaDevice) -> Result<u64> {
     float_address(cs, a, &dev.cuda_stream())
 }
 
-/// What keeps the step's device memory alive: the model's tensors read in place, the uploaded
-/// GGML blocks and biases, the buffers.
+/// What keeps the step's device memory alive: the model's tensors and GGML blocks read in
+/// place, uploaded GGML blocks and biases, the buffers.
 #[allow(dead_code)]
 enum Keep {
     Tensor(Tensor),
+    Blocks(Arc<candle_core::quantized::QTensor>),
     Bytes(CudaSlice<u8>),
     Floats(CudaSlice<f32>),
 }
@@ -116,8 +117,15 @@ impl DecodeStep {
                     held.borrow_mut().push(Keep::Tensor(t));
                     Ok(ptr)
                 }
-                StepMatrix::Ggml { bytes, .. } => {
-                    let blocks = dev.clone_htod(bytes.as_ref())?;
+                // The model's own blocks in place where they are on this device (no second
+                // copy of a quantized model); else uploaded.
+                StepMatrix::Ggml(q) if q.device().same_device(&Device::Cuda(dev.clone())) => {
+                    let (ptr, _) = q.device_ptr_with_guard(&stream)?;
+                    held.borrow_mut().push(Keep::Blocks(q.clone()));
+                    Ok(ptr as u64)
+                }
+                StepMatrix::Ggml(q) => {
+                    let blocks = dev.clone_htod(q.data()?.as_ref())?;
                     let ptr = blocks.device_ptr(&stream).0;
                     held.borrow_mut().push(Keep::Bytes(blocks));
                     Ok(ptr)

@@ -505,7 +505,7 @@ fn lay_out(model: &StepModel, mem: &mut Memory) -> Layout {
         |m| {
             Ok(match m {
                 StepMatrix::Dense(t) => mem.borrow_mut().put(&tensor_bytes(t)),
-                StepMatrix::Ggml { bytes, .. } => mem.borrow_mut().put(bytes),
+                StepMatrix::Ggml(q) => mem.borrow_mut().put(&q.data()?),
             })
         },
         |t| Ok(mem.borrow_mut().put(&tensor_bytes(t))),

@@ -3,7 +3,7 @@
 //! ([`DecodeStep`]) the sequence is captured once as a CUDA graph and replayed each step, so
 //! a step costs one launch instead of one per candle op (SmolLM2's step was ~170 µs a layer,
 //! almost all launch cost). Weights are read in place: float matrices from the model's
-//! tensors, GGML-quantized ones as the file's blocks ([`StepMatrix::Ggml`]).
+//! tensors, GGML-quantized ones as their blocks ([`StepMatrix::Ggml`]).
 //!
 //! [`ReferenceStep`] computes the same step on the CPU in f32 with the kernels' roundings
 //! (activations entering a product, q, and the new keys and values rounded to the model's
@@ -21,7 +21,7 @@ mod reference;
 
 use std::sync::Arc;
 
-use candle_core::quantized::GgmlDType;
+use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{bail, DType, Result, Tensor};
 
 pub use random::RandomModel;
@@ -34,17 +34,10 @@ use crate::RopeParams;
 pub enum StepMatrix {
     /// f32, bf16 or f16, contiguous, on the step's device.
     Dense(Tensor),
-    /// A GGUF file's blocks, row after row, in a type [`ggml_supported`] accepts.
-    Ggml {
-        /// The block type.
-        dtype: GgmlDType,
-        /// Output rows.
-        rows: usize,
-        /// Input columns (a whole number of blocks).
-        cols: usize,
-        /// The blocks as stored (rows in the model's order).
-        bytes: Arc<[u8]>,
-    },
+    /// GGML blocks, row after row (rows in the model's order), in a type [`ggml_supported`]
+    /// accepts: the very tensor the model's quantized products read, so a CUDA step reads its
+    /// blocks in place on the same device (a tensor elsewhere is copied to the step's device).
+    Ggml(Arc<QTensor>),
 }
 
 impl StepMatrix {
@@ -52,7 +45,7 @@ impl StepMatrix {
     pub fn dims(&self) -> Result<(usize, usize)> {
         match self {
             Self::Dense(t) => t.dims2(),
-            Self::Ggml { rows, cols, .. } => Ok((*rows, *cols)),
+            Self::Ggml(q) => q.shape().dims2(),
         }
     }
 
@@ -80,9 +73,9 @@ impl StepMatrix {
                 DType::F16 => "f16",
                 d => bail!("decode step: a {d:?} matrix"),
             },
-            Self::Ggml { dtype, .. } => match ggml_name(*dtype) {
+            Self::Ggml(q) => match ggml_name(q.dtype()) {
                 Some(name) => name,
-                None => bail!("decode step: no kernel for GGML type {dtype:?}"),
+                None => bail!("decode step: no kernel for GGML type {:?}", q.dtype()),
             },
         })
     }
@@ -198,7 +191,7 @@ impl StepModel {
             if got != (rows, cols) {
                 bail!("decode step: {name} is {got:?}, expected ({rows}, {cols})")
             }
-            if matches!(m, StepMatrix::Ggml { .. }) && !cols.is_multiple_of(32) {
+            if matches!(m, StepMatrix::Ggml(_)) && !cols.is_multiple_of(32) {
                 bail!("decode step: {name} has {cols} columns, not whole blocks")
             }
             Ok(())

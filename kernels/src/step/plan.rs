@@ -487,7 +487,7 @@ impl Matrix {
                 cols * t.dtype().size_in_bytes(),
                 ptr.is_multiple_of(16) && cols.is_multiple_of(8),
             ),
-            StepMatrix::Ggml { bytes, .. } => (bytes.len() / rows.max(1), true),
+            StepMatrix::Ggml(q) => (cols / q.dtype().block_size() * q.dtype().type_size(), true),
         };
         Ok(Self {
             ptr,

@@ -1,7 +1,9 @@
 //! Models with random weights for the step's tests (the emulator's, and the GPU test's against
 //! the oracle): hidden 256, 4 query heads over 2 of width 64, MLP 512.
 
-use candle_core::quantized::{GgmlDType, QTensor};
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Result, Tensor};
 
 use super::{StepDims, StepLayer, StepMatrix, StepModel};
@@ -65,12 +67,12 @@ impl StepModel {
                 * (1.7 / (cols as f64).sqrt()))?;
             Ok(match spec.formats[which] {
                 None => StepMatrix::Dense(w.to_dtype(spec.dtype)?.to_device(device)?),
-                Some(q) => StepMatrix::Ggml {
-                    dtype: q,
-                    rows,
-                    cols,
-                    bytes: QTensor::quantize(&w, q)?.data()?.into_owned().into(),
-                },
+                // Quantized on the host, the blocks then put on `device` (as a GGUF model's).
+                Some(q) => {
+                    let blocks = QTensor::quantize(&w, q)?;
+                    let storage = QStorage::from_data(blocks.data()?, device, q)?;
+                    StepMatrix::Ggml(Arc::new(QTensor::new(storage, (rows, cols))?))
+                }
             })
         };
         let (h, q, kv, i) = (256, 256, 128, 512);

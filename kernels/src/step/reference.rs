@@ -1,8 +1,6 @@
 //! The decoding step on the CPU, written out as decode_step.cu computes it: the oracle of the
 //! CUDA step ([`super::DecodeStep`]).
 
-use std::borrow::Cow;
-
 use candle_core::quantized::{QStorage, QTensor};
 use candle_core::{bail, DType, Device, Result, Tensor};
 
@@ -52,14 +50,10 @@ fn host(t: &Tensor) -> Result<Vec<f32>> {
 pub(crate) fn dequantized(m: &StepMatrix) -> Result<Vec<f32>> {
     match m {
         StepMatrix::Dense(t) => host(t),
-        StepMatrix::Ggml {
-            dtype,
-            rows,
-            cols,
-            bytes,
-        } => {
-            let storage = QStorage::from_data(Cow::Borrowed(bytes), &Device::Cpu, *dtype)?;
-            host(&QTensor::new(storage, (*rows, *cols))?.dequantize(&Device::Cpu)?)
+        StepMatrix::Ggml(q) => {
+            // On the host first: candle's dequantization, wherever the blocks are.
+            let storage = QStorage::from_data(q.data()?, &Device::Cpu, q.dtype())?;
+            host(&QTensor::new(storage, q.shape())?.dequantize(&Device::Cpu)?)
         }
     }
 }

@@ -1,6 +1,6 @@
 //! Decoding on CUDA as one graph a token ([`capstan_kernels::step`]): the model's weights as
-//! the step reads them ([`Llama::step_model`]: the float tensors in place, a GGUF file's
-//! blocks as stored), and the step taken where it applies — one sequence, one new token, full
+//! the step reads them ([`Llama::step_model`]: the float tensors and a GGUF file's
+//! quantized blocks in place), and the step taken where it applies — one sequence, one new token, full
 //! causal attention in every layer, no encoder context or padding, the cache in the
 //! activations' type with a free row — else the layer-by-layer pass.
 //!
@@ -10,7 +10,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Tensor};
+use candle_core::quantized::QMatMul;
+use candle_core::{DType, Device, Tensor};
 use capstan_kernels::step::{
     ggml_supported, DecodeStep, StepDims, StepKv, StepLaunch, StepLayer, StepMatrix, StepModel,
 };
@@ -76,19 +77,31 @@ pub enum DecodeStepStatus {
     Refused(String),
 }
 
-/// A matrix of a GGUF file as stored, where the step's kernels read its type; else `None`.
-fn ggml_matrix(gguf: &GgufWeights, name: &str) -> candle_core::Result<Option<StepMatrix>> {
+/// A matrix of a GGUF file as its blocks, where the step's kernels read its type; else
+/// `None`. The layer's own quantized tensor where it holds one (read in place on the device),
+/// else the file's blocks put on `device`.
+fn ggml_matrix(
+    gguf: &GgufWeights,
+    name: &str,
+    proj: Option<&Proj>,
+    device: &Device,
+) -> candle_core::Result<Option<StepMatrix>> {
+    if let Some(Proj::Quantized {
+        weight: QMatMul::QTensor(q),
+        ..
+    }) = proj
+    {
+        if ggml_supported(q.dtype()) {
+            return Ok(Some(StepMatrix::Ggml(q.clone())));
+        }
+    }
     let stored = gguf.stored(name)?;
     if !ggml_supported(stored.dtype) {
         return Ok(None);
     }
-    let (rows, cols) = stored.shape.dims2()?;
-    Ok(Some(StepMatrix::Ggml {
-        dtype: stored.dtype,
-        rows,
-        cols,
-        bytes: Arc::from(stored.bytes.as_ref()),
-    }))
+    Ok(Some(StepMatrix::Ggml(Arc::new(
+        gguf.qtensor(name, device)?,
+    ))))
 }
 
 fn biases(group: &ProjGroup) -> candle_core::Result<Vec<Option<Tensor>>> {
@@ -126,7 +139,7 @@ impl Llama {
         };
         let matrix = |name: &str, proj: Option<&Proj>| -> candle_core::Result<StepMatrix> {
             if let Some(gguf) = &self.gguf {
-                if let Some(m) = ggml_matrix(gguf, name)? {
+                if let Some(m) = ggml_matrix(gguf, name, proj, &self.device)? {
                     return Ok(m);
                 }
                 let t = candle_nn::var_builder::SimpleBackend::get_unchecked(
@@ -151,7 +164,11 @@ impl Llama {
                 TokenEmbedding::Dense(e) if self.gguf.is_none() => {
                     StepMatrix::Dense(e.embeddings().clone())
                 }
-                _ => matrix("model.embed_tokens.weight", None)?,
+                // A tied output layer holds the embedding's blocks on the device.
+                _ => matrix(
+                    "model.embed_tokens.weight",
+                    cfg.tie_word_embeddings.then_some(&self.lm_head),
+                )?,
             };
             let lm_head = if cfg.tie_word_embeddings {
                 embed.clone()
