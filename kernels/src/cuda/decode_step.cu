@@ -1,19 +1,29 @@
-// The decoding step of a Llama-family model as a few fused kernels over static buffers, so
-// that one step is a fixed sequence of launches a CUDA graph can capture and replay
-// (capstan_kernels::step; its CPU reference is step/reference.rs). Per layer: RMSNorm into the
-// activation type; q, k and v products (f32, bias added); RoPE on q and k with the new key and
-// value written into the layer's cache row; attention (attention_decode.cu); the output
-// product added to the f32 residual; RMSNorm; gate and up products with SwiGLU; the down
-// product added to the residual. What changes from step to step (the token, its position,
-// the cache row, the keys' count) is read from a small device buffer, `StepState`, written
-// before each replay.
+// The decoding step of a Llama-family model as a few fused kernels over static buffers, for
+// one sequence or a batch of them (continuous batching), so that one step is a fixed sequence
+// of launches a CUDA graph can capture and replay (capstan_kernels::step; its CPU reference is
+// step/reference.rs). Per layer: RMSNorm into the activation type; q, k and v products (f32,
+// bias added); RoPE on q and k with the new key and value written into each sequence's cache
+// row; attention (attention_decode.cu); the output product added to the f32 residual; RMSNorm;
+// gate and up products with SwiGLU; the down product added to the residual. Products read each
+// weight row once for every sequence of the batch. What changes from step to step (each
+// sequence's token, position, cache row and key count; where its caches are) is read from
+// device buffers written before each replay: the state, `batch` ints of each, and per layer a
+// table of each sequence's cache pointers and capacities.
 //
 // Weights: dense (f32, bf16, f16) or GGML blocks (ggml_units.cuh), read in place.
 #define GEMV_WARPS 8
+// Sequences a batched product's warp takes at once (their accumulators in registers); a larger
+// batch reads the weights once per such pass. One sequence has entry points of its own
+// (PASS 1: the single-sequence step's code, four loads in flight a lane), so that neither pays
+// for the other and the modules stay small enough for NVRTC and the driver to compile quickly.
+#define STEP_PASS 8
 
-struct StepState {
-    int token, pos, slot, len;
-};
+// The state of `batch` sequences: tokens, positions, cache rows written, then key counts.
+__device__ __forceinline__ int st_token(const int* st, int batch, int s) { return st[s]; }
+__device__ __forceinline__ int st_pos(const int* st, int batch, int s) { return st[batch + s]; }
+__device__ __forceinline__ int st_slot(const int* st, int batch, int s) {
+    return st[2 * batch + s];
+}
 
 // 8 values of a row of 16-bit elements at `p` (16-byte aligned).
 template <typename L>
@@ -29,73 +39,94 @@ __device__ __forceinline__ void load8(const typename L::T* p, float* y) {
     }
 }
 
-// One lane's share of the dot product of a dense row with x; `vec`: rows and x are 16-byte
-// aligned and cols a multiple of 8 (8 values a load), else one value at a time.
-template <typename W, typename L>
-__device__ float dense_dot(const u8* row_bytes, const typename L::T* __restrict__ x, int cols,
-                           int vec, int lane) {
+// One lane's share of the dot products of a dense row with the `n` inputs at `x` (`cols` apart)
+// into acc[0..n); `vec`: rows and inputs are 16-byte aligned and cols a multiple of 8 (8 values
+// a load), else one value at a time.
+template <typename W, typename L, int PASS>
+__device__ void dense_dots(const u8* row_bytes, const typename L::T* __restrict__ x, int cols,
+                           int n, int vec, int lane, float* acc) {
     const typename W::T* w = (const typename W::T*)row_bytes;
-    float acc = 0.f;
     if (vec) {
-        // Four 16-byte loads in flight a lane: a batch-1 product is bound by how many bytes
-        // are on their way, not by arithmetic.
-#pragma unroll 4
+        // Four 16-byte loads in flight a lane for one sequence: its product is bound by how
+        // many bytes are on their way, not by arithmetic (a batch's inputs give as many).
+#pragma unroll(PASS == 1 ? 4 : 1)
         for (int c = lane * 8; c < cols; c += 256) {
-            float wv[8], xv[8];
+            float wv[8];
             load8<W>(w + c, wv);
-            load8<L>(x + c, xv);
-            for (int i = 0; i < 8; i++) acc += wv[i] * xv[i];
+#pragma unroll
+            for (int s = 0; s < PASS; s++) {
+                if (s < n) {
+                    float xv[8];
+                    load8<L>(x + (long long)s * cols + c, xv);
+                    for (int i = 0; i < 8; i++) acc[s] += wv[i] * xv[i];
+                }
+            }
         }
     } else {
-        for (int c = lane; c < cols; c += 32) acc += W::ld(w[c]) * L::ld(x[c]);
+        for (int c = lane; c < cols; c += 32) {
+            const float wv = W::ld(w[c]);
+#pragma unroll
+            for (int s = 0; s < PASS; s++)
+                if (s < n) acc[s] += wv * L::ld(x[(long long)s * cols + c]);
+        }
     }
-    return acc;
 }
 
-// One lane's share for a GGML row: units lane, lane + 32, ...
-template <typename Q, typename L>
-__device__ float ggml_dot(const u8* row, const typename L::T* __restrict__ x, int cols, int vec,
-                          int lane) {
-    float acc = 0.f;
+// The same for a GGML row: units lane, lane + 32, ... decoded once for all `n` inputs.
+template <typename Q, typename L, int PASS>
+__device__ void ggml_dots(const u8* row, const typename L::T* __restrict__ x, int cols, int n,
+                          int vec, int lane, float* acc) {
     const int units = cols / 32;
     for (int u = lane; u < units; u += 32) {
         float wv[32];
         Q::unit(row, u, wv);
-        const typename L::T* xu = x + u * 32;
-        if (vec) {
-            for (int i = 0; i < 32; i += 8) {
-                float xv[8];
-                load8<L>(xu + i, xv);
-                for (int j = 0; j < 8; j++) acc += wv[i + j] * xv[j];
+#pragma unroll
+        for (int s = 0; s < PASS; s++) {
+            if (s >= n) continue;
+            const typename L::T* xu = x + (long long)s * cols + u * 32;
+            if (vec) {
+                for (int i = 0; i < 32; i += 8) {
+                    float xv[8];
+                    load8<L>(xu + i, xv);
+                    for (int j = 0; j < 8; j++) acc[s] += wv[i + j] * xv[j];
+                }
+            } else {
+                for (int i = 0; i < 32; i++) acc[s] += wv[i] * L::ld(xu[i]);
             }
-        } else {
-            for (int i = 0; i < 32; i++) acc += wv[i] * L::ld(xu[i]);
         }
     }
-    return acc;
 }
 
-// One lane's share of a row's dot product with x: a dense row, or a GGML one.
-template <typename W, typename L, bool DENSE>
-__device__ float row_dot(const u8* row, const typename L::T* x, int cols, int vec, int lane) {
+// One lane's share of a row's dot products with the inputs: a dense row, or a GGML one.
+template <typename W, typename L, bool DENSE, int PASS>
+__device__ void row_dots(const u8* row, const typename L::T* x, int cols, int n, int vec,
+                         int lane, float* acc) {
+#pragma unroll
+    for (int s = 0; s < PASS; s++) acc[s] = 0.f;
     if constexpr (DENSE) {
-        return dense_dot<W, L>(row, x, cols, vec, lane);
+        dense_dots<W, L, PASS>(row, x, cols, n, vec, lane, acc);
     } else {
-        return ggml_dot<W, L>(row, x, cols, vec, lane);
+        ggml_dots<W, L, PASS>(row, x, cols, n, vec, lane, acc);
     }
+#pragma unroll
+    for (int s = 0; s < PASS; s++)
+        if (s < n) acc[s] = warp_sum(acc[s]);
 }
 
-// Matrix-vector products of up to three matrices of one format on one input, their rows
-// stacked (q, k, v), or of two (gate, up) combined by SwiGLU. A warp per output row.
+// Matrix-vector products of up to three matrices of one format on each sequence's input (the
+// inputs `cols` apart), their rows stacked (q, k, v), or of two (gate, up) combined by SwiGLU.
+// A warp per output row, for every sequence; sequence s's outputs start at s * out_stride.
 struct GemvArgs {
     long long rows0, rows1, rows2;  // rows of each matrix (0: absent)
     long long row_bytes;            // bytes of one row (every matrix has `cols` columns)
+    long long out_stride;           // output elements from one sequence to the next
     int cols;
     int mode;  // 0: out_f32 = W x + b; 1: out_f32 += W x + b; 2: out_t = silu(W0 x) * (W1 x)
     int vec;
+    int batch;
 };
 
-template <typename W, typename L, bool DENSE>
+template <typename W, typename L, bool DENSE, int PASS>
 __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
                      const u8* __restrict__ w2, const float* __restrict__ b0,
                      const float* __restrict__ b1, const float* __restrict__ b2,
@@ -105,10 +136,25 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
     const long long r = (long long)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     const long long total = a.mode == 2 ? a.rows0 : a.rows0 + a.rows1 + a.rows2;
     if (r >= total) return;
+    float acc[PASS];
     if (a.mode == 2) {
-        float g = warp_sum(row_dot<W, L, DENSE>(w0 + r * a.row_bytes, x, a.cols, a.vec, lane));
-        float u = warp_sum(row_dot<W, L, DENSE>(w1 + r * a.row_bytes, x, a.cols, a.vec, lane));
-        if (lane == 0) out_t[r] = L::st(g / (1.f + __expf(-g)) * u);
+        float up[PASS];
+        for (int s0 = 0; s0 < a.batch; s0 += PASS) {
+            const int n = min(PASS, a.batch - s0);
+            const typename L::T* xs = x + (long long)s0 * a.cols;
+            row_dots<W, L, DENSE, PASS>(w0 + r * a.row_bytes, xs, a.cols, n, a.vec, lane, acc);
+            row_dots<W, L, DENSE, PASS>(w1 + r * a.row_bytes, xs, a.cols, n, a.vec, lane, up);
+            if (lane == 0) {
+#pragma unroll
+                for (int s = 0; s < PASS; s++) {
+                    if (s < n) {
+                        const float g = acc[s];
+                        out_t[(long long)(s0 + s) * a.out_stride + r] =
+                            L::st(g / (1.f + __expf(-g)) * up[s]);
+                    }
+                }
+            }
+        }
         return;
     }
     const u8* w;
@@ -121,20 +167,32 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
     } else {
         w = w2, b = b2, i = r - a.rows0 - a.rows1;
     }
-    float v = warp_sum(row_dot<W, L, DENSE>(w + i * a.row_bytes, x, a.cols, a.vec, lane));
-    if (lane == 0) {
-        if (b) v += b[i];
-        out_f32[r] = a.mode == 1 ? out_f32[r] + v : v;
+    const float bias = b ? b[i] : 0.f;
+    for (int s0 = 0; s0 < a.batch; s0 += PASS) {
+        const int n = min(PASS, a.batch - s0);
+        row_dots<W, L, DENSE, PASS>(w + i * a.row_bytes, x + (long long)s0 * a.cols, a.cols, n, a.vec,
+                              lane, acc);
+        if (lane == 0) {
+#pragma unroll
+            for (int s = 0; s < PASS; s++) {
+                if (s < n) {
+                    float* o = out_f32 + (long long)(s0 + s) * a.out_stride + r;
+                    const float v = acc[s] + bias;
+                    *o = a.mode == 1 ? *o + v : v;
+                }
+            }
+        }
     }
 }
 
-// Embedding row of `state.token` into the f32 residual: a thread per 32 values.
+// Embedding row of each sequence's token into its f32 residual: a thread per 32 values,
+// blockIdx.y the sequence.
 template <typename W, bool DENSE>
 __device__ void embed(const u8* __restrict__ table, long long row_bytes, int cols,
-                      const StepState* __restrict__ st, float* __restrict__ x) {
-    const int u = blockIdx.x * blockDim.x + threadIdx.x;
+                      const int* __restrict__ st, int batch, float* __restrict__ x) {
+    const int u = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     if (u >= cols / 32) return;
-    const u8* row = table + (long long)st->token * row_bytes;
+    const u8* row = table + (long long)st_token(st, batch, s) * row_bytes;
     float y[32];
     if constexpr (DENSE) {
         const typename W::T* w = (const typename W::T*)row;
@@ -142,15 +200,20 @@ __device__ void embed(const u8* __restrict__ table, long long row_bytes, int col
     } else {
         W::unit(row, u, y);
     }
-    for (int i = 0; i < 32; i++) x[u * 32 + i] = y[i];
+    float* xs = x + (long long)s * cols;
+    for (int i = 0; i < 32; i++) xs[u * 32 + i] = y[i];
 }
 
-// RMSNorm of the f32 residual into the activation type, one block: x / rms(x) * w.
+// RMSNorm of each sequence's f32 residual into the activation type, a block a sequence:
+// x / rms(x) * w.
 #define STEP_NORM_THREADS 1024
 template <typename L>
 __device__ void step_rmsnorm(const float* __restrict__ x, const typename L::T* __restrict__ w,
                              typename L::T* __restrict__ out, int dim, float eps) {
     __shared__ float partial[STEP_NORM_THREADS / 32];
+    const long long at = (long long)blockIdx.x * dim;
+    x += at;
+    out += at;
     float ss = 0.f;
     for (int c = threadIdx.x; c < dim; c += blockDim.x) ss += x[c] * x[c];
     const float total = block_sum(ss, partial);
@@ -158,33 +221,39 @@ __device__ void step_rmsnorm(const float* __restrict__ x, const typename L::T* _
     for (int c = threadIdx.x; c < dim; c += blockDim.x) out[c] = L::st(x[c] * inv * L::ld(w[c]));
 }
 
-// RoPE (rotate-half, as rope.cu) on the f32 q and k of `qkv` at `state.pos`; q into `q`, k and
-// v into the cache row `state.slot` of every KV head (head kh at rows kh * cap). A thread per
-// rotated pair of q or k, and per value pair of v.
+// RoPE (rotate-half, as rope.cu) on each sequence's f32 q and k of `qkv` at its position; q
+// into `q`, k and v into its cache row of every KV head (head kh at rows kh * capacity, from
+// the layer's tables: kt[s], vt[s], caps[s]). A thread per rotated pair of q or k, and per
+// value pair of v; blockIdx.y the sequence.
 template <typename L>
 __device__ void rope_append(const float* __restrict__ qkv, const float* __restrict__ inv_freq,
-                            const StepState* __restrict__ st, typename L::T* __restrict__ q,
-                            typename L::T* __restrict__ kc, typename L::T* __restrict__ vc,
-                            int heads, int kv_heads, int dim, int cap, float factor) {
+                            const int* __restrict__ st, int batch, typename L::T* __restrict__ q,
+                            const unsigned long long* __restrict__ kt,
+                            const unsigned long long* __restrict__ vt,
+                            const int* __restrict__ caps, int heads, int kv_heads, int dim,
+                            float factor) {
     const int half = dim / 2;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
     const int pairs = (heads + 2 * kv_heads) * half;
     if (i >= pairs) return;
     const int head = i / half, f = i % half;
-    const float* src = qkv + (long long)head * dim;
+    const long long cap = caps[s], slot = st_slot(st, batch, s);
+    const float* src = qkv + ((long long)s * (heads + 2 * kv_heads) + head) * dim;
     float x1 = src[f], x2 = src[f + half];
     if (head >= heads + kv_heads) {
-        typename L::T* dst = vc + ((long long)(head - heads - kv_heads) * cap + st->slot) * dim;
+        typename L::T* dst =
+            (typename L::T*)vt[s] + ((long long)(head - heads - kv_heads) * cap + slot) * dim;
         dst[f] = L::st(x1);
         dst[f + half] = L::st(x2);
         return;
     }
-    const float p = (float)st->pos;
+    const float p = (float)st_pos(st, batch, s);
     const float t = factor == 1.f ? p : p / factor;
     float sn, cs;
     sincosf(t * inv_freq[f], &sn, &cs);
-    typename L::T* dst = head < heads ? q + (long long)head * dim
-                                      : kc + ((long long)(head - heads) * cap + st->slot) * dim;
+    typename L::T* dst =
+        head < heads ? q + ((long long)s * heads + head) * dim
+                     : (typename L::T*)kt[s] + ((long long)(head - heads) * cap + slot) * dim;
     dst[f] = L::st(x1 * cs - x2 * sn);
     dst[f + half] = L::st(x1 * sn + x2 * cs);
 }
@@ -201,16 +270,21 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
     extern "C" __global__ void capstan_step_gemv_##WN##_##LN(                                 \
         const u8* w0, const u8* w1, const u8* w2, const float* b0, const float* b1,           \
         const float* b2, const L::T* x, float* out_f32, L::T* out_t, GemvArgs a) {            \
-        gemv<W, L, DENSE>(w0, w1, w2, b0, b1, b2, x, out_f32, out_t, a);                      \
+        gemv<W, L, DENSE, 1>(w0, w1, w2, b0, b1, b2, x, out_f32, out_t, a);                   \
+    }                                                                                         \
+    extern "C" __global__ void capstan_step_gemv_batch_##WN##_##LN(                           \
+        const u8* w0, const u8* w1, const u8* w2, const float* b0, const float* b1,           \
+        const float* b2, const L::T* x, float* out_f32, L::T* out_t, GemvArgs a) {            \
+        gemv<W, L, DENSE, STEP_PASS>(w0, w1, w2, b0, b1, b2, x, out_f32, out_t, a);           \
     }
 #define GEMV_FORMAT(WN, W, DENSE)      \
     GEMV_ENTRY(WN, f32, W, F32, DENSE) \
     GEMV_ENTRY(WN, bf16, W, BF16, DENSE) \
     GEMV_ENTRY(WN, f16, W, F16, DENSE)  \
     extern "C" __global__ void capstan_step_embed_##WN(const u8* table, long long row_bytes,  \
-                                                       int cols, const StepState* st,         \
+                                                       int cols, const int* st, int batch,    \
                                                        float* x) {                            \
-        embed<W, DENSE>(table, row_bytes, cols, st, x);                                       \
+        embed<W, DENSE>(table, row_bytes, cols, st, batch, x);                                \
     }
 #ifdef STEP_GGML
 // A module of one GGML format's products and embedding (lib.rs, `decode_step_<format>`, puts
@@ -228,9 +302,11 @@ GEMV_FORMAT(f16, F16, true)
         step_rmsnorm<L>(x, w, out, dim, eps);                                                 \
     }                                                                                         \
     extern "C" __global__ void capstan_step_rope_append_##LN(                                 \
-        const float* qkv, const float* inv_freq, const StepState* st, L::T* q, L::T* kc,      \
-        L::T* vc, int heads, int kv_heads, int dim, int cap, float factor) {                  \
-        rope_append<L>(qkv, inv_freq, st, q, kc, vc, heads, kv_heads, dim, cap, factor);      \
+        const float* qkv, const float* inv_freq, const int* st, int batch, L::T* q,           \
+        const unsigned long long* kt, const unsigned long long* vt, const int* caps,          \
+        int heads, int kv_heads, int dim, float factor) {                                     \
+        rope_append<L>(qkv, inv_freq, st, batch, q, kt, vt, caps, heads, kv_heads, dim,       \
+                       factor);                                                               \
     }                                                                                         \
     extern "C" __global__ void capstan_step_swiglu_##LN(const float* g, const float* u,       \
                                                         L::T* out, int n) {                   \

@@ -1,5 +1,6 @@
-//! [`DecodeStep`]: decode_step.cu's launches for one token over static buffers, captured as a
-//! CUDA graph on candle's stream and replayed (see [`crate::step`]).
+//! [`DecodeStep`]: decode_step.cu's launches for one token of each of one or more sequences
+//! over static buffers, captured as a CUDA graph on candle's stream and replayed (see
+//! [`crate::step`]).
 
 use std::sync::Arc;
 
@@ -13,8 +14,10 @@ use candle_core::{bail, CudaDevice, CudaStorage, DType, Device, Result, Storage,
 use super::decode_many::MAXD;
 use super::launch::{cuda_of, func};
 use crate::op_params::kv_rows;
-use crate::step::plan::{f32_bytes, state_bytes, Arg, BufferAddrs, CacheKey, GemvArgs, Layout};
-use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel};
+use crate::step::plan::{
+    f32_bytes, state_bytes, Arg, BufferAddrs, CacheTables, GemvArgs, LayerCache, Layout, SeqState,
+};
+use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel, StepSeq};
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for GemvArgs {}
@@ -65,30 +68,56 @@ struct Captured(CudaGraph);
 // serialised.
 unsafe impl Send for Captured {}
 
-/// One token's decoding step of a [`StepModel`] on a CUDA device, its launches captured as a
-/// CUDA graph ([`StepLaunch::Graph`]) or launched one by one.
+/// One token's decoding step of a [`StepModel`] on a CUDA device, for one sequence or a
+/// batch, its launches captured as a CUDA graph per batch size ([`StepLaunch::Graph`]) or
+/// launched one by one.
 pub struct DecodeStep {
-    /// The weights' and buffers' addresses, and the model's sizes (the model's host copies of
-    /// quantized blocks are dropped once uploaded).
+    /// The weights' and buffers' addresses, and the model's sizes.
     layout: Layout,
     dtype: DType,
     dev: CudaDevice,
     stream: Arc<CudaStream>,
     /// The buffers, in [`BufferAddrs`]' field order (the state and the cache tables are
-    /// written before each step, the logits copied out after it).
+    /// written before each step, the logits copied out after it), sized for `batch_cap`
+    /// sequences.
     bufs: Vec<CudaSlice<u8>>,
+    batch_cap: usize,
     _keep: Vec<Keep>,
     launch: StepLaunch,
-    captured: Option<(CacheKey, Captured)>,
-    /// The caches as last given (the tables hold their addresses).
-    key: Option<CacheKey>,
+    /// Graphs captured, by (batch, key splits): the caches' addresses are read from the
+    /// tables, so a graph stays valid while the buffers do.
+    captured: std::collections::HashMap<(usize, usize), Captured>,
+    /// The caches as last written to the tables.
+    tables: Option<CacheTables>,
     /// Why capture failed, if it did (the step then launches eagerly).
     capture_error: Option<String>,
     graphs: usize,
 }
 
+/// The step's buffers for batches of up to `batch` sequences, and their addresses.
+fn alloc_buffers(
+    dev: &CudaDevice,
+    model_dims: &crate::step::StepDims,
+    layers: usize,
+    elem: usize,
+    batch: usize,
+) -> Result<(Vec<CudaSlice<u8>>, BufferAddrs)> {
+    let stream = dev.cuda_stream();
+    let sizes = BufferAddrs::sizes(model_dims, layers, elem, batch);
+    let mut slices = Vec::with_capacity(sizes.len());
+    for n in sizes {
+        slices.push(dev.alloc_zeros::<u8>(n.max(16))?);
+    }
+    let addrs: Vec<u64> = slices.iter().map(|s| s.device_ptr(&stream).0).collect();
+    Ok((
+        slices,
+        BufferAddrs::from_addrs(addrs.try_into().expect("14 buffers")),
+    ))
+}
+
 impl DecodeStep {
-    /// Uploads the model's quantized blocks and allocates the step's buffers on `device`.
+    /// Takes the model's weights in place (uploading what is not on `device`) and allocates
+    /// the step's buffers there, for one sequence (they grow with the first larger batch).
     pub fn new(model: &StepModel, device: &Device, launch: StepLaunch) -> Result<Self> {
         model.check()?;
         let Device::Cuda(dev) = device else {
@@ -99,13 +128,8 @@ impl DecodeStep {
             bail!("decode step: head width {} > {MAXD}", d.head_dim)
         }
         let stream = dev.cuda_stream();
-        let sizes = BufferAddrs::sizes(&d, model.layers.len(), model.dtype().size_in_bytes());
-        let mut slices = Vec::with_capacity(sizes.len());
-        for n in sizes {
-            slices.push(dev.alloc_zeros::<u8>(n.max(16))?);
-        }
-        let addrs: Vec<u64> = slices.iter().map(|s| s.device_ptr(&stream).0).collect();
-        let buf = BufferAddrs::from_addrs(addrs.try_into().expect("14 buffers"));
+        let elem = model.dtype().size_in_bytes();
+        let (mut slices, buf) = alloc_buffers(dev, &d, model.layers.len(), elem, 1)?;
         let held = std::cell::RefCell::new(Vec::new());
         let layout = Layout::build(
             model,
@@ -157,13 +181,38 @@ impl DecodeStep {
             dev: dev.clone(),
             stream,
             bufs: slices,
+            batch_cap: 1,
             _keep: keep,
             launch,
-            captured: None,
-            key: None,
+            captured: Default::default(),
+            tables: None,
             capture_error: None,
             graphs: 0,
         })
+    }
+
+    /// Buffers for batches of `batch` sequences: reallocated (twice as many rows, at least
+    /// `batch`) when smaller, the graphs over the old ones dropped.
+    fn ensure_batch(&mut self, batch: usize) -> Result<()> {
+        if batch <= self.batch_cap {
+            return Ok(());
+        }
+        let cap = batch.max(2 * self.batch_cap);
+        let d = self.layout.dims;
+        let layers = self.layout.layers.len();
+        let elem = self.dtype.size_in_bytes();
+        let (mut slices, buf) = alloc_buffers(&self.dev, &d, layers, elem, cap)?;
+        // The RoPE frequencies do not depend on the batch: copied over.
+        let freqs = &self.bufs[BufferAddrs::INV_FREQ];
+        self.stream
+            .memcpy_dtod(freqs, &mut slices[BufferAddrs::INV_FREQ])
+            .w()?;
+        self.captured.clear();
+        self.tables = None;
+        self.layout.buf = buf;
+        self.bufs = slices;
+        self.batch_cap = cap;
+        Ok(())
     }
 
     /// Why graph capture failed (the step launches eagerly since), if it did.
@@ -171,7 +220,8 @@ impl DecodeStep {
         self.capture_error.as_deref()
     }
 
-    /// Graphs captured so far (one, plus one each time a cache moved).
+    /// Graphs captured so far: one per batch size and key split stepped, again after the
+    /// buffers grew for a larger batch.
     pub fn graphs_captured(&self) -> usize {
         self.graphs
     }
@@ -180,13 +230,80 @@ impl DecodeStep {
     /// layer's cache gets the token's key and value at row `offset + len` (the caller then
     /// counts one more row). Every cache must have that row free and hold `len` rows.
     pub fn step(&mut self, token: u32, pos: usize, kvs: &[StepKv<'_>]) -> Result<Tensor> {
+        self.step_many(&[StepSeq { token, pos, kvs }])?.squeeze(0)
+    }
+
+    /// One step of every sequence in `seqs` together: the logits `(seqs, vocab)` (f32, on the
+    /// device), each sequence's caches extended as [`DecodeStep::step`] extends one's. Each
+    /// sequence has its own caches (no two sequences may share one).
+    pub fn step_many(&mut self, seqs: &[StepSeq<'_>]) -> Result<Tensor> {
         let d = self.layout.dims;
-        if token as usize >= d.vocab {
-            bail!(
-                "decode step: token {token} outside a vocabulary of {}",
-                d.vocab
-            )
+        if seqs.is_empty() {
+            bail!("decode step: no sequence")
         }
+        let stream = self.dev.cuda_stream();
+        let mut states = Vec::with_capacity(seqs.len());
+        let mut caches = Vec::with_capacity(seqs.len());
+        for (n, seq) in seqs.iter().enumerate() {
+            let (layers, len) = self.cache_addresses(seq, &stream)?;
+            if seq.token as usize >= d.vocab {
+                bail!(
+                    "decode step: sequence {n}'s token {} outside a vocabulary of {}",
+                    seq.token,
+                    d.vocab
+                )
+            }
+            states.push(SeqState {
+                token: seq.token,
+                pos: seq.pos,
+                len,
+            });
+            caches.push(layers);
+        }
+        let tables = CacheTables::new(caches, d.heads);
+        let mut rows: Vec<u64> = tables.seqs.iter().map(|s| s[0].0).collect();
+        rows.sort_unstable();
+        if rows.windows(2).any(|w| w[0] == w[1]) {
+            bail!("decode step: two sequences share a cache")
+        }
+        self.ensure_batch(seqs.len())?;
+        if self.tables.as_ref() != Some(&tables) {
+            let bytes = tables.tables();
+            for (i, bytes) in [BufferAddrs::KPTR, BufferAddrs::VPTR, BufferAddrs::CAPS]
+                .into_iter()
+                .zip(&bytes)
+            {
+                stream.memcpy_htod(bytes, &mut self.bufs[i]).w()?;
+            }
+            self.tables = Some(tables.clone());
+        }
+        stream
+            .memcpy_htod(&state_bytes(&states), &mut self.bufs[BufferAddrs::STATE])
+            .w()?;
+        self.run(tables.shape())?;
+        let n = seqs.len() * d.vocab;
+        // SAFETY: the logits buffer holds `batch_cap * vocab` f32 values (BufferAddrs::sizes).
+        let view = unsafe { self.bufs[BufferAddrs::LOGITS].transmute::<f32>(n) }
+            .ok_or_else(|| candle_core::Error::Msg("decode step: logits buffer".into()))?;
+        let logits = stream.clone_dtod(&view).w()?;
+        let storage = CudaStorage::wrap_cuda_slice(logits, self.dev.clone());
+        Ok(Tensor::from_storage(
+            Storage::Cuda(storage),
+            (seqs.len(), d.vocab),
+            candle_core::op::BackpropOp::none(),
+            false,
+        ))
+    }
+
+    /// Each layer's cache of `seq` as (keys' first cached row, values', capacity), and the
+    /// rows they hold, checked.
+    fn cache_addresses(
+        &self,
+        seq: &StepSeq<'_>,
+        stream: &Arc<CudaStream>,
+    ) -> Result<(Vec<LayerCache>, usize)> {
+        let d = self.layout.dims;
+        let kvs = seq.kvs;
         if kvs.len() != self.layout.layers.len() {
             bail!(
                 "decode step: {} caches for {} layers",
@@ -195,7 +312,6 @@ impl DecodeStep {
             )
         }
         let len = kvs.first().map_or(0, |kv| kv.len);
-        let stream = self.dev.cuda_stream();
         let mut layers = Vec::with_capacity(kvs.len());
         for (i, kv) in kvs.iter().enumerate() {
             if kv.len != len {
@@ -228,75 +344,42 @@ impl DecodeStep {
             // The first cached row of head 0.
             let row = kv.offset * d.head_dim;
             layers.push((
-                float_address(cuda_of(&ks)?, ka + row, &stream)?,
-                float_address(cuda_of(&vs)?, va + row, &stream)?,
+                float_address(cuda_of(&ks)?, ka + row, stream)?,
+                float_address(cuda_of(&vs)?, va + row, stream)?,
                 cap,
             ));
         }
-        let key = CacheKey::new(layers, d.heads);
-        if self.key.as_ref() != Some(&key) {
-            let tables = key.tables();
-            for (i, bytes) in [BufferAddrs::KPTR, BufferAddrs::VPTR, BufferAddrs::CAPS]
-                .into_iter()
-                .zip(&tables)
-            {
-                stream.memcpy_htod(bytes, &mut self.bufs[i]).w()?;
-            }
-            self.key = Some(key.clone());
-        }
-        stream
-            .memcpy_htod(
-                &state_bytes(token, pos, len),
-                &mut self.bufs[BufferAddrs::STATE],
-            )
-            .w()?;
-        self.run(&key)?;
-        // SAFETY: the logits buffer holds `vocab` f32 values (BufferAddrs::sizes).
-        let view = unsafe { self.bufs[BufferAddrs::LOGITS].transmute::<f32>(d.vocab) }
-            .ok_or_else(|| candle_core::Error::Msg("decode step: logits buffer".into()))?;
-        let logits = stream.clone_dtod(&view).w()?;
-        let storage = CudaStorage::wrap_cuda_slice(logits, self.dev.clone());
-        Ok(Tensor::from_storage(
-            Storage::Cuda(storage),
-            d.vocab,
-            candle_core::op::BackpropOp::none(),
-            false,
-        ))
+        Ok((layers, len))
     }
 
-    /// The step's launches: replayed from the graph for these caches, captured first if need
-    /// be, or launched one by one.
-    fn run(&mut self, key: &CacheKey) -> Result<()> {
+    /// The step's launches for `shape` (batch, key splits): replayed from its graph, captured
+    /// first if need be, or launched one by one.
+    fn run(&mut self, shape: (usize, usize)) -> Result<()> {
         if self.launch == StepLaunch::Eager || self.capture_error.is_some() {
-            return self.launches(key);
+            return self.launches(shape);
         }
-        if self.captured.as_ref().map(|(k, _)| k) != Some(key) {
-            self.captured = None;
+        if !self.captured.contains_key(&shape) {
             // The kernels are loaded (and NVRTC compiled) outside the capture.
-            self.launches(key)?;
-            match self.capture(key) {
+            self.launches(shape)?;
+            match self.capture(shape) {
                 Ok(graph) => {
                     self.graphs += 1;
-                    self.captured = Some((key.clone(), Captured(graph)));
-                    // The eager pass above already computed this step.
-                    return Ok(());
+                    self.captured.insert(shape, Captured(graph));
                 }
-                Err(e) => {
-                    self.capture_error = Some(e.to_string());
-                    return Ok(());
-                }
+                Err(e) => self.capture_error = Some(e.to_string()),
             }
+            // The eager pass above already computed this step.
+            return Ok(());
         }
-        let (_, graph) = self.captured.as_ref().expect("captured above");
-        graph.0.launch().w()
+        self.captured[&shape].0.launch().w()
     }
 
-    fn capture(&self, key: &CacheKey) -> Result<CudaGraph> {
+    fn capture(&self, shape: (usize, usize)) -> Result<CudaGraph> {
         let stream = self.dev.cuda_stream();
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .w()?;
-        let launched = self.launches(key);
+        let launched = self.launches(shape);
         // End the capture whatever happened, so that the stream is usable again.
         let ended = stream.end_capture(sys::CUgraphInstantiate_flags(0));
         launched?;
@@ -306,9 +389,9 @@ impl DecodeStep {
         }
     }
 
-    /// Every launch of one step ([`Layout::plan`]), in order, for the caches of `key`.
-    fn launches(&self, key: &CacheKey) -> Result<()> {
-        for l in self.layout.plan(key) {
+    /// Every launch of one step ([`Layout::plan`]), in order, for `shape` (batch, splits).
+    fn launches(&self, shape: (usize, usize)) -> Result<()> {
+        for l in self.layout.plan(shape) {
             let f = func(&self.dev, l.module, &l.name)?;
             let mut b = self.stream.launch_builder(&f);
             for a in &l.args {

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device, Tensor};
 
-use super::plan::{f32_bytes, Arg, BufferAddrs, CacheKey, Launch, Layout};
+use super::plan::{f32_bytes, Arg, BufferAddrs, CacheTables, Launch, Layout, SeqState};
 use super::{StepMatrix, StepModel};
 
 /// Device memory on the host.
@@ -161,20 +161,13 @@ fn float(a: &Arg) -> f32 {
 }
 
 impl Emulator {
-    /// What `DecodeStep::step` writes before its launches: the cache tables and the state.
-    fn write_inputs(
-        &mut self,
-        b: &BufferAddrs,
-        key: &CacheKey,
-        token: u32,
-        pos: usize,
-        len: usize,
-    ) {
-        for (at, bytes) in [b.kptr, b.vptr, b.caps].into_iter().zip(key.tables()) {
+    /// What `DecodeStep::step_many` writes before its launches: the cache tables and the
+    /// state.
+    fn write_inputs(&mut self, b: &BufferAddrs, tables: &CacheTables, seqs: &[SeqState]) {
+        for (at, bytes) in [b.kptr, b.vptr, b.caps].into_iter().zip(tables.tables()) {
             self.mem.write(at, &bytes);
         }
-        self.mem
-            .write(b.state, &super::plan::state_bytes(token, pos, len));
+        self.mem.write(b.state, &super::plan::state_bytes(seqs));
     }
 
     /// `rows` rows of `cols` values of a matrix of `format` at `addr`, `row_bytes` apart.
@@ -212,20 +205,37 @@ impl Emulator {
         for l in plan {
             let name = l.name.as_str();
             let a = &l.args;
-            let format = name.strip_prefix("capstan_step_embed_").or_else(|| {
-                name.strip_prefix("capstan_step_gemv_")
-                    .map(|r| r.rsplit_once('_').unwrap().0)
-            });
+            let gemv = name
+                .strip_prefix("capstan_step_gemv_batch_")
+                .or_else(|| name.strip_prefix("capstan_step_gemv_"));
+            let format = name
+                .strip_prefix("capstan_step_embed_")
+                .or_else(|| gemv.map(|r| r.rsplit_once('_').unwrap().0));
             check_module(l.module, format);
+            // Kernels with a block row a sequence (grid y) are given the batch too.
+            let rows = l.grid.1 as usize;
             if let Some(fmt) = name.strip_prefix("capstan_step_embed_") {
-                self.embed(fmt, a);
+                assert_eq!(rows as i64, int(&a[4]), "{name}: a block row a sequence");
+                for s in 0..rows {
+                    self.embed(fmt, a, s);
+                }
             } else if let Some(t) = name.strip_prefix("capstan_step_rmsnorm_") {
-                self.rms_norm(t, a);
-            } else if let Some(rest) = name.strip_prefix("capstan_step_gemv_") {
+                self.rms_norm(t, a, l.grid.0 as usize);
+            } else if let Some(rest) = gemv {
                 let (fmt, t) = rest.rsplit_once('_').unwrap();
-                self.gemv(fmt, t, a);
+                let Arg::Gemv(g) = a[9] else {
+                    panic!("gemv without its arguments")
+                };
+                // The batched entry points serve batches of more than one sequence.
+                assert_eq!(name.contains("_batch_"), g.batch > 1, "{name}");
+                for s in 0..g.batch as usize {
+                    self.gemv(fmt, t, a, s);
+                }
             } else if let Some(t) = name.strip_prefix("capstan_step_rope_append_") {
-                self.rope_append(t, a);
+                assert_eq!(rows as i64, int(&a[3]), "{name}: a block row a sequence");
+                for s in 0..rows {
+                    self.rope_append(t, a, s);
+                }
             } else if let Some(t) = name.strip_prefix("capstan_step_swiglu_") {
                 let n = int(&a[3]) as usize;
                 let g = self.mem.f32s(ptr(&a[0]), n);
@@ -237,41 +247,56 @@ impl Emulator {
                     .collect();
                 self.mem.put_floats(t, ptr(&a[2]), &out);
             } else if let Some(t) = name.strip_prefix("capstan_attention_decode_merge_") {
-                self.merge(t, a);
+                for s in 0..rows {
+                    self.merge(t, a, s);
+                }
             } else if let Some(t) = name.strip_prefix("capstan_attention_decode_") {
-                self.attention(t, a, l.grid.2 as usize);
+                for s in 0..rows {
+                    self.attention(t, a, l.grid.2 as usize, s);
+                }
             } else {
                 panic!("no emulation of {name}");
             }
         }
     }
 
-    fn embed(&mut self, fmt: &str, a: &[Arg]) {
+    /// Sequence `s`'s embedding row.
+    fn embed(&mut self, fmt: &str, a: &[Arg], s: usize) {
         let (table, row_bytes, cols) = (ptr(&a[0]), int(&a[1]) as usize, int(&a[2]) as usize);
-        let token = self.mem.i32(ptr(&a[3])) as u64;
+        let token = self.mem.i32(ptr(&a[3]) + 4 * s as u64) as u64;
         let row = self
             .rows(fmt, table + token * row_bytes as u64, 1, cols, row_bytes)
             .to_vec();
-        self.mem.put_f32s(ptr(&a[4]), &row);
+        self.mem.put_f32s(ptr(&a[5]) + (4 * s * cols) as u64, &row);
     }
 
-    fn rms_norm(&mut self, t: &str, a: &[Arg]) {
+    /// Every sequence's RMSNorm, a block each.
+    fn rms_norm(&mut self, t: &str, a: &[Arg], batch: usize) {
         let dim = int(&a[3]) as usize;
-        let x = self.mem.f32s(ptr(&a[0]), dim);
-        let w = self.mem.floats(t, ptr(&a[1]), dim);
-        let ss: f32 = x.iter().map(|v| v * v).sum();
-        let inv = 1.0 / (ss / dim as f32 + float(&a[4])).sqrt();
-        let out: Vec<f32> = x.iter().zip(&w).map(|(x, w)| x * inv * w).collect();
-        self.mem.put_floats(t, ptr(&a[2]), &out);
+        let elem = if t == "f32" { 4 } else { 2 };
+        for s in 0..batch {
+            let x = self.mem.f32s(ptr(&a[0]) + (4 * s * dim) as u64, dim);
+            let w = self.mem.floats(t, ptr(&a[1]), dim);
+            let ss: f32 = x.iter().map(|v| v * v).sum();
+            let inv = 1.0 / (ss / dim as f32 + float(&a[4])).sqrt();
+            let out: Vec<f32> = x.iter().zip(&w).map(|(x, w)| x * inv * w).collect();
+            self.mem
+                .put_floats(t, ptr(&a[2]) + (elem * s * dim) as u64, &out);
+        }
     }
 
-    fn gemv(&mut self, fmt: &str, t: &str, a: &[Arg]) {
+    /// Sequence `s`'s products.
+    fn gemv(&mut self, fmt: &str, t: &str, a: &[Arg], s: usize) {
         let Arg::Gemv(g) = a[9] else {
             panic!("gemv without its arguments")
         };
         let cols = g.cols as usize;
-        let x = self.mem.floats(t, ptr(&a[6]), cols);
-        let (out_f32, out_t) = (ptr(&a[7]), ptr(&a[8]));
+        let elem = if t == "f32" { 4 } else { 2 };
+        let x = self
+            .mem
+            .floats(t, ptr(&a[6]) + (elem * s * cols) as u64, cols);
+        let stride = s as u64 * g.out_stride as u64;
+        let (out_f32, out_t) = (ptr(&a[7]) + 4 * stride, ptr(&a[8]) + elem as u64 * stride);
         let rows = [g.rows0 as usize, g.rows1 as usize, g.rows2 as usize];
         let rb = g.row_bytes as usize;
         let dot = |w: &[f32], r: usize| -> f32 {
@@ -312,21 +337,26 @@ impl Emulator {
         self.mem.put_f32s(out_f32, &out);
     }
 
-    fn rope_append(&mut self, t: &str, a: &[Arg]) {
-        let (heads, kv_heads, dim, cap) = (
-            int(&a[6]) as usize,
-            int(&a[7]) as usize,
+    /// Sequence `s`'s RoPE and cache append.
+    fn rope_append(&mut self, t: &str, a: &[Arg], s: usize) {
+        let (heads, kv_heads, dim) = (
             int(&a[8]) as usize,
-            int(&a[9]) as u64,
+            int(&a[9]) as usize,
+            int(&a[10]) as usize,
         );
-        let factor = float(&a[10]);
+        let factor = float(&a[11]);
         let half = dim / 2;
-        let state = ptr(&a[2]);
+        let (state, batch) = (ptr(&a[2]), int(&a[3]) as u64);
+        let s64 = s as u64;
         let (pos, slot) = (
-            self.mem.i32(state + 4) as f32,
-            self.mem.i32(state + 8) as u64,
+            self.mem.i32(state + 4 * (batch + s64)) as f32,
+            self.mem.i32(state + 4 * (2 * batch + s64)) as u64,
         );
-        let qkv = self.mem.f32s(ptr(&a[0]), (heads + 2 * kv_heads) * dim);
+        let kc = self.mem.u64(ptr(&a[5]) + 8 * s64);
+        let vc = self.mem.u64(ptr(&a[6]) + 8 * s64);
+        let cap = self.mem.i32(ptr(&a[7]) + 4 * s64) as u64;
+        let width = (heads + 2 * kv_heads) * dim;
+        let qkv = self.mem.f32s(ptr(&a[0]) + (4 * s * width) as u64, width);
         let inv_freq = self.mem.f32s(ptr(&a[1]), half);
         let p = if factor == 1.0 { pos } else { pos / factor };
         let elem = if t == "f32" { 4 } else { 2 };
@@ -334,12 +364,11 @@ impl Emulator {
             let src = &qkv[head * dim..][..dim];
             let mut out = vec![0f32; dim];
             let dst = if head < heads {
-                ptr(&a[3]) + (head * dim * elem) as u64
+                ptr(&a[4]) + (((s * heads + head) * dim) * elem) as u64
             } else if head < heads + kv_heads {
-                ptr(&a[4]) + (((head - heads) as u64 * cap + slot) * dim as u64) * elem as u64
+                kc + (((head - heads) as u64 * cap + slot) * dim as u64) * elem as u64
             } else {
-                ptr(&a[5])
-                    + (((head - heads - kv_heads) as u64 * cap + slot) * dim as u64) * elem as u64
+                vc + (((head - heads - kv_heads) as u64 * cap + slot) * dim as u64) * elem as u64
             };
             for f in 0..half {
                 let (x1, x2) = (src[f], src[f + half]);
@@ -354,7 +383,8 @@ impl Emulator {
         }
     }
 
-    fn attention(&mut self, t: &str, a: &[Arg], grid_splits: usize) {
+    /// Sequence `s`'s attention, every head and split.
+    fn attention(&mut self, t: &str, a: &[Arg], grid_splits: usize, s: usize) {
         let Arg::Decode(d) = a[7] else {
             panic!("attention without its arguments")
         };
@@ -365,11 +395,18 @@ impl Emulator {
             d.splits as usize,
         );
         assert_eq!(grid_splits, splits, "the grid's z is the splits");
-        let len = self.mem.i32(ptr(&a[3])) as usize;
-        let cap = self.mem.i32(ptr(&a[4])) as usize;
-        let (kbase, vbase) = (self.mem.u64(ptr(&a[1])), self.mem.u64(ptr(&a[2])));
+        let s64 = s as u64;
+        let len = self.mem.i32(ptr(&a[3]) + 4 * s64) as usize;
+        let cap = self.mem.i32(ptr(&a[4]) + 4 * s64) as usize;
+        let (kbase, vbase) = (
+            self.mem.u64(ptr(&a[1]) + 8 * s64),
+            self.mem.u64(ptr(&a[2]) + 8 * s64),
+        );
         let elem = if t == "f32" { 4 } else { 2 };
-        let q = self.mem.floats(t, ptr(&a[0]), heads * dim);
+        let q = self
+            .mem
+            .floats(t, ptr(&a[0]) + (elem * s * heads * dim) as u64, heads * dim);
+        let row = |h: usize| s * heads + h;
         let chunk = len.div_ceil(splits);
         for h in 0..heads {
             let kh = h / (heads / kv_heads);
@@ -399,9 +436,9 @@ impl Emulator {
                     let inv = if l > 0.0 { 1.0 / l } else { 0.0 };
                     let out: Vec<f32> = acc.iter().map(|v| v * inv).collect();
                     self.mem
-                        .put_floats(t, ptr(&a[5]) + (h * dim * elem) as u64, &out);
+                        .put_floats(t, ptr(&a[5]) + (row(h) * dim * elem) as u64, &out);
                 } else {
-                    let at = ptr(&a[6]) + (4 * (h * splits + split) * (2 + dim)) as u64;
+                    let at = ptr(&a[6]) + (4 * (row(h) * splits + split) * (2 + dim)) as u64;
                     let mut row = vec![m, l];
                     row.extend(acc);
                     self.mem.put_f32s(at, &row);
@@ -410,37 +447,39 @@ impl Emulator {
         }
     }
 
-    fn merge(&mut self, t: &str, a: &[Arg]) {
+    /// Sequence `s`'s merge of its splits.
+    fn merge(&mut self, t: &str, a: &[Arg], s: usize) {
         let Arg::Decode(d) = a[2] else {
             panic!("merge without its arguments")
         };
         let (heads, dim, splits) = (d.heads as usize, d.dim as usize, d.splits as usize);
         let elem = if t == "f32" { 4 } else { 2 };
         for h in 0..heads {
+            let at = s * heads + h;
             let p = self.mem.f32s(
-                ptr(&a[0]) + (4 * h * splits * (2 + dim)) as u64,
+                ptr(&a[0]) + (4 * at * splits * (2 + dim)) as u64,
                 splits * (2 + dim),
             );
-            let row = |z: usize| &p[z * (2 + dim)..][..2 + dim];
+            let part = |z: usize| &p[z * (2 + dim)..][..2 + dim];
             let big = (0..splits)
-                .map(|z| row(z)[0])
+                .map(|z| part(z)[0])
                 .fold(f32::NEG_INFINITY, f32::max);
             let w: Vec<f32> = (0..splits)
                 .map(|z| {
-                    if row(z)[0] == f32::NEG_INFINITY {
+                    if part(z)[0] == f32::NEG_INFINITY {
                         0.0
                     } else {
-                        (row(z)[0] - big).exp()
+                        (part(z)[0] - big).exp()
                     }
                 })
                 .collect();
-            let total: f32 = (0..splits).map(|z| row(z)[1] * w[z]).sum();
+            let total: f32 = (0..splits).map(|z| part(z)[1] * w[z]).sum();
             let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
             let out: Vec<f32> = (0..dim)
-                .map(|x| (0..splits).map(|z| row(z)[2 + x] * w[z]).sum::<f32>() * inv)
+                .map(|x| (0..splits).map(|z| part(z)[2 + x] * w[z]).sum::<f32>() * inv)
                 .collect();
             self.mem
-                .put_floats(t, ptr(&a[1]) + (h * dim * elem) as u64, &out);
+                .put_floats(t, ptr(&a[1]) + (at * dim * elem) as u64, &out);
         }
     }
 }
@@ -487,13 +526,15 @@ fn tensor_bytes(t: &Tensor) -> Vec<u8> {
     }
 }
 
-/// `model` laid out in emulated memory, as `DecodeStep::new` lays it out on a device.
-fn lay_out(model: &StepModel, mem: &mut Memory) -> Layout {
+/// `model` laid out in emulated memory for batches of up to `batch` sequences, as
+/// `DecodeStep` lays it out on a device.
+fn lay_out(model: &StepModel, mem: &mut Memory, batch: usize) -> Layout {
     model.check().unwrap();
     let sizes = BufferAddrs::sizes(
         &model.dims,
         model.layers.len(),
         model.dtype().size_in_bytes(),
+        batch,
     );
     let addrs = sizes.map(|n| mem.alloc(n));
     let buf = BufferAddrs::from_addrs(addrs);

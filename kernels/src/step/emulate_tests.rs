@@ -16,12 +16,25 @@ fn model(dtype: DType, formats: [Option<GgmlDType>; 9], bias: bool) -> StepModel
     StepModel::random(&spec, &Device::Cpu).unwrap()
 }
 
-/// Steps from an empty cache through the plan, the caches moving to larger buffers at
-/// step 40 (capacity 40, then 700: keys split several ways), against the oracle.
+/// One sequence of the emulated batch: its caches (per layer: keys, values) of `cap` rows a
+/// head, its host caches for the oracle, and how many tokens it has decoded.
+struct Seq {
+    caches: Vec<(u64, u64)>,
+    cap: usize,
+    host: Vec<StepKvHost>,
+    len: usize,
+    id: usize,
+}
+
+/// Sequences decoding together through the plan from empty caches, each against its own run
+/// of the oracle: a batch that changes as sequences join (steps 10 and 20) and leave (step 30)
+/// — one sequence alone runs the single-sequence products, more the batched ones — and every
+/// cache moving to a larger buffer at step 40 (capacity 40, then 700: keys split several
+/// ways). Tokens differ by sequence and position.
 fn check(m: &StepModel, tol: f32) {
     let reference = ReferenceStep::new(m).unwrap();
     let mut mem = Memory::new();
-    let layout = lay_out(m, &mut mem);
+    let layout = lay_out(m, &mut mem, 3);
     let mut emu = Emulator {
         mem,
         decoded: HashMap::new(),
@@ -40,49 +53,87 @@ fn check(m: &StepModel, tol: f32) {
             })
             .collect::<Vec<_>>()
     };
-    let mut cap = 40;
-    let mut caches = alloc(&mut emu, cap);
-    let mut host = vec![StepKvHost::default(); m.layers.len()];
-    let mut seen_splits = std::collections::BTreeSet::new();
-    for pos in 0..60usize {
-        if pos == 40 {
-            let bigger = alloc(&mut emu, 700);
-            for (old, new) in caches.iter().zip(&bigger) {
-                for (o, n) in [(old.0, new.0), (old.1, new.1)] {
-                    for kh in 0..d.kv_heads {
-                        let rows = emu
-                            .mem
-                            .read(o + (kh * per_head(cap)) as u64, 40 * d.head_dim * elem)
-                            .to_vec();
-                        emu.mem.write(n + (kh * per_head(700)) as u64, &rows);
+    let fresh = |emu: &mut Emulator, id: usize| Seq {
+        caches: alloc(emu, 40),
+        cap: 40,
+        host: vec![StepKvHost::default(); m.layers.len()],
+        len: 0,
+        id,
+    };
+    let mut seqs = vec![fresh(&mut emu, 0)];
+    let mut seen = std::collections::BTreeSet::new();
+    for step in 0..60usize {
+        match step {
+            10 | 20 => {
+                let s = fresh(&mut emu, step / 10);
+                seqs.push(s);
+            }
+            30 => {
+                seqs.remove(1);
+            }
+            40 => {
+                for s in &mut seqs {
+                    let bigger = alloc(&mut emu, 700);
+                    for (old, new) in s.caches.iter().zip(&bigger) {
+                        for (o, n) in [(old.0, new.0), (old.1, new.1)] {
+                            for kh in 0..d.kv_heads {
+                                let rows = emu
+                                    .mem
+                                    .read(
+                                        o + (kh * per_head(s.cap)) as u64,
+                                        s.len * d.head_dim * elem,
+                                    )
+                                    .to_vec();
+                                emu.mem.write(n + (kh * per_head(700)) as u64, &rows);
+                            }
+                        }
                     }
+                    (s.caches, s.cap) = (bigger, 700);
                 }
             }
-            (caches, cap) = (bigger, 700);
+            _ => {}
         }
-        let key = CacheKey::new(caches.iter().map(|&(k, v)| (k, v, cap)).collect(), d.heads);
-        seen_splits.insert(key.splits);
-        let b = layout.buf;
-        let token = ((pos * 7919 + 5) % d.vocab) as u32;
-        emu.write_inputs(&b, &key, token, pos, pos);
-        emu.run(&layout.plan(&key));
-        let got = emu.mem.f32s(b.logits, d.vocab);
-        let want = reference.step(token, pos, &mut host).unwrap();
-        let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
-        let diff = got
-            .iter()
-            .zip(&want)
-            .map(|(g, w)| (g - w).abs() / scale)
-            .fold(0f32, f32::max);
-        assert!(
-            diff <= tol,
-            "{t}, position {pos}: {diff} of the largest logit"
+        let tables = CacheTables::new(
+            seqs.iter()
+                .map(|s| s.caches.iter().map(|&(k, v)| (k, v, s.cap)).collect())
+                .collect(),
+            d.heads,
         );
+        seen.insert(tables.shape());
+        let token = |s: &Seq| ((s.len * 7919 + 5 + 131 * s.id) % d.vocab) as u32;
+        let states: Vec<SeqState> = seqs
+            .iter()
+            .map(|s| SeqState {
+                token: token(s),
+                pos: s.len,
+                len: s.len,
+            })
+            .collect();
+        let b = layout.buf;
+        emu.write_inputs(&b, &tables, &states);
+        emu.run(&layout.plan(tables.shape()));
+        for (i, s) in seqs.iter_mut().enumerate() {
+            let got = emu.mem.f32s(b.logits + (4 * i * d.vocab) as u64, d.vocab);
+            let want = reference.step(token(s), s.len, &mut s.host).unwrap();
+            let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
+            let diff = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| (g - w).abs() / scale)
+                .fold(0f32, f32::max);
+            assert!(
+                diff <= tol,
+                "{t}, step {step}, sequence {} of {}: {diff} of the largest logit",
+                s.id,
+                tables.batch()
+            );
+            s.len += 1;
+        }
     }
-    assert!(
-        seen_splits.len() == 2 && seen_splits.contains(&1),
-        "{seen_splits:?}"
-    );
+    let batches: std::collections::BTreeSet<usize> = seen.iter().map(|x| x.0).collect();
+    let splits: std::collections::BTreeSet<usize> = seen.iter().map(|x| x.1).collect();
+    assert_eq!(batches, [1, 2, 3].into(), "{seen:?}");
+    assert!(splits.len() == 2 && splits.contains(&1), "{seen:?}");
 }
 
 #[test]
@@ -104,7 +155,7 @@ fn a_wrong_argument_in_the_plan_is_caught() {
     let m = model(DType::F32, [None; 9], false);
     let reference = ReferenceStep::new(&m).unwrap();
     let mut mem = Memory::new();
-    let layout = lay_out(&m, &mut mem);
+    let layout = lay_out(&m, &mut mem, 1);
     let mut emu = Emulator {
         mem,
         decoded: HashMap::new(),
@@ -114,15 +165,20 @@ fn a_wrong_argument_in_the_plan_is_caught() {
     let vc = emu.mem.alloc(2 * 64 * 64 * 4);
     let kc2 = emu.mem.alloc(2 * 64 * 64 * 4);
     let vc2 = emu.mem.alloc(2 * 64 * 64 * 4);
-    let key = CacheKey::new(vec![(kc, vc, 64), (kc2, vc2, 64)], d.heads);
-    assert_eq!(key.splits, 1);
+    let tables = CacheTables::new(vec![vec![(kc, vc, 64), (kc2, vc2, 64)]], d.heads);
+    assert_eq!(tables.shape(), (1, 1));
     let b = layout.buf;
     let mut host = vec![StepKvHost::default(); 2];
     let mut worst = 0f32;
     for pos in 0..3 {
-        emu.write_inputs(&b, &key, 3, pos, pos);
-        let mut plan = layout.plan(&key);
-        // Attention reads the cache row's index (StepState's third int) as the key count:
+        let state = SeqState {
+            token: 3,
+            pos,
+            len: pos,
+        };
+        emu.write_inputs(&b, &tables, &[state]);
+        let mut plan = layout.plan(tables.shape());
+        // Attention reads the cache row's index (the state's third field) as the key count:
         // one key short, a plan bug.
         for l in &mut plan {
             if l.name.starts_with("capstan_attention_decode_") {
@@ -141,10 +197,8 @@ fn a_wrong_argument_in_the_plan_is_caught() {
                 .fold(0f32, f32::max),
         );
     }
-    let diff = worst;
-
     assert!(
-        diff > 1e-3,
-        "attention one key short went unnoticed ({diff})"
+        worst > 1e-3,
+        "attention one key short went unnoticed ({worst})"
     );
 }

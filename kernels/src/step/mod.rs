@@ -1,8 +1,10 @@
-//! One decoding step of a Llama-family model (one new token of one sequence, every layer full
-//! causal attention) as a fixed sequence of fused kernels over static buffers: on CUDA
-//! ([`DecodeStep`]) the sequence is captured once as a CUDA graph and replayed each step, so
-//! a step costs one launch instead of one per candle op (SmolLM2's step was ~170 µs a layer,
-//! almost all launch cost). Weights are read in place: float matrices from the model's
+//! One decoding step of a Llama-family model (one new token of each of one or more sequences,
+//! every layer full causal attention) as a fixed sequence of fused kernels over static
+//! buffers: on CUDA ([`DecodeStep`]) the sequence is captured once as a CUDA graph per batch
+//! size and replayed each step, so a step costs one launch instead of one per candle op
+//! (SmolLM2's step was ~170 µs a layer, almost all launch cost). A batch's products read each
+//! weight row once for all its sequences (continuous batching); each sequence keeps its own
+//! caches, found through tables the kernels read. Weights are read in place: float matrices from the model's
 //! tensors, GGML-quantized ones as their blocks ([`StepMatrix::Ggml`]).
 //!
 //! [`ReferenceStep`] computes the same step on the CPU in f32 with the kernels' roundings
@@ -238,10 +240,23 @@ pub struct StepKv<'a> {
     pub len: usize,
 }
 
+/// One sequence's share of a batched step ([`DecodeStep::step_many`]): its new token at
+/// position `pos`, and its layers' caches.
+#[derive(Debug, Clone, Copy)]
+pub struct StepSeq<'a> {
+    /// The new token.
+    pub token: u32,
+    /// Its position.
+    pub pos: usize,
+    /// Each layer's cache.
+    pub kvs: &'a [StepKv<'a>],
+}
+
 /// How [`DecodeStep`] runs its kernels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepLaunch {
-    /// Captured once as a CUDA graph (again when a cache moves), replayed each step.
+    /// Captured once as a CUDA graph per batch size (again when the caches' smallest
+    /// capacity changes how attention splits the keys), replayed each step.
     Graph,
     /// Launched one by one each step (what the graph captures; for comparison and for
     /// devices where capture fails).
@@ -264,6 +279,11 @@ impl DecodeStep {
 
     /// Never called (no value exists).
     pub fn step(&mut self, _: u32, _: usize, _: &[StepKv<'_>]) -> Result<Tensor> {
+        match self.0 {}
+    }
+
+    /// Never called (no value exists).
+    pub fn step_many(&mut self, _: &[StepSeq<'_>]) -> Result<Tensor> {
         match self.0 {}
     }
 

@@ -1,5 +1,5 @@
-//! The decoding step's launches as data: which entry point, its grid and its arguments, over
-//! device addresses. [`super::DecodeStep`] launches (and captures) exactly this list on CUDA;
+//! The decoding step's launches as data, for one sequence or a batch of them: which entry
+//! point, its grid and its arguments, over device addresses. [`super::DecodeStep`] launches (and captures) exactly this list on CUDA;
 //! `emulate.rs` runs the same list on the host, each entry point written out, so the order,
 //! buffers, offsets and arguments are tested without a GPU.
 
@@ -36,9 +36,11 @@ pub(crate) struct GemvArgs {
     pub(crate) rows1: i64,
     pub(crate) rows2: i64,
     pub(crate) row_bytes: i64,
+    pub(crate) out_stride: i64,
     pub(crate) cols: i32,
     pub(crate) mode: i32,
     pub(crate) vec: i32,
+    pub(crate) batch: i32,
 }
 
 /// `DecodeArgs` of attention_decode.cu, field for field.
@@ -110,30 +112,33 @@ pub(crate) struct LayerAddrs {
     pub(crate) down: Matrix,
 }
 
-/// The static buffers' addresses.
+/// The static buffers' addresses, each holding a row per sequence of the largest batch the
+/// buffers were sized for (rows packed from the first: a batch of `n` uses the first `n`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BufferAddrs {
-    /// f32 residual stream `(hidden)`.
+    /// f32 residual stream `(batch, hidden)`.
     pub(crate) x: u64,
-    /// A normed activation `(hidden)`, the model's type.
+    /// A normed activation `(batch, hidden)`, the model's type.
     pub(crate) h: u64,
-    /// f32 q, k and v products.
+    /// f32 q, k and v products, `(batch, q + k + v)`.
     pub(crate) qkv: u64,
     /// Rotated queries, the model's type.
     pub(crate) q: u64,
     /// Attention output, the model's type.
     pub(crate) attn: u64,
-    /// f32 gate and up products (when their formats differ).
+    /// f32 gate products `(batch, intermediate)`, then the up products (when their formats
+    /// differ).
     pub(crate) gu: u64,
-    /// SwiGLU output `(intermediate)`, the model's type.
+    /// SwiGLU output `(batch, intermediate)`, the model's type.
     pub(crate) act: u64,
-    /// f32 logits `(vocab)`.
+    /// f32 logits `(batch, vocab)`.
     pub(crate) logits: u64,
     /// Attention's per-split partial results.
     pub(crate) partial: u64,
-    /// `StepState`: token, position, cache row, keys after the step (4 i32).
+    /// The state ([`state_bytes`]): `batch` tokens, positions, cache rows, key counts (i32).
     pub(crate) state: u64,
-    /// Per layer: keys' and values' first cached row (u64), the buffers' capacities (i32).
+    /// Per layer, per sequence: keys' and values' first cached row (u64), the buffers'
+    /// capacities (i32).
     pub(crate) kptr: u64,
     pub(crate) vptr: u64,
     pub(crate) caps: u64,
@@ -151,26 +156,26 @@ impl BufferAddrs {
     pub(crate) const INV_FREQ: usize = 13;
 
     /// Each buffer's bytes for a model of `dims` with `layers` layers and `elem`-byte
-    /// activations, in field order.
-    pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize) -> [usize; 14] {
+    /// activations, for batches of up to `batch` sequences, in field order.
+    pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 14] {
         let d = dims;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let max_splits = splits(d.heads, usize::MAX / 2);
-        let l = layers.max(1);
+        let (l, n) = (layers.max(1), batch.max(1));
         [
-            4 * d.hidden,
-            elem * d.hidden,
-            4 * (qw + 2 * kvw),
-            elem * qw,
-            elem * qw,
-            4 * 2 * d.intermediate,
-            elem * d.intermediate,
-            4 * d.vocab,
-            4 * d.heads * max_splits * (2 + d.head_dim),
-            16,
-            8 * l,
-            8 * l,
-            4 * l,
+            4 * d.hidden * n,
+            elem * d.hidden * n,
+            4 * (qw + 2 * kvw) * n,
+            elem * qw * n,
+            elem * qw * n,
+            4 * 2 * d.intermediate * n,
+            elem * d.intermediate * n,
+            4 * d.vocab * n,
+            4 * d.heads * max_splits * (2 + d.head_dim) * n,
+            16 * n,
+            8 * l * n,
+            8 * l * n,
+            4 * l * n,
             4 * (d.head_dim / 2),
         ]
     }
@@ -196,45 +201,83 @@ impl BufferAddrs {
     }
 }
 
-/// Where the caches were when the graph was captured: a moved cache needs a new capture.
+/// A layer's cache as the tables hold it: the keys' first cached row, the values', and the
+/// buffers' capacity in rows.
+pub(crate) type LayerCache = (u64, u64, usize);
+
+/// Where each sequence's caches are, as the tables the kernels read them from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct CacheKey {
-    /// Per layer: the keys' and values' first cached row, and the buffers' capacity.
-    pub(crate) layers: Vec<(u64, u64, usize)>,
-    /// The ranges attention_decode.cu splits the keys into, for the smallest capacity (fixed
-    /// while the caches stay where they are: the graph replays it as the keys grow).
+pub(crate) struct CacheTables {
+    /// Per sequence, per layer: the keys' and values' first cached row, and the buffers'
+    /// capacity.
+    pub(crate) seqs: Vec<Vec<LayerCache>>,
+    /// The ranges attention_decode.cu splits the keys into, for the batch and the smallest
+    /// capacity (fixed while the caches stay where they are: a graph replays it as the keys
+    /// grow).
     pub(crate) splits: usize,
 }
 
-impl CacheKey {
-    /// The caches of every layer, for a model of `heads` query heads.
-    pub(crate) fn new(layers: Vec<(u64, u64, usize)>, heads: usize) -> Self {
-        let smallest = layers.iter().map(|l| l.2).min().unwrap_or(1);
+impl CacheTables {
+    /// The caches of every sequence's layers, for a model of `heads` query heads.
+    pub(crate) fn new(seqs: Vec<Vec<LayerCache>>, heads: usize) -> Self {
+        let smallest = seqs.iter().flatten().map(|l| l.2).min().unwrap_or(1);
         Self {
-            splits: splits(heads, smallest),
-            layers,
+            splits: splits(heads * seqs.len().max(1), smallest),
+            seqs,
         }
     }
 
+    /// Sequences.
+    pub(crate) fn batch(&self) -> usize {
+        self.seqs.len()
+    }
+
+    /// What a step's launches depend on besides the buffers: the batch and the key splits
+    /// (the cache addresses are read from the tables, not launch arguments).
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        (self.batch(), self.splits)
+    }
+
     /// The bytes of the key, value and capacity tables ([`BufferAddrs::kptr`], `vptr`,
-    /// `caps`), as the host writes them.
+    /// `caps`), as the host writes them: layer after layer, each with every sequence's entry.
     pub(crate) fn tables(&self) -> [Vec<u8>; 3] {
-        let l = &self.layers;
+        let layers = self.seqs.first().map_or(0, Vec::len);
+        let each = |f: &dyn Fn(&LayerCache) -> Vec<u8>| -> Vec<u8> {
+            (0..layers)
+                .flat_map(|i| self.seqs.iter().flat_map(move |s| f(&s[i])))
+                .collect()
+        };
         [
-            l.iter().flat_map(|x| x.0.to_le_bytes()).collect(),
-            l.iter().flat_map(|x| x.1.to_le_bytes()).collect(),
-            l.iter().flat_map(|x| (x.2 as i32).to_le_bytes()).collect(),
+            each(&|x| x.0.to_le_bytes().to_vec()),
+            each(&|x| x.1.to_le_bytes().to_vec()),
+            each(&|x| (x.2 as i32).to_le_bytes().to_vec()),
         ]
     }
 }
 
-/// The bytes of `StepState` ([`BufferAddrs::state`]) for `token` at position `pos` after
-/// `len` cached rows: it writes row `len`, and attention then reads `len + 1` keys.
-pub(crate) fn state_bytes(token: u32, pos: usize, len: usize) -> Vec<u8> {
-    [token as i32, pos as i32, len as i32, len as i32 + 1]
-        .iter()
-        .flat_map(|x| x.to_le_bytes())
-        .collect()
+/// One sequence's share of a step: its token at position `pos` after `len` cached rows (it
+/// writes row `len`, and attention then reads `len + 1` keys).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SeqState {
+    pub(crate) token: u32,
+    pub(crate) pos: usize,
+    pub(crate) len: usize,
+}
+
+/// The bytes of the state ([`BufferAddrs::state`]) of a batch: every sequence's token, then
+/// every position, every cache row written, every key count.
+pub(crate) fn state_bytes(seqs: &[SeqState]) -> Vec<u8> {
+    let field = |f: &dyn Fn(&SeqState) -> i32| seqs.iter().map(f).collect::<Vec<_>>();
+    [
+        field(&|s| s.token as i32),
+        field(&|s| s.pos as i32),
+        field(&|s| s.len as i32),
+        field(&|s| s.len as i32 + 1),
+    ]
+    .concat()
+    .iter()
+    .flat_map(|x| x.to_le_bytes())
+    .collect()
 }
 
 /// Little-endian bytes of f32 values (the RoPE frequencies, biases).
@@ -257,18 +300,21 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// Every launch of one step, in order, for the caches of `key`.
-    pub(crate) fn plan(&self, key: &CacheKey) -> Vec<Launch> {
+    /// Every launch of one step of `batch` sequences, in order, attention splitting the keys
+    /// `splits` ways ([`CacheTables::shape`]).
+    pub(crate) fn plan(&self, (batch, splits): (usize, usize)) -> Vec<Launch> {
         let d = self.dims;
         let b = self.buf;
         let sfx = self.suffix;
+        let n = batch as u64;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
+        let qkv_w = qw + 2 * kvw;
         let mut out = Vec::with_capacity(2 + 10 * self.layers.len());
         let (grid, block) = for_elems((self.embed.cols / 32) as u32);
         out.push(Launch {
             module: self.embed.module,
             name: format!("capstan_step_embed_{}", self.embed.format),
-            grid,
+            grid: (grid.0, batch as u32, 1),
             block,
             shared: 0,
             args: vec![
@@ -276,59 +322,74 @@ impl Layout {
                 Arg::I64(self.embed.row_bytes),
                 Arg::I32(self.embed.cols as i32),
                 Arg::Ptr(b.state),
+                Arg::I32(batch as i32),
                 Arg::Ptr(b.x),
             ],
         });
         for (i, l) in self.layers.iter().enumerate() {
-            out.push(self.norm(b.x, l.attn_norm, b.h));
+            let gemv = |ms: [&Matrix; 3], bias, x, out_f32, out_t, mode, stride| {
+                self.gemv(ms, bias, (x, out_f32, out_t), mode, stride, batch)
+            };
+            out.push(self.norm(b.x, l.attn_norm, b.h, batch));
             if l.q.format == l.k.format && l.k.format == l.v.format {
-                out.push(self.gemv([&l.q, &l.k, &l.v], l.bias, b.h, b.qkv, 0, 0));
+                out.push(gemv([&l.q, &l.k, &l.v], l.bias, b.h, b.qkv, 0, 0, qkv_w));
             } else {
                 for (j, (m, at)) in [(&l.q, 0), (&l.k, qw), (&l.v, qw + kvw)]
                     .into_iter()
                     .enumerate()
                 {
-                    out.push(self.gemv1(m, l.bias[j], b.h, b.qkv + 4 * at as u64, 0));
+                    let bias = [l.bias[j], 0, 0];
+                    out.push(gemv([m; 3], bias, b.h, b.qkv + 4 * at as u64, 0, 0, qkv_w));
                 }
             }
-            let (kc, vc, cap) = key.layers[i];
+            // This layer's entries of the cache tables: one per sequence.
+            let tables = (
+                b.kptr + 8 * i as u64 * n,
+                b.vptr + 8 * i as u64 * n,
+                b.caps + 4 * i as u64 * n,
+            );
             let (grid, block) = for_elems(((d.heads + 2 * d.kv_heads) * d.head_dim / 2) as u32);
             out.push(Launch {
                 module: "decode_step",
                 name: format!("capstan_step_rope_append_{sfx}"),
-                grid,
+                grid: (grid.0, batch as u32, 1),
                 block,
                 shared: 0,
                 args: vec![
                     Arg::Ptr(b.qkv),
                     Arg::Ptr(b.inv_freq),
                     Arg::Ptr(b.state),
+                    Arg::I32(batch as i32),
                     Arg::Ptr(b.q),
-                    Arg::Ptr(kc),
-                    Arg::Ptr(vc),
+                    Arg::Ptr(tables.0),
+                    Arg::Ptr(tables.1),
+                    Arg::Ptr(tables.2),
                     Arg::I32(d.heads as i32),
                     Arg::I32(d.kv_heads as i32),
                     Arg::I32(d.head_dim as i32),
-                    Arg::I32(cap as i32),
                     Arg::F32(self.factor),
                 ],
             });
-            // The key count is StepState's fourth int.
-            let tables = (
-                b.kptr + 8 * i as u64,
-                b.vptr + 8 * i as u64,
-                b.caps + 4 * i as u64,
-            );
-            out.extend(self.attention(tables, b.state + 12, key.splits));
-            out.push(self.gemv1(&l.o, 0, b.attn, b.x, 1));
-            out.push(self.norm(b.x, l.mlp_norm, b.h));
+            // The key counts are the state's fourth field.
+            out.extend(self.attention(tables, b.state + 12 * n, batch, splits));
+            out.push(gemv([&l.o; 3], [0; 3], b.attn, b.x, 0, 1, d.hidden));
+            out.push(self.norm(b.x, l.mlp_norm, b.h, batch));
+            let inter = d.intermediate;
             if l.gate.format == l.up.format {
-                out.push(self.gemv([&l.gate, &l.up, &l.up], [0; 3], b.h, 0, b.act, 2));
+                out.push(gemv(
+                    [&l.gate, &l.up, &l.up],
+                    [0; 3],
+                    b.h,
+                    0,
+                    b.act,
+                    2,
+                    inter,
+                ));
             } else {
-                let up = b.gu + 4 * d.intermediate as u64;
-                out.push(self.gemv1(&l.gate, 0, b.h, b.gu, 0));
-                out.push(self.gemv1(&l.up, 0, b.h, up, 0));
-                let (grid, block) = for_elems(d.intermediate as u32);
+                let up = b.gu + 4 * (inter * batch) as u64;
+                out.push(gemv([&l.gate; 3], [0; 3], b.h, b.gu, 0, 0, inter));
+                out.push(gemv([&l.up; 3], [0; 3], b.h, up, 0, 0, inter));
+                let (grid, block) = for_elems((inter * batch) as u32);
                 out.push(Launch {
                     module: "decode_step",
                     name: format!("capstan_step_swiglu_{sfx}"),
@@ -339,22 +400,24 @@ impl Layout {
                         Arg::Ptr(b.gu),
                         Arg::Ptr(up),
                         Arg::Ptr(b.act),
-                        Arg::I32(d.intermediate as i32),
+                        Arg::I32((inter * batch) as i32),
                     ],
                 });
             }
-            out.push(self.gemv1(&l.down, 0, b.act, b.x, 1));
+            out.push(gemv([&l.down; 3], [0; 3], b.act, b.x, 0, 1, d.hidden));
         }
-        out.push(self.norm(b.x, self.norm, b.h));
-        out.push(self.gemv1(&self.lm_head, 0, b.h, b.logits, 0));
+        out.push(self.norm(b.x, self.norm, b.h, batch));
+        let lm_head = [&self.lm_head; 3];
+        out.push(self.gemv(lm_head, [0; 3], (b.h, b.logits, 0), 0, d.vocab, batch));
         out
     }
 
-    fn norm(&self, x: u64, w: u64, out: u64) -> Launch {
+    /// RMSNorm of each sequence's residual row, a block a sequence.
+    fn norm(&self, x: u64, w: u64, out: u64, batch: usize) -> Launch {
         Launch {
             module: "decode_step",
             name: format!("capstan_step_rmsnorm_{}", self.suffix),
-            grid: (1, 1, 1),
+            grid: (batch as u32, 1, 1),
             block: (NORM_THREADS, 1, 1),
             shared: 0,
             args: vec![
@@ -367,66 +430,58 @@ impl Layout {
         }
     }
 
-    fn gemv1(&self, m: &Matrix, bias: u64, x: u64, out: u64, mode: i32) -> Launch {
-        self.gemv_rows([(m, bias), (m, 0), (m, 0)], [m.rows, 0, 0], x, out, 0, mode)
-    }
-
-    /// `mode` 0 or 1 over the stacked rows of `ms`, or 2 (SwiGLU of `ms[0]` and `ms[1]`).
+    /// Products of every sequence's input row: `mode` 0 or 1 over the stacked rows of `ms`
+    /// (one matrix: `ms` its three times, only the first counted), or 2 (SwiGLU of `ms[0]` and
+    /// `ms[1]`); each sequence's outputs `out_stride` elements after the one before.
     fn gemv(
         &self,
         ms: [&Matrix; 3],
         bias: [u64; 3],
-        x: u64,
-        out_f32: u64,
-        out_t: u64,
+        (x, out_f32, out_t): (u64, u64, u64),
         mode: i32,
+        out_stride: usize,
+        batch: usize,
     ) -> Launch {
-        let rows = if mode == 2 {
+        let one = std::ptr::eq(ms[0], ms[1]) && std::ptr::eq(ms[1], ms[2]);
+        let rows = if one {
+            [ms[0].rows, 0, 0]
+        } else if mode == 2 {
             [ms[0].rows, ms[1].rows, 0]
         } else {
             [ms[0].rows, ms[1].rows, ms[2].rows]
         };
-        let ms = [(ms[0], bias[0]), (ms[1], bias[1]), (ms[2], bias[2])];
-        self.gemv_rows(ms, rows, x, out_f32, out_t, mode)
-    }
-
-    fn gemv_rows(
-        &self,
-        ms: [(&Matrix, u64); 3],
-        rows: [usize; 3],
-        x: u64,
-        out_f32: u64,
-        out_t: u64,
-        mode: i32,
-    ) -> Launch {
-        let m0 = ms[0].0;
+        let m0 = ms[0];
         let args = GemvArgs {
             rows0: rows[0] as i64,
             rows1: rows[1] as i64,
             rows2: rows[2] as i64,
             row_bytes: m0.row_bytes,
+            out_stride: out_stride as i64,
             cols: m0.cols as i32,
             mode,
-            vec: ms.iter().all(|(m, _)| m.vec) as i32,
+            vec: ms.iter().all(|m| m.vec) as i32,
+            batch: batch as i32,
         };
         let out_rows = if mode == 2 {
             rows[0]
         } else {
             rows.iter().sum()
         };
+        // One sequence's products have entry points of their own (decode_step.cu, PASS 1).
+        let entry = if batch == 1 { "gemv" } else { "gemv_batch" };
         Launch {
             module: m0.module,
-            name: format!("capstan_step_gemv_{}_{}", m0.format, self.suffix),
+            name: format!("capstan_step_{entry}_{}_{}", m0.format, self.suffix),
             grid: ((out_rows as u32).div_ceil(GEMV_ROWS), 1, 1),
             block: (32 * GEMV_ROWS, 1, 1),
             shared: 0,
             args: vec![
-                Arg::Ptr(ms[0].0.ptr),
-                Arg::Ptr(ms[1].0.ptr),
-                Arg::Ptr(ms[2].0.ptr),
-                Arg::Ptr(ms[0].1),
-                Arg::Ptr(ms[1].1),
-                Arg::Ptr(ms[2].1),
+                Arg::Ptr(ms[0].ptr),
+                Arg::Ptr(ms[1].ptr),
+                Arg::Ptr(ms[2].ptr),
+                Arg::Ptr(bias[0]),
+                Arg::Ptr(bias[1]),
+                Arg::Ptr(bias[2]),
                 Arg::Ptr(x),
                 Arg::Ptr(out_f32),
                 Arg::Ptr(out_t),
@@ -435,9 +490,16 @@ impl Layout {
         }
     }
 
-    /// Decoding attention of the one query row against a layer's cache (its tables' entries
-    /// at `tables`), keys split `splits` ways, merged by a second launch.
-    fn attention(&self, tables: (u64, u64, u64), lens: u64, splits: usize) -> Vec<Launch> {
+    /// Decoding attention of each sequence's query row against its layer cache (this
+    /// layer's table entries at `tables`, key counts at `lens`), keys split `splits` ways,
+    /// merged by a second launch.
+    fn attention(
+        &self,
+        tables: (u64, u64, u64),
+        lens: u64,
+        batch: usize,
+        splits: usize,
+    ) -> Vec<Launch> {
         let d = self.dims;
         let b = self.buf;
         let args = DecodeArgs {
@@ -450,7 +512,7 @@ impl Layout {
         let mut out = vec![Launch {
             module: "attention_decode",
             name: format!("capstan_attention_decode_{}", self.suffix),
-            grid: (d.heads as u32, 1, splits as u32),
+            grid: (d.heads as u32, batch as u32, splits as u32),
             block: (32 * DECODE_WARPS as u32, 1, 1),
             shared: (DECODE_WARPS * (2 + d.head_dim) * 4) as u32,
             args: vec![
@@ -468,7 +530,7 @@ impl Layout {
             out.push(Launch {
                 module: "attention_decode",
                 name: format!("capstan_attention_decode_merge_{}", self.suffix),
-                grid: (d.heads as u32, 1, 1),
+                grid: (d.heads as u32, batch as u32, 1),
                 block: (32, 1, 1),
                 shared: 0,
                 args: vec![Arg::Ptr(b.partial), Arg::Ptr(b.attn), Arg::Decode(args)],
