@@ -101,6 +101,20 @@ def vs_pytorch(raw, res):
     decode_kernel = ratios(llama3_rows(raw, "kernel_decode"), graph)
     decode_step = ratios(fused_step_rows(raw), graph)
     b16 = llama3_rows(raw, "batch16")
+    # 16 sequences through the fused step, against one sequence through it: counted where the
+    # batch ran the step as a graph and its logits matched each sequence's alone.
+    fused16 = load(raw, "fused_batch16_llama3-8b") or load(raw, "fused_batch16_llama3-tiny") or {}
+    f16 = fused16.get("contexts", {}).get("1k", {})
+    f16_ran = str(fused16.get("decode_step", "")).startswith("Ready") and \
+        "capture_error: None" in str(fused16.get("decode_step", ""))
+    f16_ok = f16_ran and (f16.get("packed_vs_alone_max_rel_diff") or 1) <= 0.05
+    step1 = fused_step_rows(raw).get("1k", {})
+    batch16_step = ratio(f16.get("tokens_per_s"), step1.get("tokens_per_s")) if f16_ok else None
+    # The goal takes the way that decodes 16 sequences faster (what a server would run).
+    b16_tps = b16.get("1k", {}).get("tokens_per_s")
+    f16_tps = f16.get("tokens_per_s") if f16_ok else None
+    batch16_layers = ratio(b16_tps, dec.get("1k", {}).get("tokens_per_s"))
+    batch16_best = batch16_step if (f16_tps or 0) > (b16_tps or 0) and batch16_step else batch16_layers
     cape = res.get("cape", {}).get("128k", {})
     gguf = res.get("gguf") or {}
     step_way = (gguf.get("by_way") or {}).get("step", {})
@@ -115,8 +129,12 @@ def vs_pytorch(raw, res):
             "decode_kernel": decode_kernel,
             "decode_step": decode_step,
             "decode_best": {k: best(decode.get(k), decode_step.get(k)) for k in decode},
-            "batch16_decode": ratio(b16.get("1k", {}).get("tokens_per_s"), dec.get("1k", {}).get("tokens_per_s")),
+            "batch16_decode": batch16_layers,
             "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
+            "batch16_step_decode": batch16_step,
+            "batch16_step_tokens_per_s": f16_tps,
+            "batch16_step_max_rel_diff": f16.get("packed_vs_alone_max_rel_diff"),
+            "batch16_best": batch16_best,
             "cape_128k": {"memory_ratio": cape.get("memory_ratio"),
                           "throughput_ratio": cape.get("throughput_ratio")},
             "smollm2_tokens_per_s": gguf.get("tokens_per_s"),
@@ -148,7 +166,7 @@ def issue39_goals(v):
         "cross_attention_at_least_0.8x_sdpa": every(of("cross"), 0.8),
         "prefill_at_least_0.8x_pytorch_eager": every(list(v["prefill"].values()), 0.8),
         "decode_at_least_1x_pytorch_cuda_graph": every(list(v["decode_best"].values()), 1.0),
-        "batch16_decode_at_least_12x_one": at_least(v["batch16_decode"], 12),
+        "batch16_decode_at_least_12x_one": at_least(v["batch16_best"], 12),
         "cape_128k_memory_at_most_eighth": None if cape["memory_ratio"] is None else cape["memory_ratio"] <= 1 / 8,
         "cape_128k_throughput_at_least_12x": at_least(cape["throughput_ratio"], 12),
         "smollm2_at_least_1000_tokens_per_s": at_least(
@@ -338,6 +356,8 @@ def main():
     md += [f"| decode {k} on the decoding kernel | {f3(x)} |" for k, x in v["decode_kernel"].items()]
     md += [f"| decode {k}, the fused step as a CUDA graph | {f3(x)} |" for k, x in v["decode_step"].items()]
     md += [f"| 16 sequences / one, decoding at 1K (Capstan) | {f3(v['batch16_decode'])} |",
+           f"| 16 sequences / one, the fused step at 1K (Capstan) | {f3(v['batch16_step_decode'])} |",
+           f"| 16 sequences through the fused step, tokens/s | {f3(v['batch16_step_tokens_per_s'])} |",
            f"| CAPE / full context at 128K, memory | {f3(v['cape_128k']['memory_ratio'])} |",
            f"| CAPE / full context at 128K, throughput | {f3(v['cape_128k']['throughput_ratio'])} |",
            f"| SmolLM2 GGUF decode, tokens/s | {f3(v['smollm2_tokens_per_s'])} |",

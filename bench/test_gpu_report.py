@@ -50,6 +50,7 @@ assert "SKIPPED cape_16384" in md and "| llama3-tiny | 1k |" in md
 assert set(v["decode_step"]) == {"64", "1k"} and all(x is None for x in v["decode_step"].values())
 assert v["decode_best"] == v["decode"], (v["decode_best"], v["decode"])
 assert v["smollm2_step_tokens_per_s"] is None and v["smollm2_step_tokens_as_layers"] == 128
+assert v["batch16_step_decode"] is None and v["batch16_best"] == v["batch16_decode"], v
 # Where it ran (the same records, marked as a GPU run would mark them) its figures count: the
 # step's rows whose logits matched the layers', SmolLM2's where it ran as a graph.
 with tempfile.TemporaryDirectory() as raw:
@@ -64,6 +65,13 @@ with tempfile.TemporaryDirectory() as raw:
     gguf = json.load(open(os.path.join(raw, "gguf.json")))
     gguf["by_way"]["step"]["decode_step"] = "Ready { graphs: 1, capture_error: None }"
     json.dump(gguf, open(os.path.join(raw, "gguf.json"), "w"))
+    # 16 sequences through the fused step, run as graphs and matching each sequence alone,
+    # faster than the packed layers: the goal takes the fused step's ratio.
+    f16 = json.load(open(os.path.join(raw, "fused_batch16_llama3-tiny.json")))
+    f16["decode_step"] = "Ready { graphs: 2, capture_error: None }"
+    b16 = json.load(open(os.path.join(raw, "batch16_llama3-tiny.json")))
+    f16["contexts"]["1k"]["tokens_per_s"] = 2 * b16["contexts"]["1k"]["tokens_per_s"]
+    json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
                         "--out", out], check=True)
@@ -71,4 +79,25 @@ with tempfile.TemporaryDirectory() as raw:
     assert w["decode_step"]["64"] is None and w["decode_step"]["1k"] > 0, w["decode_step"]
     assert w["decode_best"]["1k"] == max(w["decode"]["1k"], w["decode_step"]["1k"]), w
     assert w["smollm2_step_tokens_per_s"] == gguf["by_way"]["step"]["tokens_per_s"], w
+    step1 = fused["by_full_attention"]["step"]["1k"]["tokens_per_s"]
+    assert w["batch16_step_decode"] == f16["contexts"]["1k"]["tokens_per_s"] / step1, w
+    assert w["batch16_best"] == w["batch16_step_decode"] != w["batch16_decode"], w
+# A fused batch whose logits strayed from the sequences alone gets no figure.
+with tempfile.TemporaryDirectory() as raw:
+    src = os.path.join(here, "tests", "gpu-check-raw")
+    for name in os.listdir(src):
+        with open(os.path.join(src, name)) as f, open(os.path.join(raw, name), "w") as g:
+            g.write(f.read())
+    fused = json.load(open(os.path.join(raw, "fused_decode_llama3-tiny.json")))
+    fused["by_full_attention"]["step"]["1k"]["step_vs_layers_max_rel_diff"] = 0.004
+    json.dump(fused, open(os.path.join(raw, "fused_decode_llama3-tiny.json"), "w"))
+    f16 = json.load(open(os.path.join(raw, "fused_batch16_llama3-tiny.json")))
+    f16["decode_step"] = "Ready { graphs: 2, capture_error: None }"
+    f16["contexts"]["1k"]["packed_vs_alone_max_rel_diff"] = 0.3
+    json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
+                        "--out", out], check=True)
+        w = json.load(open(os.path.join(out, "results.json")))["vs_pytorch"]
+    assert w["batch16_step_decode"] is None and w["batch16_best"] == w["batch16_decode"], w
 print("gpu_report: ok")

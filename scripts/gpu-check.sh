@@ -208,6 +208,10 @@ step "fused_decode_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --co
   --steps "$STEPS" --full-attention step,step-eager --device "$DEV" --dtype "$DT"
 step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
+# The same 16 sequences through the fused step (one launch sequence, each weight row read once
+# for all of them), checked against each sequence alone through the layers.
+step "fused_batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" \
+  --batch 16 --full-attention step --steps "$STEPS" --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --ways layers,step,step-eager \
     --device "$DEV"

@@ -151,17 +151,30 @@ fn step_packed(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::R
 
 /// `batch` sequences decoding together at each context (synthetic caches, packed steps):
 /// tokens/s over all of them, and the largest difference of the first step's logits from each
-/// sequence stepped alone (relative to the logits' largest magnitude), so that the speed is
-/// only reported for a packed step that computes what the sequences compute alone.
+/// sequence stepped alone through the layers (relative to the logits' largest magnitude), so
+/// that the speed is only reported for a packed step that computes what the sequences compute
+/// alone. `way`: `packed` (the layers over the packed rows), `step` (the fused decoding step of
+/// the whole batch, as a CUDA graph) or `step-eager` (its kernels one by one).
 pub fn run_batched(
     shape: &str,
     contexts: &[usize],
     steps: usize,
     batch: usize,
+    way: &str,
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
-    let (model, _) = random_model(shape, dtype, device)?;
+    let (mut model, _) = random_model(shape, dtype, device)?;
+    // The sequences alone run the layers, whichever way the batch runs.
+    let alone_model = model.clone();
+    model.set_decode_step(match way {
+        "packed" => None,
+        "step" => Some(StepLaunch::Graph),
+        "step-eager" => Some(StepLaunch::Eager),
+        other => anyhow::bail!(
+            "--full-attention {other:?} with --batch: expected packed, step or step-eager"
+        ),
+    });
     let mut rows = serde_json::Map::new();
     for &context in contexts {
         let mut caches = (0..batch)
@@ -172,10 +185,19 @@ pub fn run_batched(
         // position, each reading back what it wrote before the other writes.
         let mut alone_caches = caches.clone();
         let packed = packed_logits(&model, &mut caches, &tokens)?;
+        if way != "packed"
+            && device.is_cuda()
+            && !matches!(model.decode_step_status(), DecodeStepStatus::Ready { .. })
+        {
+            anyhow::bail!(
+                "the decoding step did not run: {:?}",
+                model.decode_step_status()
+            )
+        }
         let mut worst = 0f32;
         for (i, cache) in alone_caches.iter_mut().enumerate() {
             let x = Tensor::new(&[[tokens[i]]], device)?;
-            let alone = model.forward_last(&x, None, cache)?.squeeze(0)?;
+            let alone = alone_model.forward_last(&x, None, cache)?.squeeze(0)?;
             worst = worst.max(max_rel_diff(&packed.get(i)?, &alone)?);
         }
         drop(alone_caches);
@@ -206,6 +228,8 @@ pub fn run_batched(
         "dtype": format!("{dtype:?}").to_lowercase(),
         "device": describe(device),
         "batch": batch,
+        "way": way,
+        "decode_step": format!("{:?}", model.decode_step_status()),
         "contexts": rows,
     }))
 }

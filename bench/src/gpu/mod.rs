@@ -43,7 +43,8 @@ pub enum GpuCommand {
         #[arg(long, value_delimiter = ',', default_value = "kernel,matmul")]
         full_attention: Vec<String>,
         /// Sequences decoding together (packed steps, as the continuous-batching scheduler
-        /// runs them); above 1 the roofline and --full-attention are not measured.
+        /// runs them); above 1 the roofline is not measured, and --full-attention `step` or
+        /// `step-eager` runs the batch through the fused decoding step (else the layers).
         #[arg(long, default_value_t = 1)]
         batch: usize,
         #[arg(long, default_value = "cuda")]
@@ -191,7 +192,7 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             shape,
             contexts,
             steps,
-            full_attention: _,
+            full_attention,
             batch,
             device,
             dtype,
@@ -200,6 +201,12 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             &contexts,
             steps,
             batch,
+            // Given explicitly, the first way; else the packed layers.
+            match full_attention.first().map(String::as_str) {
+                Some("step") => "step",
+                Some("step-eager") => "step-eager",
+                _ => "packed",
+            },
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),

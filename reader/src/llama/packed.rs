@@ -30,10 +30,12 @@ impl Llama {
     /// of matrix products over more rows. Caches must hold one unpadded row (as
     /// [`Cache::new`] and [`Llama::set_encoder_context`] with one row make them). Sequences
     /// run one by one (still correct, not batched) with a decoder attention pattern other than
-    /// full, or with more than a prefill chunk of new tokens. On CUDA they run packed when
-    /// `CAPSTAN_ATTENTION_KERNEL` chooses the new GPU kernels (decoding rows in one launch;
-    /// `capstan-bench gpu decode --batch 16` measures it and checks it against each sequence
-    /// alone), else one by one.
+    /// full, or with more than a prefill chunk of new tokens. On CUDA, one new token each runs
+    /// through the fused decoding step when `CAPSTAN_DECODE_STEP` chooses it (every sequence
+    /// in one launch sequence); otherwise they run packed when `CAPSTAN_ATTENTION_KERNEL`
+    /// chooses the new GPU kernels (decoding rows in one launch; `capstan-bench gpu decode
+    /// --batch 16` measures both and checks them against each sequence alone), else one by
+    /// one.
     pub fn forward_packed(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
         self.on_pool(|| self.forward_packed_here(seqs))
     }
@@ -48,12 +50,29 @@ impl Llama {
                     "forward_packed: a sequence without new tokens",
                 ));
             }
+            if let Some(&max) = s.tokens.iter().max() {
+                if max as usize >= self.cfg.vocab_size {
+                    return Err(Error::invalid(format!(
+                        "token id {max} out of range (vocab_size {})",
+                        self.cfg.vocab_size
+                    )));
+                }
+            }
             if s.cache.batch().is_some_and(|b| b != 1)
                 || s.cache.key_mask.iter().any(|r| r.iter().any(|m| !m))
             {
                 return Err(Error::invalid(
                     "forward_packed: every cache must hold one unpadded sequence",
                 ));
+            }
+        }
+        // One new token each: the fused decoding step, where chosen and it applies (every
+        // sequence in one launch sequence, each weight row read once for all).
+        if seqs.iter().all(|s| s.tokens.len() == 1) {
+            let tokens: Vec<u32> = seqs.iter().map(|s| s.tokens[0]).collect();
+            let mut caches: Vec<&mut Cache> = seqs.iter_mut().map(|s| &mut *s.cache).collect();
+            if let Some(logits) = self.try_decode_steps(&tokens, &mut caches)? {
+                return Ok(logits);
             }
         }
         // On CUDA with the new GPU kernels chosen (their decoding kernel runs every sequence's
@@ -75,14 +94,6 @@ impl Llama {
         let mut positions = Vec::new();
         let mut spans = Vec::with_capacity(seqs.len());
         for s in seqs.iter_mut() {
-            if let Some(&max) = s.tokens.iter().max() {
-                if max as usize >= self.cfg.vocab_size {
-                    return Err(Error::invalid(format!(
-                        "token id {max} out of range (vocab_size {})",
-                        self.cfg.vocab_size
-                    )));
-                }
-            }
             let cache = &mut *s.cache;
             cache.ensure_batch(1)?;
             spans.push(Span {

@@ -14,6 +14,7 @@ use candle_core::quantized::QMatMul;
 use candle_core::{DType, Device, Tensor};
 use capstan_kernels::step::{
     ggml_supported, DecodeStep, StepDims, StepKv, StepLaunch, StepLayer, StepMatrix, StepModel,
+    StepSeq,
 };
 
 use super::cache::Cache;
@@ -242,21 +243,40 @@ impl Llama {
     /// The logits `(1, 1, vocab)` of `token` through the decoding step, the cache extended by
     /// it; `None` where the step does not apply (the caller runs the layers).
     pub(super) fn try_decode_step(&self, token: u32, cache: &mut Cache) -> Result<Option<Tensor>> {
+        match self.try_decode_steps(&[token], &mut [cache])? {
+            Some(logits) => Ok(Some(logits.reshape((1, 1, ()))?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The f32 logits `(n, vocab)` of one new token of each of `n` sequences through the
+    /// decoding step together (continuous batching: each weight row read once for all), each
+    /// cache extended by its token; `None` where the step does not apply to every sequence
+    /// (the caller runs the layers). Tokens are in the vocabulary (the callers check).
+    pub(super) fn try_decode_steps(
+        &self,
+        tokens: &[u32],
+        caches: &mut [&mut Cache],
+    ) -> Result<Option<Tensor>> {
         let Some(launch) = self.step.launch else {
             return Ok(None);
         };
-        let applies = self.device.is_cuda()
-            && self.attention == AttentionPattern::Full
-            && self.kv_dtype == self.dtype
-            && cache.cross.is_none()
-            && cache.batch() == Some(1)
-            && cache.key_mask.first().is_some_and(|m| m.iter().all(|&k| k))
-            && cache.kv.len() == self.decoder.layers.len()
-            && cache
-                .kv
-                .iter()
-                .all(|kv| kv.as_ref().is_some_and(|kv| kv.has_free_row()));
-        if !applies {
+        let applies = |cache: &Cache| {
+            cache.cross.is_none()
+                && cache.batch() == Some(1)
+                && cache.key_mask.first().is_some_and(|m| m.iter().all(|&k| k))
+                && cache.kv.len() == self.decoder.layers.len()
+                && cache
+                    .kv
+                    .iter()
+                    .all(|kv| kv.as_ref().is_some_and(|kv| kv.has_free_row()))
+        };
+        if !self.device.is_cuda()
+            || self.attention != AttentionPattern::Full
+            || self.kv_dtype != self.dtype
+            || tokens.len() != caches.len()
+            || !caches.iter().all(|c| applies(c))
+        {
             return Ok(None);
         }
         let mut state = self.step.state.lock().expect("decode step lock");
@@ -272,28 +292,45 @@ impl Llama {
         let StepState::Ready(step) = &mut *state else {
             return Ok(None);
         };
-        let pos = cache.real[0] as usize;
-        let kvs: Vec<StepKv<'_>> = cache
-            .kv
+        let kvs: Vec<Vec<StepKv<'_>>> = caches
             .iter()
-            .map(|kv| kv.as_ref().expect("checked above").step_kv())
+            .map(|cache| {
+                cache
+                    .kv
+                    .iter()
+                    .map(|kv| kv.as_ref().expect("checked above").step_kv())
+                    .collect()
+            })
             .collect();
-        let logits = match step.step(token, pos, &kvs) {
+        let seqs: Vec<StepSeq<'_>> = tokens
+            .iter()
+            .zip(caches.iter())
+            .zip(&kvs)
+            .map(|((&token, cache), kvs)| StepSeq {
+                token,
+                pos: cache.real[0] as usize,
+                kvs,
+            })
+            .collect();
+        let logits = match step.step_many(&seqs) {
             Ok(l) => l,
             Err(e) => {
-                // The row the step may have written is past every cache's length: the layers
-                // overwrite it.
+                // The rows the step may have written are past every cache's length: the
+                // layers overwrite them.
                 *state = StepState::Refused(e.to_string());
                 return Ok(None);
             }
         };
+        drop(seqs);
         drop(kvs);
-        for kv in cache.kv.iter_mut().flatten() {
-            kv.count_written_row();
+        for cache in caches.iter_mut() {
+            for kv in cache.kv.iter_mut().flatten() {
+                kv.count_written_row();
+            }
+            cache.real[0] += 1;
+            cache.key_mask[0].push(true);
+            cache.seq_len += 1;
         }
-        cache.real[0] += 1;
-        cache.key_mask[0].push(true);
-        cache.seq_len += 1;
-        Ok(Some(logits.reshape((1, 1, ()))?.to_dtype(DType::F32)?))
+        Ok(Some(logits.to_dtype(DType::F32)?))
     }
 }
