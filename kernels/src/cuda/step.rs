@@ -191,13 +191,14 @@ impl DecodeStep {
         })
     }
 
-    /// Buffers for batches of `batch` sequences: reallocated (twice as many rows, at least
-    /// `batch`) when smaller, the graphs over the old ones dropped.
+    /// Buffers for batches of `batch` sequences: reallocated when smaller (for at least 16
+    /// sequences, a server's usual batch, or twice as many as before), the graphs over the
+    /// old ones dropped.
     fn ensure_batch(&mut self, batch: usize) -> Result<()> {
         if batch <= self.batch_cap {
             return Ok(());
         }
-        let cap = batch.max(2 * self.batch_cap);
+        let cap = batch.max(2 * self.batch_cap).max(16);
         let d = self.layout.dims;
         let layers = self.layout.layers.len();
         let elem = self.dtype.size_in_bytes();
