@@ -41,7 +41,8 @@ impl CustomOp1 for DecodeManyOp {
 /// buffers of any capacity): `(n, heads, 1, dim)`. `scale`: `None` for `1 / sqrt(dim)`.
 ///
 /// On CUDA one launch for every sequence, where the keys and values are read in place in `q`'s
-/// dtype; otherwise (and for caches of another layout or dtype) [`attention`] per sequence.
+/// dtype (each sequence's keys and values in buffers of one capacity); otherwise (and for
+/// caches of another layout, dtype or capacity) [`attention`] per sequence.
 pub fn attention_decode_many(
     q: &Tensor,
     kvs: &[(Tensor, Tensor)],
@@ -63,7 +64,9 @@ pub fn attention_decode_many(
                         .is_ok_and(|(b, h, _, d)| b == 1 && h == kv_heads && d == dim)
                     && kv_rows(t.layout()).is_some()
             };
-            fits(k) && fits(v) && k.dim(2).ok() == v.dim(2).ok()
+            // The kernel reads both through one capacity (their head stride).
+            let capacity = |t: &Tensor| kv_rows(t.layout()).map(|(_, cap)| cap);
+            fits(k) && fits(v) && k.dim(2).ok() == v.dim(2).ok() && capacity(k) == capacity(v)
         })
         && heads.is_multiple_of(kv_heads.max(1));
     let scale = scale.unwrap_or(1.0 / (dim as f32).sqrt());
