@@ -33,6 +33,8 @@ mod decode_many;
 mod op_params;
 mod ops;
 mod pattern;
+#[cfg(any(feature = "cuda", test))]
+mod ptx_cache;
 mod qmatmul_op;
 #[cfg(any(feature = "cuda", test))]
 mod scca_calls;

@@ -1,5 +1,6 @@
 //! What every launch needs: the sources compiled by NVRTC for the device's architecture (once
-//! per process and architecture) and loaded once per device, the type suffix of an entry
+//! per process and architecture, and kept on disk between processes: `crate::ptx_cache`) and
+//! loaded once per device, the type suffix of an entry
 //! point, output buffers (NaN-filled under `CAPSTAN_KERNELS_POISON`), and the storages of
 //! inputs read in place.
 
@@ -31,17 +32,39 @@ fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
         .expect("known module");
     // CompileOptions wants a &'static str: one small leak per architecture and module.
     let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
-    let opts = CompileOptions {
-        arch: Some(arch_static),
-        options: vec!["-default-device".into()],
-        name: Some(format!("{module}.cu")),
-        ..Default::default()
-    };
-    let compiled = compile_ptx_with_opts(src, opts)
-        .map_err(|e| candle_core::Error::Cuda(format!("NVRTC {module}.cu for {arch}: {e}").into()))?
-        .to_src();
+    let options = vec!["-default-device".to_string()];
+    let key = [src, &arch, &options.join(" "), &nvrtc_version()];
+    let dir = crate::ptx_cache::directory();
+    let compiled = crate::ptx_cache::cached(dir.as_deref(), module, &key, || {
+        let opts = CompileOptions {
+            arch: Some(arch_static),
+            options: options.clone(),
+            name: Some(format!("{module}.cu")),
+            ..Default::default()
+        };
+        compile_ptx_with_opts(src, opts)
+            .map(|p| p.to_src())
+            .map_err(|e| {
+                candle_core::Error::Cuda(format!("NVRTC {module}.cu for {arch}: {e}").into())
+            })
+    })?;
     map.insert((module, arch), compiled.clone());
     Ok(compiled)
+}
+
+/// NVRTC's version, `major.minor` (a cached PTX is NVRTC's output: another version compiles
+/// its own); empty if it cannot be asked.
+fn nvrtc_version() -> String {
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: writes two ints; NVRTC is loaded by cudarc on first use.
+    let status = unsafe {
+        candle_core::cuda_backend::cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor)
+    };
+    if status == candle_core::cuda_backend::cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+        format!("{major}.{minor}")
+    } else {
+        String::new()
+    }
 }
 
 pub(super) fn func(dev: &CudaDevice, module: &'static str, name: &str) -> Result<CudaFunction> {
