@@ -51,13 +51,28 @@ assert set(v["decode_step"]) == {"64", "1k"} and all(x is None for x in v["decod
 assert v["decode_best"] == v["decode"], (v["decode_best"], v["decode"])
 assert v["smollm2_step_tokens_per_s"] is None and v["smollm2_step_tokens_as_layers"] == 128
 assert v["batch16_step_decode"] is None and v["batch16_best"] == v["batch16_decode"], v
-# Where it ran (the same records, marked as a GPU run would mark them) its figures count: the
-# step's rows whose logits matched the layers', SmolLM2's where it ran as a graph.
-with tempfile.TemporaryDirectory() as raw:
+
+
+def copy_recorded(raw):
+    """The recorded CPU run's raw records, copied into `raw` (to be marked as a GPU run's)."""
     src = os.path.join(here, "tests", "gpu-check-raw")
     for name in os.listdir(src):
         with open(os.path.join(src, name)) as f, open(os.path.join(raw, name), "w") as g:
             g.write(f.read())
+
+
+def report(raw):
+    """gpu_report.py's vs_pytorch for the raw records in `raw`."""
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
+                        "--out", out], check=True)
+        return json.load(open(os.path.join(out, "results.json")))["vs_pytorch"]
+
+
+# Where it ran (the same records, marked as a GPU run would mark them) its figures count: the
+# step's rows whose logits matched the layers', SmolLM2's where it ran as a graph.
+with tempfile.TemporaryDirectory() as raw:
+    copy_recorded(raw)
     fused = json.load(open(os.path.join(raw, "fused_decode_llama3-tiny.json")))
     fused["by_full_attention"]["step"]["1k"]["step_vs_layers_max_rel_diff"] = 0.004
     fused["by_full_attention"]["step"]["64"]["step_vs_layers_max_rel_diff"] = 0.2  # failed its check
@@ -72,10 +87,7 @@ with tempfile.TemporaryDirectory() as raw:
     b16 = json.load(open(os.path.join(raw, "batch16_llama3-tiny.json")))
     f16["contexts"]["1k"]["tokens_per_s"] = 2 * b16["contexts"]["1k"]["tokens_per_s"]
     json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
-                        "--out", out], check=True)
-        w = json.load(open(os.path.join(out, "results.json")))["vs_pytorch"]
+    w = report(raw)
     assert w["decode_step"]["64"] is None and w["decode_step"]["1k"] > 0, w["decode_step"]
     assert w["decode_best"]["1k"] == max(w["decode"]["1k"], w["decode_step"]["1k"]), w
     assert w["smollm2_step_tokens_per_s"] == gguf["by_way"]["step"]["tokens_per_s"], w
@@ -84,10 +96,7 @@ with tempfile.TemporaryDirectory() as raw:
     assert w["batch16_best"] == w["batch16_step_decode"] != w["batch16_decode"], w
 # A fused batch whose logits strayed from the sequences alone gets no figure.
 with tempfile.TemporaryDirectory() as raw:
-    src = os.path.join(here, "tests", "gpu-check-raw")
-    for name in os.listdir(src):
-        with open(os.path.join(src, name)) as f, open(os.path.join(raw, name), "w") as g:
-            g.write(f.read())
+    copy_recorded(raw)
     fused = json.load(open(os.path.join(raw, "fused_decode_llama3-tiny.json")))
     fused["by_full_attention"]["step"]["1k"]["step_vs_layers_max_rel_diff"] = 0.004
     json.dump(fused, open(os.path.join(raw, "fused_decode_llama3-tiny.json"), "w"))
@@ -95,9 +104,6 @@ with tempfile.TemporaryDirectory() as raw:
     f16["decode_step"] = "Ready { graphs: 2, capture_error: None }"
     f16["contexts"]["1k"]["packed_vs_alone_max_rel_diff"] = 0.3
     json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
-    with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
-                        "--out", out], check=True)
-        w = json.load(open(os.path.join(out, "results.json")))["vs_pytorch"]
+    w = report(raw)
     assert w["batch16_step_decode"] is None and w["batch16_best"] == w["batch16_decode"], w
 print("gpu_report: ok")

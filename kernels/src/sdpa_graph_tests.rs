@@ -55,6 +55,15 @@ fn round(dt: DataType, x: f32) -> f32 {
     }
 }
 
+/// Normal values already rounded to the I/O type, as they reach cuDNN.
+fn random_in(dtype: DataType, shape: (usize, usize, usize, usize)) -> Tensor {
+    let dev = Device::Cpu;
+    let t = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
+    let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
+    let v: Vec<f32> = v.into_iter().map(|x| round(dtype, x)).collect();
+    Tensor::from_vec(v, shape, &dev).unwrap()
+}
+
 /// Runs `graph` on `inputs` (uid -> flat buffer read through the tensor's strides) and the
 /// by-value scalars: every tensor's value, by uid.
 fn interpret(
@@ -214,14 +223,8 @@ fn check(
         (mask, sdpa_window(&pattern)),
     );
     let graph = sdpa_graph(&key);
-    let dev = Device::Cpu;
     // Inputs already in the I/O type, as they reach cuDNN.
-    let rnd = |shape: (usize, usize, usize, usize)| {
-        let t = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
-        let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-        let v: Vec<f32> = v.into_iter().map(|x| round(dtype, x)).collect();
-        Tensor::from_vec(v, shape, &dev).unwrap()
-    };
+    let rnd = |shape| random_in(dtype, shape);
     let q = rnd((b, h, sq, d));
     let kbuf = rnd((b, hk, cap, d));
     let vbuf = rnd((b, hk, cap, d));
@@ -428,7 +431,6 @@ fn merge(o1: f32, l1: f32, o2: f32, l2: f32) -> f32 {
 /// reference's SelfExtend: square, and a chunk after a cache.
 #[test]
 fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
-    let dev = Device::Cpu;
     for (dtype, tol) in [(DataType::Bf16, 2e-2), (DataType::Half, 3e-3)] {
         for ((sq, skv, cap), (q_pos0, k_pos0), neighbor) in
             [((40, 40, 48), (0, 0), 7), ((20, 50, 64), (30, 0), 9)]
@@ -437,12 +439,7 @@ fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
             let pattern = Pattern::SelfExtend { neighbor, group: 3 };
             let (near, window, far) =
                 selfextend_masks(&pattern, q_pos0, k_pos0, sq, skv, d, false).expect("eligible");
-            let rnd = |shape: (usize, usize, usize, usize)| {
-                let t = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
-                let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-                let v: Vec<f32> = v.into_iter().map(|x| round(dtype, x)).collect();
-                Tensor::from_vec(v, shape, &dev).unwrap()
-            };
+            let rnd = |shape| random_in(dtype, shape);
             let (q, qg) = (rnd((b, h, sq, d)), rnd((b, h, sq, d)));
             let (kbuf, kgbuf, vbuf) = (
                 rnd((b, hk, cap, d)),
@@ -501,7 +498,6 @@ fn selfextend_as_two_passes_computes_what_the_cpu_reference_computes() {
 fn scca_as_batched_chunk_calls_computes_what_the_cpu_reference_computes() {
     use crate::pattern::{scca_rules, HeadRule, SccaKind};
     use crate::scca_calls::scca_calls;
-    let dev = Device::Cpu;
     let (b, h, hk, d) = (2, 8, 2, 16);
     let odd_shifts: Vec<HeadRule> = scca_rules(SccaKind::Fixed, 16, h)
         .into_iter()
@@ -522,12 +518,7 @@ fn scca_as_batched_chunk_calls_computes_what_the_cpu_reference_computes() {
     ];
     for (dtype, tol) in [(DataType::Bf16, 2e-2), (DataType::Half, 3e-3)] {
         for (rules, (sq, skv, cap), q_pos0) in cases.clone() {
-            let rnd = |shape: (usize, usize, usize, usize)| {
-                let t = Tensor::randn(0f32, 1.0, shape, &dev).unwrap();
-                let v: Vec<f32> = t.flatten_all().unwrap().to_vec1().unwrap();
-                let v: Vec<f32> = v.into_iter().map(|x| round(dtype, x)).collect();
-                Tensor::from_vec(v, shape, &dev).unwrap()
-            };
+            let rnd = |shape| random_in(dtype, shape);
             let q = rnd((b, h, sq, d));
             let (kbuf, vbuf) = (rnd((b, hk, cap, d)), rnd((b, hk, cap, d)));
             let flat = |t: &Tensor| -> Vec<f32> { t.flatten_all().unwrap().to_vec1().unwrap() };

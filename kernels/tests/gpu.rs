@@ -456,6 +456,22 @@ fn step_model(
     capstan_kernels::step::StepModel::random(&spec, dev).unwrap()
 }
 
+/// The largest difference of logits from the oracle's, relative to the oracle's largest
+/// magnitude (at least 1); a value not finite counts as infinitely far.
+fn logits_diff(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            if g.is_finite() {
+                (g - w).abs() / scale
+            } else {
+                f32::INFINITY
+            }
+        })
+        .fold(0f32, f32::max)
+}
+
 /// The fused decoding step on CUDA (captured as a graph, and launched eagerly) against its CPU
 /// oracle, step after step from an empty cache, with dense weights and with GGML blocks of
 /// every format (q, k and v in different formats: three products; gate and up too: SwiGLU
@@ -505,18 +521,7 @@ fn decode_step_matches_its_cpu_reference() {
                     let got = step.step(token, pos, &kvs).unwrap();
                     let want = reference.step(token, pos, &mut host).unwrap();
                     let got: Vec<f32> = got.to_vec1().unwrap();
-                    let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
-                    let diff = got
-                        .iter()
-                        .zip(&want)
-                        .map(|(g, w)| {
-                            if g.is_finite() {
-                                (g - w).abs() / scale
-                            } else {
-                                f32::INFINITY
-                            }
-                        })
-                        .fold(0f32, f32::max);
+                    let diff = logits_diff(&got, &want);
                     assert!(
                         diff <= tol,
                         "decode step {dtype:?} {name} {launch:?}, position {pos}: {diff} of the largest logit"
@@ -610,18 +615,7 @@ fn decode_step_batches_match_their_cpu_references() {
                     let n = rows.len();
                     for (s, got) in seqs.iter_mut().zip(&rows) {
                         let want = reference.step(token(s), s.len, &mut s.host).unwrap();
-                        let scale = want.iter().fold(1f32, |m, x| m.max(x.abs()));
-                        let diff = got
-                            .iter()
-                            .zip(&want)
-                            .map(|(g, w)| {
-                                if g.is_finite() {
-                                    (g - w).abs() / scale
-                                } else {
-                                    f32::INFINITY
-                                }
-                            })
-                            .fold(0f32, f32::max);
+                        let diff = logits_diff(got, &want);
                         assert!(
                             diff <= tol,
                             "batched decode step {dtype:?} {name} {launch:?}, round {round}, \
