@@ -12,11 +12,11 @@
 //
 // Weights: dense (f32, bf16, f16) or GGML blocks (ggml_units.cuh), read in place.
 #define GEMV_WARPS 8
-// Sequences a batched product's warp takes at once (their accumulators in registers); a larger
-// batch reads the weights once per such pass. One sequence has entry points of its own
+// Sequences a batched product's warp takes at once (their accumulators in registers): the
+// scheduler's usual 16 read each weight row once; a larger batch reads it once per pass. One sequence has entry points of its own
 // (PASS 1: the single-sequence step's code, four loads in flight a lane), so that neither pays
 // for the other and the modules stay small enough for NVRTC and the driver to compile quickly.
-#define STEP_PASS 8
+#define STEP_PASS 16
 
 // The state of `batch` sequences: tokens, positions, cache rows written, then key counts.
 __device__ __forceinline__ int st_token(const int* st, int batch, int s) { return st[s]; }
@@ -136,49 +136,45 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
     const long long r = (long long)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
     const long long total = a.mode == 2 ? a.rows0 : a.rows0 + a.rows1 + a.rows2;
     if (r >= total) return;
-    float acc[PASS];
-    if (a.mode == 2) {
-        float up[PASS];
-        for (int s0 = 0; s0 < a.batch; s0 += PASS) {
-            const int n = min(PASS, a.batch - s0);
-            const typename L::T* xs = x + (long long)s0 * a.cols;
-            row_dots<W, L, DENSE, PASS>(w0 + r * a.row_bytes, xs, a.cols, n, a.vec, lane, acc);
-            row_dots<W, L, DENSE, PASS>(w1 + r * a.row_bytes, xs, a.cols, n, a.vec, lane, up);
-            if (lane == 0) {
-#pragma unroll
-                for (int s = 0; s < PASS; s++) {
-                    if (s < n) {
-                        const float g = acc[s];
-                        out_t[(long long)(s0 + s) * a.out_stride + r] =
-                            L::st(g / (1.f + __expf(-g)) * up[s]);
-                    }
-                }
-            }
-        }
-        return;
-    }
+    // The row this warp reads (SwiGLU: row r of the gate, then of the up matrix).
     const u8* w;
     const float* b;
     long long i;
-    if (r < a.rows0) {
-        w = w0, b = b0, i = r;
+    if (a.mode == 2 || r < a.rows0) {
+        w = w0, b = a.mode == 2 ? nullptr : b0, i = r;
     } else if (r < a.rows0 + a.rows1) {
         w = w1, b = b1, i = r - a.rows0;
     } else {
         w = w2, b = b2, i = r - a.rows0 - a.rows1;
     }
     const float bias = b ? b[i] : 0.f;
+    const int products = a.mode == 2 ? 2 : 1;
+    float acc[PASS], gate[PASS];
     for (int s0 = 0; s0 < a.batch; s0 += PASS) {
         const int n = min(PASS, a.batch - s0);
-        row_dots<W, L, DENSE, PASS>(w + i * a.row_bytes, x + (long long)s0 * a.cols, a.cols, n, a.vec,
-                              lane, acc);
+        const typename L::T* xs = x + (long long)s0 * a.cols;
+        // One call site for both of SwiGLU's products: NVRTC inlines a copy of the dot
+        // products per call site, and the modules' size is what NVRTC and the driver compile.
+#pragma unroll 1
+        for (int m = 0; m < products; m++) {
+            row_dots<W, L, DENSE, PASS>((m == 0 ? w : w1) + i * a.row_bytes, xs, a.cols, n,
+                                        a.vec, lane, acc);
+            if (m == 0 && products == 2) {
+#pragma unroll
+                for (int s = 0; s < PASS; s++) gate[s] = acc[s];
+            }
+        }
         if (lane == 0) {
 #pragma unroll
             for (int s = 0; s < PASS; s++) {
-                if (s < n) {
-                    float* o = out_f32 + (long long)(s0 + s) * a.out_stride + r;
+                if (s >= n) continue;
+                const long long o = (long long)(s0 + s) * a.out_stride + r;
+                if (a.mode == 2) {
+                    const float g = gate[s];
+                    out_t[o] = L::st(g / (1.f + __expf(-g)) * acc[s]);
+                } else {
                     const float v = acc[s] + bias;
-                    *o = a.mode == 1 ? *o + v : v;
+                    out_f32[o] = a.mode == 1 ? out_f32[o] + v : v;
                 }
             }
         }
