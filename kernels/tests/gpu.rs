@@ -540,7 +540,8 @@ fn decode_step_matches_its_cpu_reference() {
 /// The fused decoding step of a changing batch (continuous batching) on CUDA, each sequence
 /// against its own run of the CPU oracle: sequences join at steps 10, 20 and 30 and leave at
 /// 25 and 45, so the batch runs 1 to 3 sequences (one alone: the single-sequence products;
-/// more: the batched ones, which read each weight row once for all), each with its own caches
+/// more: the batched ones, which read each weight row once for all), then 18 (two passes of the
+/// batched products) from step 50, each with its own caches
 /// of its own capacity (a sequence's caches move to larger buffers at its 30th token); dense
 /// weights and mixed GGML blocks, graph and eager.
 #[test]
@@ -575,6 +576,8 @@ fn decode_step_batches_match_their_cpu_references() {
                         10 | 20 | 30 => seqs.push(fresh(round / 10)),
                         25 => drop(seqs.remove(1)),
                         45 => drop(seqs.remove(0)),
+                        // More than a pass of the batched products (16 sequences): two.
+                        50 => seqs.extend((10..26).map(fresh)),
                         _ => {}
                     }
                     for s in &mut seqs {
