@@ -4,17 +4,34 @@
 // different lengths and capacities, found through per-sequence tables of device pointers. A
 // block takes one query head of one sequence and one of `splits` equal ranges of its keys (split
 // over keys, so that few sequences at long contexts still fill the device); its warps split the
-// range (warp w: keys w, w + warps, ...), each with its own online softmax in f32, merged at the
-// end through shared memory. With one split the block writes the output; with more it writes
-// its (max, sum, accumulators) to `partial` and capstan_attention_decode_merge_* combines them.
+// range (warp w: keys w, w + warps, ..., DEC_KEYS at a time), each with its own online softmax in
+// f32, merged at the end through shared memory. With one split the block writes the output; with
+// more it writes its (max, sum, accumulators) to `partial` and capstan_attention_decode_merge_*
+// combines them.
 // Keys and values are read in place, head kh at rows kh * capacity.
 #define DEC_MAXD 256
+
+// Keys a warp takes at once.
+#define DEC_KEYS 4
 
 struct DecodeArgs {
     int heads, kv_heads, dim;
     float scale;
     int splits;
 };
+
+// One lane's share of the dot product of the (scaled) query `qv` with the key row `kr`.
+template <typename L>
+__device__ __forceinline__ float key_dot(const typename L::T* __restrict__ kr, const float* qv,
+                                         int per_lane, int dim, int lane) {
+    float dot = 0.f;
+#pragma unroll
+    for (int t = 0; t < DEC_MAXD / 32; t++) {
+        const int d = lane + 32 * t;
+        if (t < per_lane && d < dim) dot += qv[t] * L::ld(kr[d]);
+    }
+    return dot;
+}
 
 template <typename L>
 __device__ void attention_decode(const typename L::T* __restrict__ q,
@@ -37,29 +54,63 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
     const typename L::T* v = (const typename L::T*)vptr[s] + head;
     const size_t qoff = ((size_t)s * a.heads + h) * a.dim;
 
+    // Unrolled to DEC_MAXD / 32 with a guard, so that q and the accumulators stay in registers
+    // (a loop to `per_lane` indexes them at run time: local memory).
     float qv[DEC_MAXD / 32], acc[DEC_MAXD / 32];
-    for (int t = 0; t < per_lane; t++) {
-        int d = lane + 32 * t;
-        qv[t] = d < a.dim ? L::ld(q[qoff + d]) * a.scale : 0.f;
+#pragma unroll
+    for (int t = 0; t < DEC_MAXD / 32; t++) {
+        const int d = lane + 32 * t;
+        qv[t] = t < per_lane && d < a.dim ? L::ld(q[qoff + d]) * a.scale : 0.f;
         acc[t] = 0.f;
     }
     float m = NEG_INF, l = 0.f;
-    for (int j = first + warp; j < n; j += warps) {
-        const typename L::T* kr = k + (size_t)j * a.dim;
-        float dot = 0.f;
-        for (int t = 0; t < per_lane; t++) {
-            int d = lane + 32 * t;
-            if (d < a.dim) dot += qv[t] * L::ld(kr[d]);
+    // DEC_KEYS keys at a time a warp (keys j, j + warps, ...): their loads are in flight
+    // together, and the running maximum and sum move once for all of them.
+    int j = first + warp;
+    for (; j + (DEC_KEYS - 1) * warps < n; j += DEC_KEYS * warps) {
+        float sc[DEC_KEYS];
+#pragma unroll
+        for (int u = 0; u < DEC_KEYS; u++)
+            sc[u] = key_dot<L>(k + (size_t)(j + u * warps) * a.dim, qv, per_lane, a.dim, lane);
+        float m_new = m;
+#pragma unroll
+        for (int u = 0; u < DEC_KEYS; u++) {
+            sc[u] = warp_sum(sc[u]);
+            m_new = fmaxf(m_new, sc[u]);
         }
-        float sc = warp_sum(dot);
-        float m_new = fmaxf(m, sc);
-        float corr = __expf(m - m_new);
-        float e = __expf(sc - m_new);
+        const float corr = __expf(m - m_new);
+        float e[DEC_KEYS], sum = 0.f;
+#pragma unroll
+        for (int u = 0; u < DEC_KEYS; u++) {
+            e[u] = __expf(sc[u] - m_new);
+            sum += e[u];
+        }
+        l = l * corr + sum;
+#pragma unroll
+        for (int t = 0; t < DEC_MAXD / 32; t++) {
+            const int d = lane + 32 * t;
+            if (t < per_lane && d < a.dim) {
+                float x = acc[t] * corr;
+#pragma unroll
+                for (int u = 0; u < DEC_KEYS; u++)
+                    x += e[u] * L::ld(v[(size_t)(j + u * warps) * a.dim + d]);
+                acc[t] = x;
+            }
+        }
+        m = m_new;
+    }
+    // The rest one at a time.
+    for (; j < n; j += warps) {
+        const float sc = warp_sum(key_dot<L>(k + (size_t)j * a.dim, qv, per_lane, a.dim, lane));
+        const float m_new = fmaxf(m, sc);
+        const float corr = __expf(m - m_new);
+        const float e = __expf(sc - m_new);
         l = l * corr + e;
         const typename L::T* vr = v + (size_t)j * a.dim;
-        for (int t = 0; t < per_lane; t++) {
-            int d = lane + 32 * t;
-            acc[t] = acc[t] * corr + (d < a.dim ? e * L::ld(vr[d]) : 0.f);
+#pragma unroll
+        for (int t = 0; t < DEC_MAXD / 32; t++) {
+            const int d = lane + 32 * t;
+            if (t < per_lane && d < a.dim) acc[t] = acc[t] * corr + e * L::ld(vr[d]);
         }
         m = m_new;
     }
@@ -68,9 +119,10 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
         mine[0] = m;
         mine[1] = l;
     }
-    for (int t = 0; t < per_lane; t++) {
-        int d = lane + 32 * t;
-        if (d < a.dim) mine[2 + d] = acc[t];
+#pragma unroll
+    for (int t = 0; t < DEC_MAXD / 32; t++) {
+        const int d = lane + 32 * t;
+        if (t < per_lane && d < a.dim) mine[2 + d] = acc[t];
     }
     __syncthreads();
     if (warp != 0) return;
