@@ -1,8 +1,9 @@
 //! Decoding on CUDA as one graph a token ([`capstan_kernels::step`]): the model's weights as
-//! the step reads them ([`Llama::step_model`]: the float tensors and a GGUF file's
-//! quantized blocks in place), and the step taken where it applies — one sequence, one new token, full
-//! causal attention in every layer, no encoder context or padding, the cache in the
-//! activations' type with a free row — else the layer-by-layer pass.
+//! the step reads them ([`Llama::step_model`]: the float tensors and a GGUF file's quantized
+//! blocks in place), and the step taken where it applies — one new token of one sequence, or of
+//! each sequence of a continuous-batching step ([`Llama::forward_packed`]); full causal
+//! attention in every layer, no encoder context or padding, each cache in the activations' type
+//! with a free row — else the layers.
 //!
 //! Opt-in (`CAPSTAN_DECODE_STEP=graph` or `eager`, or [`Llama::set_decode_step`]) until a GPU
 //! run has checked its kernels against [`capstan_kernels::step::ReferenceStep`]
