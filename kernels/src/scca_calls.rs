@@ -29,6 +29,11 @@ pub(crate) struct SccaCall {
 /// each call is a launch and, per new shape, a plan.
 pub(crate) const MAX_CALLS: usize = 64;
 
+/// Fewest query rows of a call, as for every call Capstan sends to cuDNN
+/// (`crate::sdpa_graph::sdpa_mask`): a chunk with fewer (a prompt ending or starting just past
+/// a chunk's edge) sends the whole attention to Capstan's kernels.
+pub(crate) const MIN_ROWS: u64 = 16;
+
 /// The query rows of one chunk and the keys they may see, as absolute positions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Piece {
@@ -68,7 +73,7 @@ fn pieces(
         let k0 = (c * w).saturating_sub(s).max(k_pos0);
         // Keys after the chunk's last query are never visible.
         let k1 = ((c + 1) * w - s).min(q1).min(k_end);
-        if k1 <= k0 || k0 > q0 {
+        if k1 <= k0 || k0 > q0 || q1 - q0 < MIN_ROWS {
             return None;
         }
         out.push(Piece {
@@ -87,7 +92,8 @@ fn pieces(
 /// position `q_pos0` and its keys from `k_pos0`. Each query row of each head is written by
 /// exactly one call. `None` where the pattern or shape is not expressible: a dilated or
 /// unchunked head, a group of heads not on key-head boundaries, a head width cuDNN does not
-/// fuse, fewer than 16 query rows (decoding), or more than [`MAX_CALLS`] calls.
+/// fuse, a chunk of fewer than [`MIN_ROWS`] query rows (decoding rows among them), or more than
+/// [`MAX_CALLS`] calls.
 pub(crate) fn scca_calls(
     rules: &[HeadRule],
     base: &SdpaKey,
@@ -235,22 +241,24 @@ mod tests {
     /// see keys the rule lets them see (and, for the first row and the last, all of them).
     #[test]
     fn every_query_row_is_written_once() {
-        let odd_shifts: Vec<HeadRule> = scca_rules(SccaKind::Fixed, 16, 8)
+        let odd_shifts: Vec<HeadRule> = scca_rules(SccaKind::Fixed, 32, 8)
             .into_iter()
             .enumerate()
             .map(|(h, r)| HeadRule {
-                shift: if h < 4 { 24 } else { 5 },
+                shift: if h < 4 { 40 } else { 9 },
                 ..r
             })
             .collect();
         let cases = [
-            (scca_rules(SccaKind::Fixed, 16, 8), 70, 70, 0),
-            (scca_rules(SccaKind::Flow { groups: 2 }, 16, 8), 100, 100, 0),
-            // Shifts past a chunk and not a multiple of it.
-            (odd_shifts.clone(), 100, 100, 0),
-            (odd_shifts, 61, 90, 29),
+            // A last chunk of 24 rows.
+            (scca_rules(SccaKind::Fixed, 32, 8), 88, 88, 0),
+            (scca_rules(SccaKind::Flow { groups: 2 }, 16, 8), 96, 96, 0),
+            // Shifts past a chunk and not a multiple of it; and 72 rows after 40 cached keys,
+            // starting mid-chunk.
+            (odd_shifts.clone(), 112, 112, 0),
+            (odd_shifts, 72, 112, 40),
             // A prompt chunk after 37 cached keys, starting mid-chunk.
-            (scca_rules(SccaKind::Fixed, 16, 8), 50, 87, 37),
+            (scca_rules(SccaKind::Fixed, 32, 8), 50, 87, 37),
         ];
         for (rules, q_len, kv_len, q_pos0) in cases {
             let mut key = base(8, 2, q_len, kv_len);
@@ -315,6 +323,9 @@ mod tests {
         assert!(scca_calls(&split, &key, 0, 0).is_none());
         let fixed = scca_rules(SccaKind::Fixed, 16, 8);
         assert!(scca_calls(&fixed, &key, 0, 0).is_some());
+        // A chunk of 6 rows at the end, or of 3 at the start after a cache.
+        assert!(scca_calls(&fixed, &base(8, 2, 70, 70), 0, 0).is_none());
+        assert!(scca_calls(&fixed, &base(8, 2, 61, 90), 29, 0).is_none());
         // A decoding row; a head width cuDNN does not fuse; more than MAX_CALLS calls (three
         // a sequence, 70 sequences).
         let decoding = base(8, 2, 1, n);

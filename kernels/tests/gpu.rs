@@ -279,7 +279,7 @@ fn cudnn_attention_matches_the_cpu_reference() {
         (1, 8, 8, 128, 128, 128, 64),
         (2, 16, 4, 257, 257, 257, 128),
         (1, 32, 8, 1030, 1030, 1030, 128),
-        (1, 8, 2, 64, 300, 512, 128),
+        (1, 8, 2, 64, 320, 512, 128),
     ] {
         for (dtype, tol) in [(DType::BF16, 2e-2), (DType::F16, 4e-3)] {
             let rand = |heads, n| {
@@ -297,9 +297,11 @@ fn cudnn_attention_matches_the_cpu_reference() {
                 group: 4,
             };
             // SCCA's chunked heads as batched chunk calls (SCCA_fixed's shifted heads, and
-            // SCCA_flow's whole-chunk shifts).
+            // SCCA_flow's whole-chunk shifts); where a chunk would have fewer than 16 query
+            // rows (257 and 1,030 rows) they run on Capstan's kernels, checked all the same.
             let fixed = Pattern::Scca(scca_rules(SccaKind::Fixed, 32, h));
             let flow = Pattern::Scca(scca_rules(SccaKind::Flow { groups: 2 }, 16, h));
+            let scca_on_cudnn = sq % 32 == 0 && (skv - sq) % 32 == 0;
             let cases = [
                 (Pattern::Causal, (skv - sq) as u64, false),
                 (Pattern::Local { window: 37 }, (skv - sq) as u64, false),
@@ -335,8 +337,9 @@ fn cudnn_attention_matches_the_cpu_reference() {
                 };
                 let g = attention(&on(&q), &gk, &gv, o).unwrap();
                 let ran = capstan_kernels::cudnn_stats().calls - before;
+                let scca = matches!(p, Pattern::Scca(_));
                 assert!(
-                    ran >= if two_passes { 2 } else { 1 },
+                    (scca && !scca_on_cudnn) || ran >= if two_passes { 2 } else { 1 },
                     "{p:?} {dtype:?} {:?} fell back to Capstan's kernels: {:?}",
                     (b, h, kvh, sq, skv, cap, d),
                     capstan_kernels::cudnn_stats().refusals
