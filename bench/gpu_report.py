@@ -263,6 +263,9 @@ def main():
                       "max_abs_diff_vs_cpu": enc.get("max_abs_diff_vs_cpu"),
                       "min_cosine_vs_sentence_transformers": encp.get("min_cosine_vs_capstan")}
     res["gguf"] = load(raw, "gguf")
+    # Where the time went (scripts/gpu-profile.sh: each kernel's duration under Nsight Compute).
+    res["profile"] = {os.path.basename(p)[len("profile_"):-5]: load(raw, os.path.basename(p)[:-5])
+                      for p in sorted(glob.glob(os.path.join(raw, "profile_*.json")))}
     pc = load(raw, "passage_cache") or {}
     res["passage_cache"] = {f: pc.get(f) for f in ("shape", "requests", "encoder_tokens_ratio_on_off",
                                                    "time_ratio_on_off", "logits_identical",
@@ -362,6 +365,15 @@ def main():
            f"| CAPE / full context at 128K, throughput | {f3(v['cape_128k']['throughput_ratio'])} |",
            f"| SmolLM2 GGUF decode, tokens/s | {f3(v['smollm2_tokens_per_s'])} |",
            f"| SmolLM2 GGUF decode through the fused step, tokens/s | {f3(v['smollm2_step_tokens_per_s'])} |"]
+    for name, prof in res["profile"].items():
+        prof = prof or {}
+        if "top" not in prof:
+            md += ["", f"Profile {name}: {prof.get('skipped') or prof.get('error') or 'no result'}"]
+            continue
+        md += ["", f"Profile {name}: {prof['launches']} kernel launches, {prof['total_us'] / 1e3:.2f} ms of kernels",
+               "", "| kernel | launches | total µs | mean µs | share |", "|---|---|---|---|---|"]
+        md += [f"| {k['kernel']} | {k['launches']} | {k['total_us']:.1f} | {k['mean_us']:.2f} | "
+               f"{100 * (k['share'] or 0):.1f}% |" for k in prof["top"][:10]]
     md += ["", "Goals: " + ", ".join(f"{k} {v}" for k, v in res["goals"].items()), "",
            "Steps: " + ", ".join(f"{k} rc {v['rc']} ({v['seconds']} s)" for k, v in steps.items())]
     with open(os.path.join(a.out, "results.json"), "w") as f:

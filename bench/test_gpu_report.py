@@ -44,6 +44,10 @@ for goal in ("causal_attention_at_least_0.8x_sdpa", "patterns_at_least_1x_flex_a
              "batch16_decode_at_least_12x_one", "cape_128k_throughput_at_least_12x"):
     assert goal in r["goals"], goal
 assert r["goals"]["cape_128k_throughput_at_least_12x"] is None
+# Profiles: the CPU has no ncu (their commands still ran); where ncu ran, a table of kernels.
+assert r["profile"] == {k: {"skipped": "no ncu on this machine"}
+                        for k in ("decode_llama3-tiny", "gguf", "prefill")}, r["profile"]
+assert "Profile prefill: no ncu on this machine" in md
 assert "| attention zebra_1k |" in md
 assert "SKIPPED cape_16384" in md and "| llama3-tiny | 1k |" in md
 # The fused decoding step never runs on the CPU: no figure of its own, the layers' stand.
@@ -106,4 +110,20 @@ with tempfile.TemporaryDirectory() as raw:
     json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
     w = report(raw)
     assert w["batch16_step_decode"] is None and w["batch16_best"] == w["batch16_decode"], w
+# A profile where ncu ran (bench/ncu_summary.py's output) becomes a table in results.md.
+with tempfile.TemporaryDirectory() as raw:
+    copy_recorded(raw)
+    prof = {"launches": 3, "kernels": 2, "total_us": 30.0,
+            "top": [{"kernel": "capstan_step_gemv_bf16_bf16", "launches": 2, "total_us": 20.0, "mean_us": 10.0,
+                     "share": 0.6667},
+                    {"kernel": "capstan_step_rmsnorm_bf16", "launches": 1, "total_us": 10.0, "mean_us": 10.0,
+                     "share": 0.3333}]}
+    json.dump(prof, open(os.path.join(raw, "profile_prefill.json"), "w"))
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, os.path.join(here, "gpu_report.py"), "--raw", raw, "--cpu", "1",
+                        "--out", out], check=True)
+        md = open(os.path.join(out, "results.md")).read()
+        assert json.load(open(os.path.join(out, "results.json")))["profile"]["prefill"] == prof
+    assert "Profile prefill: 3 kernel launches, 0.03 ms of kernels" in md, md
+    assert "| capstan_step_gemv_bf16_bf16 | 2 | 20.0 | 10.00 | 66.7% |" in md, md
 print("gpu_report: ok")

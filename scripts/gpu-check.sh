@@ -125,6 +125,8 @@ else
   nvidia-smi -L >"$OUT/device.txt" 2>/dev/null || echo "unknown GPU (no nvidia-smi)" >"$OUT/device.txt"
 fi
 export CAPSTAN_KERNELS_POISON=1
+# The CPU dry run runs the profiles' commands without a profiler (scripts/gpu-profile.sh).
+[ "$CPU" = 1 ] && export CAPSTAN_PROFILE_DRY=1
 W="$OUT/raw"
 mkdir -p "$W"
 say "device ${DEV}; bundle ${BUNDLE:-(this checkout)}; raw results in $W"
@@ -232,6 +234,21 @@ for total in $CAPE_TOTALS; do
   step "cape_$total" env $KERNEL "$BENCH" gpu cape $CAPE --totals "$total" --full-max "$CAPE_FULL_MAX" \
     --device "$DEV" --dtype "$DT"
 done
+# Where the time goes, for the goals a run may miss (issue 39: "missed with the profile"): each
+# kernel's duration under Nsight Compute over what the benchmark times (scripts/gpu-profile.sh;
+# reported as not run where ncu is not): decoding tokens of the fused step at 1K, the first
+# layers' kernels of the model's 8K prefill, SmolLM2's fused step.
+step "profile_decode_$SHAPE" env $KERNEL scripts/gpu-profile.sh "$W/profile_decode.csv" 600 -- \
+  "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --steps 2 --full-attention step \
+  --device "$DEV" --dtype "$DT"
+# shellcheck disable=SC2086
+step profile_prefill env $KERNEL scripts/gpu-profile.sh "$W/profile_prefill.csv" 400 -- \
+  "$BENCH" gpu prefill --model-only $PREFILL_MODEL --model-contexts "${PREFILL_MODEL_CONTEXTS%% *}" \
+  --device "$DEV" --dtype "$DT"
+if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
+  step profile_gguf scripts/gpu-profile.sh "$W/profile_gguf.csv" 600 -- \
+    "$BENCH" gpu gguf --model "$GGUF" --new-tokens 4 --ways step --device "$DEV"
+fi
 # Issue 10's rows, re-measured while the budget lasts: the peer's own batch of 16, the CUDA-core
 # kernel's prefill beside flash SDPA, CAPE's passage cache, the encoder, the Llama-2 shape.
 step "graph_peer_batch16_$SHAPE" "$PY" bench/gpu_peers.py decode-graph --shape "$SHAPE" \

@@ -10,7 +10,7 @@ use capstan_reader::{
 };
 use serde_json::{json, Value};
 
-use super::device::{copy_bandwidth, describe, timed};
+use super::device::{copy_bandwidth, describe, profiled, timed};
 use super::shapes::{decode_weight_bytes, kv_bytes, random_model};
 
 /// One greedy step at the cache's end: the next token.
@@ -270,7 +270,7 @@ pub fn gguf(
             other => anyhow::bail!("--ways {other:?}: expected layers, step or step-eager"),
         });
         lm.generator().generate(&request, &params)?; // warm-up (kernels, allocations, graph)
-        let out = lm.generator().generate(&request, &params)?;
+        let out = profiled(device, || Ok(lm.generator().generate(&request, &params)?))?;
         let mut row = json!({
             "prompt_tokens": out.prompt_tokens,
             "new_tokens": out.tokens.len(),

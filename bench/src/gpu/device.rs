@@ -40,16 +40,49 @@ pub fn describe(device: &Device) -> String {
     }
 }
 
-/// Seconds `f` takes, the device synchronised before and after.
+/// Seconds `f` takes, the device synchronised before and after (and `f` [`profiled`]).
 pub fn timed<T>(
     device: &Device,
     f: impl FnOnce() -> anyhow::Result<T>,
 ) -> anyhow::Result<(T, f64)> {
     device.synchronize()?;
     let start = Instant::now();
-    let out = f()?;
+    let out = profiled(device, f)?;
     device.synchronize()?;
     Ok((out, start.elapsed().as_secs_f64()))
+}
+
+/// `f` with the CUDA profiler recording, under `CAPSTAN_PROFILE_TIMED` on a CUDA device: Nsight
+/// Compute started with `--profile-from-start off` (scripts/gpu-profile.sh) then sees only what
+/// a benchmark measures, not the model's set-up.
+pub fn profiled<T>(device: &Device, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let on = std::env::var_os("CAPSTAN_PROFILE_TIMED").is_some();
+    profiler(device, on, true);
+    let out = f();
+    if on {
+        device.synchronize()?;
+    }
+    profiler(device, on, false);
+    out
+}
+
+/// Starts or stops the CUDA profiler (best effort: a profiler that is not attached ignores it).
+#[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+fn profiler(device: &Device, on: bool, start: bool) {
+    #[cfg(feature = "cuda")]
+    if let (true, Device::Cuda(dev)) = (on, device) {
+        use candle_core::cuda_backend::cudarc::driver::sys;
+        if dev.cuda_stream().context().bind_to_thread().is_ok() {
+            // SAFETY: no arguments; the device's context is current on this thread.
+            let _ = unsafe {
+                if start {
+                    sys::cuProfilerStart()
+                } else {
+                    sys::cuProfilerStop()
+                }
+            };
+        }
+    }
 }
 
 /// [`timed`], less the seconds spent meanwhile building cuDNN plans for shapes seen for the
