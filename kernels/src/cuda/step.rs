@@ -242,11 +242,10 @@ impl DecodeStep {
         if seqs.is_empty() {
             bail!("decode step: no sequence")
         }
-        let stream = self.dev.cuda_stream();
         let mut states = Vec::with_capacity(seqs.len());
         let mut caches = Vec::with_capacity(seqs.len());
         for (n, seq) in seqs.iter().enumerate() {
-            let (layers, len) = self.cache_addresses(seq, &stream)?;
+            let (layers, len) = self.cache_addresses(seq)?;
             if seq.token as usize >= d.vocab {
                 bail!(
                     "decode step: sequence {n}'s token {} outside a vocabulary of {}",
@@ -268,25 +267,26 @@ impl DecodeStep {
             bail!("decode step: two sequences share a cache")
         }
         self.ensure_batch(seqs.len())?;
+        let shape = tables.shape();
         if self.tables.as_ref() != Some(&tables) {
             let bytes = tables.tables();
             for (i, bytes) in [BufferAddrs::KPTR, BufferAddrs::VPTR, BufferAddrs::CAPS]
                 .into_iter()
                 .zip(&bytes)
             {
-                stream.memcpy_htod(bytes, &mut self.bufs[i]).w()?;
+                self.stream.memcpy_htod(bytes, &mut self.bufs[i]).w()?;
             }
-            self.tables = Some(tables.clone());
+            self.tables = Some(tables);
         }
-        stream
+        self.stream
             .memcpy_htod(&state_bytes(&states), &mut self.bufs[BufferAddrs::STATE])
             .w()?;
-        self.run(tables.shape())?;
+        self.run(shape)?;
         let n = seqs.len() * d.vocab;
         // SAFETY: the logits buffer holds `batch_cap * vocab` f32 values (BufferAddrs::sizes).
         let view = unsafe { self.bufs[BufferAddrs::LOGITS].transmute::<f32>(n) }
             .ok_or_else(|| candle_core::Error::Msg("decode step: logits buffer".into()))?;
-        let logits = stream.clone_dtod(&view).w()?;
+        let logits = self.stream.clone_dtod(&view).w()?;
         let storage = CudaStorage::wrap_cuda_slice(logits, self.dev.clone());
         Ok(Tensor::from_storage(
             Storage::Cuda(storage),
@@ -298,11 +298,7 @@ impl DecodeStep {
 
     /// Each layer's cache of `seq` as (keys' first cached row, values', capacity), and the
     /// rows they hold, checked.
-    fn cache_addresses(
-        &self,
-        seq: &StepSeq<'_>,
-        stream: &Arc<CudaStream>,
-    ) -> Result<(Vec<LayerCache>, usize)> {
+    fn cache_addresses(&self, seq: &StepSeq<'_>) -> Result<(Vec<LayerCache>, usize)> {
         let d = self.layout.dims;
         let kvs = seq.kvs;
         if kvs.len() != self.layout.layers.len() {
@@ -345,8 +341,8 @@ impl DecodeStep {
             // The first cached row of head 0.
             let row = kv.offset * d.head_dim;
             layers.push((
-                float_address(cuda_of(&ks)?, ka + row, stream)?,
-                float_address(cuda_of(&vs)?, va + row, stream)?,
+                float_address(cuda_of(&ks)?, ka + row, &self.stream)?,
+                float_address(cuda_of(&vs)?, va + row, &self.stream)?,
                 cap,
             ));
         }
@@ -376,7 +372,7 @@ impl DecodeStep {
     }
 
     fn capture(&self, shape: (usize, usize)) -> Result<CudaGraph> {
-        let stream = self.dev.cuda_stream();
+        let stream = &self.stream;
         stream
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .w()?;

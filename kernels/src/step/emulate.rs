@@ -104,6 +104,15 @@ impl Memory {
     }
 }
 
+/// Bytes of one value of type `t` (`f32`, `bf16`, `f16`).
+fn elem_bytes(t: &str) -> usize {
+    if t == "f32" {
+        4
+    } else {
+        2
+    }
+}
+
 fn half_to_f32(t: &str, h: u16) -> f32 {
     match t {
         "bf16" => half::bf16::from_bits(h).to_f32(),
@@ -273,7 +282,7 @@ impl Emulator {
     /// Every sequence's RMSNorm, a block each.
     fn rms_norm(&mut self, t: &str, a: &[Arg], batch: usize) {
         let dim = int(&a[3]) as usize;
-        let elem = if t == "f32" { 4 } else { 2 };
+        let elem = elem_bytes(t);
         for s in 0..batch {
             let x = self.mem.f32s(ptr(&a[0]) + (4 * s * dim) as u64, dim);
             let w = self.mem.floats(t, ptr(&a[1]), dim);
@@ -291,7 +300,7 @@ impl Emulator {
             panic!("gemv without its arguments")
         };
         let cols = g.cols as usize;
-        let elem = if t == "f32" { 4 } else { 2 };
+        let elem = elem_bytes(t);
         let x = self
             .mem
             .floats(t, ptr(&a[6]) + (elem * s * cols) as u64, cols);
@@ -359,7 +368,7 @@ impl Emulator {
         let qkv = self.mem.f32s(ptr(&a[0]) + (4 * s * width) as u64, width);
         let inv_freq = self.mem.f32s(ptr(&a[1]), half);
         let p = if factor == 1.0 { pos } else { pos / factor };
-        let elem = if t == "f32" { 4 } else { 2 };
+        let elem = elem_bytes(t);
         for head in 0..heads + 2 * kv_heads {
             let src = &qkv[head * dim..][..dim];
             let mut out = vec![0f32; dim];
@@ -402,7 +411,7 @@ impl Emulator {
             self.mem.u64(ptr(&a[1]) + 8 * s64),
             self.mem.u64(ptr(&a[2]) + 8 * s64),
         );
-        let elem = if t == "f32" { 4 } else { 2 };
+        let elem = elem_bytes(t);
         let q = self
             .mem
             .floats(t, ptr(&a[0]) + (elem * s * heads * dim) as u64, heads * dim);
@@ -453,7 +462,7 @@ impl Emulator {
             panic!("merge without its arguments")
         };
         let (heads, dim, splits) = (d.heads as usize, d.dim as usize, d.splits as usize);
-        let elem = if t == "f32" { 4 } else { 2 };
+        let elem = elem_bytes(t);
         for h in 0..heads {
             let at = s * heads + h;
             let p = self.mem.f32s(

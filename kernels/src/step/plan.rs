@@ -1,7 +1,8 @@
 //! The decoding step's launches as data, for one sequence or a batch of them: which entry
-//! point, its grid and its arguments, over device addresses. [`super::DecodeStep`] launches (and captures) exactly this list on CUDA;
-//! `emulate.rs` runs the same list on the host, each entry point written out, so the order,
-//! buffers, offsets and arguments are tested without a GPU.
+//! point, its grid and its arguments, over device addresses. [`super::DecodeStep`] launches
+//! (and captures) exactly this list on CUDA; `emulate.rs` runs the same list on the host, each
+//! entry point written out, so the order, buffers, offsets and arguments are tested without a
+//! GPU.
 
 use candle_core::{bail, DType, Result, Tensor};
 
