@@ -67,7 +67,19 @@ def best(*xs):
     return max(xs) if xs else None
 
 
-def fused_step_rows(raw, tolerance=0.05):
+def ran_as_graph(record):
+    """Whether a record's fused decoding step ran, captured as a CUDA graph (its `decode_step`
+    status Ready with no capture error; on the CPU, or refused, the layers ran instead)."""
+    status = str(record.get("decode_step", ""))
+    return status.startswith("Ready") and "capture_error: None" in status
+
+
+# How far a fused step's logits may stray from the layers' (relative to their largest magnitude)
+# for its figure to count.
+FUSED_TOLERANCE = 0.05
+
+
+def fused_step_rows(raw, tolerance=FUSED_TOLERANCE):
     """The fused decoding step's rows by context (the CUDA graph), where its first logits were
     within `tolerance` of the layers' (relative to their largest magnitude)."""
     step = (load(raw, "fused_decode_llama3-8b") or load(raw, "fused_decode_llama3-tiny") or {})
@@ -99,16 +111,16 @@ def vs_pytorch(raw, res):
     dec, graph = llama3_rows(raw, "decode"), llama3_rows(raw, "graph_peer")
     decode = ratios(dec, graph)
     decode_kernel = ratios(llama3_rows(raw, "kernel_decode"), graph)
-    decode_step = ratios(fused_step_rows(raw), graph)
+    fused_rows = fused_step_rows(raw)
+    decode_step = ratios(fused_rows, graph)
     b16 = llama3_rows(raw, "batch16")
     # 16 sequences through the fused step, against one sequence through it: counted where the
     # batch ran the step as a graph and its logits matched each sequence's alone.
     fused16 = load(raw, "fused_batch16_llama3-8b") or load(raw, "fused_batch16_llama3-tiny") or {}
     f16 = fused16.get("contexts", {}).get("1k", {})
-    f16_ran = str(fused16.get("decode_step", "")).startswith("Ready") and \
-        "capture_error: None" in str(fused16.get("decode_step", ""))
-    f16_ok = f16_ran and (f16.get("packed_vs_alone_max_rel_diff") or 1) <= 0.05
-    step1 = fused_step_rows(raw).get("1k", {})
+    f16_ok = ran_as_graph(fused16) and \
+        (f16.get("packed_vs_alone_max_rel_diff") or 1) <= FUSED_TOLERANCE
+    step1 = fused_rows.get("1k", {})
     batch16_step = ratio(f16.get("tokens_per_s"), step1.get("tokens_per_s")) if f16_ok else None
     # The goal takes the way that decodes 16 sequences faster (what a server would run).
     b16_tps = b16.get("1k", {}).get("tokens_per_s")
@@ -122,9 +134,7 @@ def vs_pytorch(raw, res):
     # product's rounding may flip a late one: at least the first half).
     step_same = (step_way.get("tokens_as_first_way") or 0) >= (step_way.get("new_tokens") or 1) / 2
     # ... and where the step ran as a graph (on the CPU, or refused, the layers ran instead).
-    step_ran = str(step_way.get("decode_step", "")).startswith("Ready") and \
-        "capture_error: None" in str(step_way.get("decode_step", ""))
-    smollm2_step = step_way.get("tokens_per_s") if step_same and step_ran else None
+    smollm2_step = step_way.get("tokens_per_s") if step_same and ran_as_graph(step_way) else None
     return {"attention": attention, "prefill": prefill, "decode": decode,
             "decode_kernel": decode_kernel,
             "decode_step": decode_step,

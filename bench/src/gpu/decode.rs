@@ -13,6 +13,16 @@ use serde_json::{json, Value};
 use super::device::{copy_bandwidth, describe, profiled, timed};
 use super::shapes::{decode_weight_bytes, kv_bytes, random_model};
 
+/// The fused decoding step a way names: `step` (replayed as a CUDA graph), `step-eager` (its
+/// kernels launched one by one); `None` for any other way (the layers).
+pub fn fused_way(way: &str) -> Option<StepLaunch> {
+    match way {
+        "step" => Some(StepLaunch::Graph),
+        "step-eager" => Some(StepLaunch::Eager),
+        _ => None,
+    }
+}
+
 /// One greedy step at the cache's end: the next token.
 fn step(model: &Llama, cache: &mut Cache, token: u32) -> anyhow::Result<u32> {
     let x = Tensor::new(&[[token]], model.device())?;
@@ -40,11 +50,11 @@ pub fn run(
     let bandwidth = copy_bandwidth(device, probe)?;
     let mut by_path = serde_json::Map::new();
     for path in paths {
-        let (kernel, fused) = match path.as_str() {
-            "kernel" => (true, None),
-            "matmul" => (false, None),
-            "step" => (true, Some(StepLaunch::Graph)),
-            "step-eager" => (true, Some(StepLaunch::Eager)),
+        let fused = fused_way(path);
+        let kernel = match path.as_str() {
+            "matmul" => false,
+            "kernel" => true,
+            _ if fused.is_some() => true,
             other => anyhow::bail!(
                 "--full-attention {other:?}: expected kernel, matmul, step or step-eager"
             ),
@@ -153,8 +163,8 @@ fn step_packed(model: &Llama, caches: &mut [Cache], tokens: &[u32]) -> anyhow::R
 /// tokens/s over all of them, and the largest difference of the first step's logits from each
 /// sequence stepped alone through the layers (relative to the logits' largest magnitude), so
 /// that the speed is only reported for a packed step that computes what the sequences compute
-/// alone. `way`: `packed` (the layers over the packed rows), `step` (the fused decoding step of
-/// the whole batch, as a CUDA graph) or `step-eager` (its kernels one by one).
+/// alone. `way`: `step` (the fused decoding step of the whole batch, as a CUDA graph) or
+/// `step-eager` (its kernels one by one); any other, the layers over the packed rows.
 pub fn run_batched(
     shape: &str,
     contexts: &[usize],
@@ -167,14 +177,9 @@ pub fn run_batched(
     let (mut model, _) = random_model(shape, dtype, device)?;
     // The sequences alone run the layers, whichever way the batch runs.
     let alone_model = model.clone();
-    model.set_decode_step(match way {
-        "packed" => None,
-        "step" => Some(StepLaunch::Graph),
-        "step-eager" => Some(StepLaunch::Eager),
-        other => anyhow::bail!(
-            "--full-attention {other:?} with --batch: expected packed, step or step-eager"
-        ),
-    });
+    let fused = fused_way(way);
+    model.set_decode_step(fused);
+    let way = if fused.is_some() { way } else { "packed" };
     let mut rows = serde_json::Map::new();
     for &context in contexts {
         let mut caches = (0..batch)
@@ -185,7 +190,7 @@ pub fn run_batched(
         // position, each reading back what it wrote before the other writes.
         let mut alone_caches = caches.clone();
         let packed = packed_logits(&model, &mut caches, &tokens)?;
-        if way != "packed"
+        if fused.is_some()
             && device.is_cuda()
             && !matches!(model.decode_step_status(), DecodeStepStatus::Ready { .. })
         {
@@ -263,12 +268,11 @@ pub fn gguf(
     let mut by_way = serde_json::Map::new();
     let mut first: Option<(Value, Vec<u32>)> = None;
     for way in ways {
-        lm.model_mut().set_decode_step(match way.as_str() {
-            "layers" => None,
-            "step" => Some(StepLaunch::Graph),
-            "step-eager" => Some(StepLaunch::Eager),
-            other => anyhow::bail!("--ways {other:?}: expected layers, step or step-eager"),
-        });
+        let fused = fused_way(way);
+        if fused.is_none() && way != "layers" {
+            anyhow::bail!("--ways {way:?}: expected layers, step or step-eager")
+        }
+        lm.model_mut().set_decode_step(fused);
         lm.generator().generate(&request, &params)?; // warm-up (kernels, allocations, graph)
         let out = profiled(device, || Ok(lm.generator().generate(&request, &params)?))?;
         let mut row = json!({

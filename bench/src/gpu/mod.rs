@@ -201,12 +201,8 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             &contexts,
             steps,
             batch,
-            // Given explicitly, the first way; else the packed layers.
-            match full_attention.first().map(String::as_str) {
-                Some("step") => "step",
-                Some("step-eager") => "step-eager",
-                _ => "packed",
-            },
+            // The first way given: the fused step where it names one, else the packed layers.
+            full_attention.first().map_or("packed", String::as_str),
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),
