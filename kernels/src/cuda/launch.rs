@@ -1,8 +1,7 @@
 //! What every launch needs: the sources compiled by NVRTC for the device's architecture (once
 //! per process and architecture, and kept on disk between processes: `crate::ptx_cache`) and
-//! loaded once per device, the type suffix of an entry
-//! point, output buffers (NaN-filled under `CAPSTAN_KERNELS_POISON`), and the storages of
-//! inputs read in place.
+//! loaded once per device, the type suffix of an entry point, output buffers (NaN-filled under
+//! `CAPSTAN_KERNELS_POISON`), and the storages of inputs read in place.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -30,12 +29,12 @@ fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
         .find(|(name, _)| *name == module)
         .map(|(_, src)| *src)
         .expect("known module");
-    // CompileOptions wants a &'static str: one small leak per architecture and module.
-    let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
     let options = vec!["-default-device".to_string()];
     let key = [src, &arch, &options.join(" "), &nvrtc_version()];
     let dir = crate::ptx_cache::directory();
     let compiled = crate::ptx_cache::cached(dir.as_deref(), module, &key, || {
+        // CompileOptions wants a &'static str: one small leak per module NVRTC compiles.
+        let arch_static: &'static str = Box::leak(arch.clone().into_boxed_str());
         let opts = CompileOptions {
             arch: Some(arch_static),
             options: options.clone(),
