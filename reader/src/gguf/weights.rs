@@ -103,6 +103,12 @@ impl GgufWeights {
         gguf_name(hf_name).is_some_and(|g| self.gguf.content().tensor_infos.contains_key(&g))
     }
 
+    /// The block type of the tensor `hf_name`, if the file holds it (read from its header).
+    pub(crate) fn dtype(&self, hf_name: &str) -> Option<GgmlDType> {
+        let name = gguf_name(hf_name)?;
+        Some(self.gguf.content().tensor_infos.get(&name)?.ggml_dtype)
+    }
+
     /// The tensor `hf_name` as stored (quantized), rows in Hugging Face order, on `device`.
     pub(crate) fn qtensor(&self, hf_name: &str, device: &Device) -> CResult<QTensor> {
         let stored = self.stored(hf_name)?;

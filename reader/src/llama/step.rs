@@ -97,8 +97,7 @@ fn ggml_matrix(
             return Ok(Some(StepMatrix::Ggml(q.clone())));
         }
     }
-    let stored = gguf.stored(name)?;
-    if !ggml_supported(stored.dtype) {
+    if !gguf.dtype(name).is_some_and(ggml_supported) {
         return Ok(None);
     }
     Ok(Some(StepMatrix::Ggml(Arc::new(
