@@ -30,6 +30,8 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod decode_many;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod host_kernels;
 mod op_params;
 mod ops;
 mod pattern;

@@ -25,6 +25,11 @@ struct BF16 {
 
 struct F16 {
     typedef u16 T;
+#ifdef CAPSTAN_HOST_KERNELS
+    // On the host (host_shim.hpp): the same conversions, round to nearest even.
+    static float ld(u16 x) { return chost::h2f(x); }
+    static u16 st(float f) { return chost::f2h(f); }
+#else
     static __device__ __forceinline__ float ld(u16 x) {
         float f;
         asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
@@ -35,11 +40,17 @@ struct F16 {
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
         return h;
     }
+#endif
 };
 
 __device__ __forceinline__ float warp_sum(float v) {
+#ifdef CAPSTAN_HOST_KERNELS
+    // The same butterfly, one exchange on the host (host_shim.hpp) rather than five.
+    return chost::warp_butterfly(v, [](float a, float b) { return a + b; });
+#else
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
+#endif
 }
 
 // The sum of every thread's `v` over the block (blockDim.x a multiple of 32), returned to every
@@ -54,6 +65,10 @@ __device__ __forceinline__ float block_sum(float v, float* partial) {
 }
 
 __device__ __forceinline__ float warp_max(float v) {
+#ifdef CAPSTAN_HOST_KERNELS
+    return chost::warp_butterfly(v, [](float a, float b) { return fmaxf(a, b); });
+#else
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+#endif
 }

@@ -29,9 +29,13 @@ __device__ __forceinline__ int st_slot(const int* st, int batch, int s) {
 template <typename L>
 __device__ __forceinline__ void load8(const typename L::T* p, float* y) {
     if (sizeof(typename L::T) == 2) {
+        // The halves taken by shifts: reading the vector's bytes through a u16 pointer breaks
+        // the aliasing rules an optimiser may rely on (the host build at -O2 read garbage).
         const uint4 raw = *(const uint4*)p;
-        const u16* h = (const u16*)&raw;
-        for (int i = 0; i < 8; i++) y[i] = L::ld((typename L::T)h[i]);
+        const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            y[i] = L::ld((typename L::T)(u16)(words[i / 2] >> (16 * (i % 2))));
     } else {
         const float4 a = *(const float4*)p, b = *((const float4*)p + 1);
         y[0] = a.x, y[1] = a.y, y[2] = a.z, y[3] = a.w;

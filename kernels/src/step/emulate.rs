@@ -14,25 +14,53 @@ use candle_core::{DType, Device, Tensor};
 use super::plan::{f32_bytes, Arg, BufferAddrs, CacheTables, Launch, Layout, SeqState};
 use super::{StepMatrix, StepModel};
 
-/// Device memory on the host.
+/// Device memory on the host: each region real memory ending just before a page no access
+/// is allowed to (a kernel run by [`crate::host_kernels`] reading or writing past a buffer
+/// faults), its address what the kernels are given.
 struct Memory {
-    regions: Vec<(u64, Vec<u8>)>,
-    next: u64,
+    /// (address, bytes, the mapping, its bytes)
+    regions: Vec<(u64, usize, *mut libc::c_void, usize)>,
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        for &(_, _, map, len) in &self.regions {
+            // SAFETY: mapped by `alloc`, unmapped once.
+            unsafe { libc::munmap(map, len) };
+        }
+    }
 }
 
 impl Memory {
     fn new() -> Self {
         Self {
             regions: Vec::new(),
-            next: 0x10_000,
         }
     }
 
-    /// A zeroed region of `n` bytes; regions lie 4 KiB apart, 256-byte aligned.
+    /// A zeroed region of `n` bytes, 16-byte aligned (what the kernels' vector loads need),
+    /// ending less than 16 bytes before a guard page.
     fn alloc(&mut self, n: usize) -> u64 {
-        let base = self.next;
-        self.regions.push((base, vec![0; n.max(16)]));
-        self.next = (base + n.max(16) as u64 + 4096).next_multiple_of(256);
+        let n = n.max(16);
+        let page = 4096;
+        let data = n.div_ceil(page) * page;
+        let len = data + page;
+        // SAFETY: a fresh anonymous mapping; the guard page is its last.
+        let map = unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert!(map != libc::MAP_FAILED, "no memory for {n} bytes");
+            libc::mprotect(map.cast::<u8>().add(data).cast(), page, libc::PROT_NONE);
+            map
+        };
+        let base = (map as u64 + data as u64 - n as u64) & !15;
+        self.regions.push((base, n, map, len));
         base
     }
 
@@ -42,23 +70,26 @@ impl Memory {
         a
     }
 
-    fn at(&self, addr: u64, n: usize) -> (usize, usize) {
-        for (i, (base, data)) in self.regions.iter().enumerate() {
-            if addr >= *base && addr + n as u64 <= base + data.len() as u64 {
-                return (i, (addr - base) as usize);
-            }
-        }
-        panic!("{n} bytes at {addr:#x} lie outside every buffer")
+    /// Panics unless `n` bytes at `addr` lie within one region.
+    fn check(&self, addr: u64, n: usize) {
+        let inside = self
+            .regions
+            .iter()
+            .any(|&(base, len, ..)| addr >= base && addr + n as u64 <= base + len as u64);
+        assert!(inside, "{n} bytes at {addr:#x} lie outside every buffer");
     }
 
     fn read(&self, addr: u64, n: usize) -> &[u8] {
-        let (i, o) = self.at(addr, n);
-        &self.regions[i].1[o..o + n]
+        self.check(addr, n);
+        // SAFETY: within a live region (checked); nothing writes it while the slice lives
+        // (writes take `&mut self`).
+        unsafe { std::slice::from_raw_parts(addr as *const u8, n) }
     }
 
     fn write(&mut self, addr: u64, bytes: &[u8]) {
-        let (i, o) = self.at(addr, bytes.len());
-        self.regions[i].1[o..o + bytes.len()].copy_from_slice(bytes);
+        self.check(addr, bytes.len());
+        // SAFETY: within a live region (checked), which no slice borrows (`&mut self`).
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
     }
 
     fn i32(&self, addr: u64) -> i32 {
@@ -140,9 +171,19 @@ fn ggml_type(format: &str) -> Option<GgmlDType> {
     })
 }
 
+/// What runs each launch of a plan on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Runner {
+    /// Each entry point as written out here.
+    Emulation,
+    /// The CUDA C entry point itself, compiled for the host ([`crate::host_kernels`]).
+    CudaSource,
+}
+
 /// The host executor of launch plans.
 struct Emulator {
     mem: Memory,
+    runner: Runner,
     /// Matrices decoded once: (address, format, rows) -> rows of f32.
     decoded: HashMap<(u64, String, usize), Vec<f32>>,
 }
@@ -170,6 +211,14 @@ fn float(a: &Arg) -> f32 {
 }
 
 impl Emulator {
+    fn new(mem: Memory, runner: Runner) -> Self {
+        Self {
+            mem,
+            runner,
+            decoded: HashMap::new(),
+        }
+    }
+
     /// What `DecodeStep::step_many` writes before its launches: the cache tables and the
     /// state.
     fn write_inputs(&mut self, b: &BufferAddrs, tables: &CacheTables, seqs: &[SeqState]) {
@@ -221,6 +270,10 @@ impl Emulator {
                 .strip_prefix("capstan_step_embed_")
                 .or_else(|| gemv.map(|r| r.rsplit_once('_').unwrap().0));
             check_module(l.module, format);
+            if self.runner == Runner::CudaSource {
+                run_cuda_source(l);
+                continue;
+            }
             // Kernels with a block row a sequence (grid y) are given the batch too.
             let rows = l.grid.1 as usize;
             if let Some(fmt) = name.strip_prefix("capstan_step_embed_") {
@@ -491,6 +544,18 @@ impl Emulator {
                 .put_floats(t, ptr(&a[1]) + (at * dim * elem) as u64, &out);
         }
     }
+}
+
+/// `l` by its CUDA C entry point, compiled for the host.
+#[cfg(target_arch = "x86_64")]
+fn run_cuda_source(l: &Launch) {
+    crate::host_kernels::launch(l.module, &l.name, l.grid, l.block, l.shared, &l.args)
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn run_cuda_source(_: &Launch) {
+    panic!("the CUDA sources run on the host only on x86-64");
 }
 
 /// Panics unless `module` is one of [`crate::SOURCES`] and, for a format's product or

@@ -30,15 +30,14 @@ struct Seq {
 /// of the oracle: a batch that changes as sequences join (steps 10 and 20) and leave (step 30)
 /// — one sequence alone runs the single-sequence products, more the batched ones — and every
 /// cache moving to a larger buffer at step 40 (capacity 40, then 700: keys split several
-/// ways). Tokens differ by sequence and position.
-fn check(m: &StepModel, tol: f32) {
+/// ways). Tokens differ by sequence and position. `extra` more sequences decode from the
+/// first step to the last (15: batches of 16, 17 and 18, one and two passes of the batched
+/// products).
+fn check(m: &StepModel, tol: f32, runner: Runner, extra: usize) {
     let reference = ReferenceStep::new(m).unwrap();
     let mut mem = Memory::new();
-    let layout = lay_out(m, &mut mem, 3);
-    let mut emu = Emulator {
-        mem,
-        decoded: HashMap::new(),
-    };
+    let layout = lay_out(m, &mut mem, 3 + extra);
+    let mut emu = Emulator::new(mem, runner);
     let t = layout.suffix;
     let elem = m.dtype().size_in_bytes();
     let d = m.dims;
@@ -60,7 +59,9 @@ fn check(m: &StepModel, tol: f32) {
         len: 0,
         id,
     };
-    let mut seqs = vec![fresh(&mut emu, 0)];
+    let mut seqs: Vec<Seq> = (0..1 + extra)
+        .map(|i| fresh(&mut emu, if i == 0 { 0 } else { 2 + i }))
+        .collect();
     let mut seen = std::collections::BTreeSet::new();
     for step in 0..60usize {
         match step {
@@ -132,7 +133,11 @@ fn check(m: &StepModel, tol: f32) {
     }
     let batches: std::collections::BTreeSet<usize> = seen.iter().map(|x| x.0).collect();
     let splits: std::collections::BTreeSet<usize> = seen.iter().map(|x| x.1).collect();
-    assert_eq!(batches, [1, 2, 3].into(), "{seen:?}");
+    assert_eq!(
+        batches,
+        [1 + extra, 2 + extra, 3 + extra].into(),
+        "{seen:?}"
+    );
     assert!(splits.len() == 2 && splits.contains(&1), "{seen:?}");
 }
 
@@ -145,21 +150,19 @@ fn the_plan_computes_what_the_oracle_computes() {
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::BF16, 1e-2), (DType::F16, 1e-2)] {
         // Dense with q/k/v biases (one stacked product), and mixed formats (three
         // products; gate and up apart, then SwiGLU).
-        check(&model(dtype, [None; 9], true), tol);
-        check(&model(dtype, mixed, false), tol);
+        check(&model(dtype, [None; 9], true), tol, Runner::Emulation, 0);
+        check(&model(dtype, mixed, false), tol, Runner::Emulation, 0);
     }
 }
 
 #[test]
 fn a_wrong_argument_in_the_plan_is_caught() {
+    let runner = Runner::Emulation;
     let m = model(DType::F32, [None; 9], false);
     let reference = ReferenceStep::new(&m).unwrap();
     let mut mem = Memory::new();
     let layout = lay_out(&m, &mut mem, 1);
-    let mut emu = Emulator {
-        mem,
-        decoded: HashMap::new(),
-    };
+    let mut emu = Emulator::new(mem, runner);
     let d = m.dims;
     let kc = emu.mem.alloc(2 * 64 * 64 * 4);
     let vc = emu.mem.alloc(2 * 64 * 64 * 4);
@@ -200,5 +203,37 @@ fn a_wrong_argument_in_the_plan_is_caught() {
     assert!(
         worst > 1e-3,
         "attention one key short went unnoticed ({worst})"
+    );
+}
+
+/// The CUDA C sources themselves (decode_step.cu, its GGML modules, attention_decode.cu),
+/// compiled for the host, run the plan against the oracle: the emulation above checks the
+/// plan, this checks the kernels' own code (indexing, loops, the batched products' passes,
+/// split ranges and their merge, the roundings) as a GPU would run it, short of timing.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cuda_sources_compute_what_the_oracle_computes() {
+    let mixed = RandomModel::MIXED_FORMATS;
+    for (dtype, tol) in [(DType::F32, 2e-5), (DType::BF16, 1e-2), (DType::F16, 1e-2)] {
+        check(&model(dtype, [None; 9], true), tol, Runner::CudaSource, 0);
+        check(&model(dtype, mixed, false), tol, Runner::CudaSource, 0);
+    }
+}
+
+/// The same with 16 to 18 sequences: the batched products' second pass.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cuda_sources_decode_a_batch_of_two_passes() {
+    check(
+        &model(DType::F32, [None; 9], true),
+        2e-5,
+        Runner::CudaSource,
+        15,
+    );
+    check(
+        &model(DType::BF16, RandomModel::MIXED_FORMATS, false),
+        1e-2,
+        Runner::CudaSource,
+        15,
     );
 }

@@ -1,0 +1,233 @@
+//! The CUDA C sources run on the host, for tests: a module of [`crate::SOURCES`], exactly the
+//! text NVRTC compiles, built by the system C++ compiler after `cuda/host_shim.hpp` (CUDA
+//! threads as fibers taking turns at barriers and shuffles) into a shared library, loaded once,
+//! and [`launch`]ed over its grid with the arguments a CUDA launch gets. The step's emulator
+//! runs its plan through it, so the kernels' own indexing, loops and epilogues meet the CPU
+//! oracle without a GPU; reads and writes past a buffer fault on the emulator's guard pages.
+//!
+//! Only x86-64 (the shim switches fibers in assembly); modules with tensor-core `asm`
+//! (`attention_mma`) do not build for the host.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void, CString};
+use std::hash::{Hash, Hasher};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use crate::step::plan::Arg;
+
+const SHIM: &str = include_str!("cuda/host_shim.hpp");
+const FLAGS: [&str; 6] = [
+    "-std=c++17",
+    "-O2",
+    "-fPIC",
+    "-shared",
+    "-fvisibility=hidden",
+    "-DCAPSTAN_HOST_KERNELS",
+];
+
+type LaunchFn = unsafe extern "C" fn(
+    *const c_char,
+    *const u32,
+    *const u32,
+    u32,
+    *mut *mut c_void,
+    *mut c_char,
+    usize,
+) -> i32;
+
+/// Loaded modules. One lock for every launch: a module's scheduler state is global.
+fn modules() -> &'static Mutex<HashMap<String, LaunchFn>> {
+    static MODULES: OnceLock<Mutex<HashMap<String, LaunchFn>>> = OnceLock::new();
+    MODULES.get_or_init(Default::default)
+}
+
+/// The source as NVRTC gets it, with dynamic shared memory (`extern __shared__ T name[];`,
+/// which has no host spelling) taken from the shim.
+fn host_source(src: &str) -> String {
+    src.lines()
+        .map(|line| {
+            let Some(rest) = line.trim_start().strip_prefix("extern __shared__ ") else {
+                return line.to_string();
+            };
+            let mut words = rest.split_whitespace();
+            let (ty, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            let name = name.trim_end_matches(';').trim_end_matches("[]");
+            let tail: Vec<&str> = words.collect();
+            format!(
+                "{ty}* {name} = ({ty}*)chost::dynamic_shared_memory(); {}",
+                tail.join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The module's shared library, built on first use into the temp directory (keyed by the
+/// shim, the source and the flags; written under a temporary name, then renamed).
+fn build(module: &str) -> Result<PathBuf, String> {
+    let (_, src) = crate::SOURCES
+        .iter()
+        .find(|(m, _)| *m == module)
+        .ok_or_else(|| format!("no CUDA module {module}"))?;
+    let src = host_source(src);
+    let mut h = DefaultHasher::new();
+    (SHIM, &src, FLAGS).hash(&mut h);
+    let dir = std::env::temp_dir()
+        .join("capstan-host-kernels")
+        .join(format!("{module}-{:016x}", h.finish()));
+    let lib = dir.join("module.so");
+    if lib.exists() {
+        return Ok(lib);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let tmp = tempfile_in(&dir);
+    std::fs::write(tmp.join("shim.hpp"), SHIM).map_err(|e| e.to_string())?;
+    std::fs::write(tmp.join("module.cu"), &src).map_err(|e| e.to_string())?;
+    let cxx = |args: &[&str]| -> Result<String, String> {
+        let out = Command::new("c++")
+            .current_dir(&tmp)
+            .args(["-x", "c++", "-include", "shim.hpp"])
+            .args(args)
+            .output()
+            .map_err(|e| format!("the system C++ compiler (c++): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{module} does not build for the host:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // The entry points, as the preprocessor spells them out of their macros.
+    let pre = cxx(&[
+        "-std=c++17",
+        "-DCAPSTAN_HOST_KERNELS",
+        "-E",
+        "-P",
+        "module.cu",
+    ])?;
+    let marker = "extern \"C\" __attribute__((used)) void ";
+    let entries: Vec<&str> = pre
+        .match_indices(marker)
+        .map(|(i, _)| {
+            let rest = &pre[i + marker.len()..];
+            rest[..rest
+                .find(|c: char| !c.is_alphanumeric() && c != '_')
+                .unwrap_or(0)]
+                .trim()
+        })
+        .collect();
+    if entries.is_empty() {
+        return Err(format!("{module}: no entry points found"));
+    }
+    let mut unit = src;
+    unit.push_str("\nstatic const chost::Entry chost_entries[] = {\n");
+    for e in &entries {
+        unit.push_str(&format!(
+            "    {{\"{e}\", &chost::Invoker<decltype(&{e})>::call<&{e}>}},\n"
+        ));
+    }
+    unit.push_str(
+        "};\nextern \"C\" __attribute__((visibility(\"default\"))) int chost_launch(\
+         const char* name, const unsigned* grid, const unsigned* block, unsigned shared, \
+         void** params, char* err, size_t err_len) {\n    return chost::launch(chost_entries, \
+         sizeof chost_entries / sizeof chost_entries[0], name, grid, block, shared, params, \
+         err, err_len);\n}\n",
+    );
+    std::fs::write(tmp.join("unit.cu"), unit).map_err(|e| e.to_string())?;
+    let mut args: Vec<&str> = FLAGS.to_vec();
+    args.extend(["unit.cu", "-o", "module.so"]);
+    cxx(&args)?;
+    std::fs::rename(tmp.join("module.so"), &lib).map_err(|e| e.to_string())?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    Ok(lib)
+}
+
+/// A fresh working directory under `dir`.
+fn tempfile_in(dir: &std::path::Path) -> PathBuf {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("build-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    tmp
+}
+
+fn load(module: &str) -> Result<LaunchFn, String> {
+    let lib = build(module)?;
+    let path = CString::new(lib.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: the library is ours (built above); it is never closed, so the function pointer
+    // stays valid for the process.
+    unsafe {
+        let handle = libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+        if handle.is_null() {
+            let e = std::ffi::CStr::from_ptr(libc::dlerror());
+            return Err(format!("{}: {}", lib.display(), e.to_string_lossy()));
+        }
+        let f = libc::dlsym(handle, c"chost_launch".as_ptr());
+        if f.is_null() {
+            return Err(format!("{}: no chost_launch", lib.display()));
+        }
+        Ok(std::mem::transmute::<*mut c_void, LaunchFn>(f))
+    }
+}
+
+/// Runs entry point `name` of `module` over `grid` blocks of `block` threads with `shared`
+/// bytes of dynamic shared memory, each argument as a CUDA launch passes it. The addresses
+/// among the arguments must be host memory the kernel may read and write.
+pub(crate) fn launch(
+    module: &str,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
+    args: &[Arg],
+) -> Result<(), String> {
+    let mut loaded = modules().lock().unwrap_or_else(|e| e.into_inner());
+    let f = match loaded.get(module) {
+        Some(f) => *f,
+        None => {
+            let f = load(module)?;
+            loaded.insert(module.to_string(), f);
+            f
+        }
+    };
+    // Each argument's value where its pointer in `params` points.
+    let mut values: Vec<Arg> = args.to_vec();
+    let mut params: Vec<*mut c_void> = values
+        .iter_mut()
+        .map(|a| match a {
+            Arg::Ptr(x) => x as *mut u64 as *mut c_void,
+            Arg::I32(x) => x as *mut i32 as *mut c_void,
+            Arg::I64(x) => x as *mut i64 as *mut c_void,
+            Arg::F32(x) => x as *mut f32 as *mut c_void,
+            Arg::Gemv(x) => x as *mut _ as *mut c_void,
+            Arg::Decode(x) => x as *mut _ as *mut c_void,
+        })
+        .collect();
+    let c_name = CString::new(name).map_err(|e| e.to_string())?;
+    let (g, b) = ([grid.0, grid.1, grid.2], [block.0, block.1, block.2]);
+    let mut err = vec![0 as c_char; 1024];
+    // SAFETY: the entry point reads `params` as its parameter list (the plan's arguments are
+    // its signature, field for field; the GPU launch passes the same list), and the memory
+    // the arguments name is the caller's.
+    let rc = unsafe {
+        f(
+            c_name.as_ptr(),
+            g.as_ptr(),
+            b.as_ptr(),
+            shared,
+            params.as_mut_ptr(),
+            err.as_mut_ptr(),
+            err.len(),
+        )
+    };
+    if rc != 0 {
+        // SAFETY: the shim writes a NUL-terminated message within `err`.
+        let msg = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) };
+        return Err(msg.to_string_lossy().into_owned());
+    }
+    Ok(())
+}
