@@ -18,49 +18,15 @@ pub(crate) mod step;
 
 use launch::{cuda_of, func, offsets, output, suffix};
 
+use crate::attention_launch::{AttentionLaunch, AttnArgs, STATIC_SHARED_BYTES};
 use crate::cpu::AttnDims;
 use crate::op_params::{kv_rows, AttentionOp, RmsNormOp, RopeOp};
-use crate::pattern::{Pattern, TILE};
+use crate::pattern::Pattern;
 
-/// Query rows per block of the attention kernel (`ROWS` in attention.cu), one warp each.
-const ROWS: usize = 4;
-/// Query rows per block of the tensor-core kernel (`MMA_BQ` in attention_mma.cu), 16 for
-/// each of its 4 warps.
-const MMA_ROWS: usize = 64;
-/// Keys per tile of the tensor-core kernel (`MMA_BK`), and the padding of its shared rows.
-const MMA_KEYS: usize = 64;
-const MMA_PAD: usize = 8;
-/// The most static shared memory of an attention kernel: the tensor-core kernel's row bounds,
-/// 2 x 64 i64.
-const STATIC_SHARED_BYTES: usize = 1024;
-/// Threads per block of either attention kernel: 4 warps (one per query row of `ROWS`, or 16
-/// rows each of `MMA_ROWS`).
-const ATTENTION_THREADS: u32 = 128;
 /// Largest head width the attention kernel supports (`MAXD` in attention.cu).
 const MAXD: usize = 256;
 
-/// Kernel arguments of attention.cu (`AttnArgs`), field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct AttnArgs {
-    batch: i32,
-    heads: i32,
-    kv_heads: i32,
-    q_len: i32,
-    kv_len: i32,
-    kv_stride: i32,
-    dim: i32,
-    q_pos0: i64,
-    k_pos0: i64,
-    scale: f32,
-    pattern: i32,
-    window: i32,
-    neighbor: i32,
-    group: i32,
-    has_mask: i32,
-}
-
-// SAFETY: plain-old-data with the C layout of the kernel's struct.
+// SAFETY: plain-old-data with the C layout of the kernels' struct.
 unsafe impl DeviceRepr for AttnArgs {}
 
 /// An extra input's storage and element range: packed, or (`kv_span`: grouped keys) read in
@@ -260,42 +226,6 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
             dummy_mask.slice(0..1)
         }
     };
-    let (code, window, neighbor, group, rules) = match &o.pattern {
-        Pattern::Causal => (0, 0, 0, 0, vec![0i32; 4]),
-        Pattern::Local { window } => (1, *window as i32, 0, 0, vec![0i32; 4]),
-        Pattern::SelfExtend { neighbor, group } => {
-            (2, 0, *neighbor as i32, *group as i32, vec![0i32; 4])
-        }
-        Pattern::Scca(rules) => (
-            3,
-            0,
-            0,
-            0,
-            rules
-                .iter()
-                .flat_map(|r| [r.chunk, r.shift, r.dilation, r.offset].map(|x| x as i32))
-                .collect(),
-        ),
-        Pattern::Cross => (4, 0, 0, 0, vec![0i32; 4]),
-    };
-    let rules = dev.clone_htod(&rules)?;
-    let args = AttnArgs {
-        batch: dims.batch as i32,
-        heads: dims.heads as i32,
-        kv_heads: dims.kv_heads as i32,
-        q_len: dims.q_len as i32,
-        kv_len: dims.kv_len as i32,
-        kv_stride: dims.kv_stride as i32,
-        dim: dims.dim as i32,
-        q_pos0: pos.q_pos0 as i64,
-        k_pos0: pos.k_pos0 as i64,
-        scale: pos.scale,
-        pattern: code,
-        window,
-        neighbor,
-        group,
-        has_mask: mask_guard.is_some() as i32,
-    };
     let n = dims.batch * dims.heads * dims.q_len * dims.dim;
     let mut out = output::<T>(dev, n)?;
     if let Some(key) = cudnn_key(q, &dims, o, &pos, [qa, ka, va]) {
@@ -318,21 +248,15 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
             }
         }
     }
-    let tiles = if code == 2 { 3 } else { 2 };
-    let (f, shared, rows) = if uses_tensor_cores(dev, q, &dims)? {
-        let name = format!(
-            "capstan_attention_mma_{}_d{}{}",
-            suffix(q)?,
-            dims.dim,
-            if code == 2 { "_extend" } else { "" }
-        );
-        let shared = tiles * MMA_KEYS * (dims.dim + MMA_PAD) * 2;
-        (func(dev, "attention_mma", &name)?, shared as u32, MMA_ROWS)
-    } else {
-        let name = format!("capstan_attention_{}", suffix(q)?);
-        let shared = tiles * TILE * dims.dim * 4;
-        (func(dev, "attention", &name)?, shared as u32, ROWS)
-    };
+    let launch = AttentionLaunch::new(
+        &dims,
+        &pos,
+        o,
+        suffix(q)?,
+        uses_tensor_cores(dev, q, &dims)?,
+    );
+    let f = func(dev, launch.module, &launch.name)?;
+    let shared = launch.shared;
     // Past 48 KB a block's shared memory, its static part included (the tensor-core kernel's
     // row bounds, 1 KB), needs the opt-in attribute.
     if shared as usize + STATIC_SHARED_BYTES > 48 * 1024 {
@@ -343,14 +267,12 @@ fn attention_typed<T: CudaDType + DeviceRepr + WithDType>(
         .w()?;
     }
     let cfg = LaunchConfig {
-        grid_dim: (
-            dims.q_len.div_ceil(rows) as u32,
-            dims.heads as u32,
-            dims.batch as u32,
-        ),
-        block_dim: (ATTENTION_THREADS, 1, 1),
+        grid_dim: launch.grid,
+        block_dim: launch.block,
         shared_mem_bytes: shared,
     };
+    let rules = dev.clone_htod(&launch.rules)?;
+    let args = launch.args;
     let stream = dev.cuda_stream();
     let mut b = stream.launch_builder(&f);
     b.arg(&qs);

@@ -16,8 +16,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use crate::step::plan::Arg;
-
 const SHIM: &str = include_str!("cuda/host_shim.hpp");
 const FLAGS: [&str; 6] = [
     "-std=c++17",
@@ -52,13 +50,17 @@ fn host_source(src: &str) -> String {
             let Some(rest) = line.trim_start().strip_prefix("extern __shared__ ") else {
                 return line.to_string();
             };
-            let mut words = rest.split_whitespace();
-            let (ty, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-            let name = name.trim_end_matches(';').trim_end_matches("[]");
-            let tail: Vec<&str> = words.collect();
+            let words: Vec<&str> = rest
+                .split_whitespace()
+                .filter(|w| !w.starts_with("__align__"))
+                .collect();
+            let Some(at) = words.iter().position(|w| w.ends_with("[];")) else {
+                return line.to_string();
+            };
+            let (ty, name) = (words[..at].join(" "), words[at].trim_end_matches("[];"));
             format!(
                 "{ty}* {name} = ({ty}*)chost::dynamic_shared_memory(); {}",
-                tail.join(" ")
+                words[at + 1..].join(" ")
             )
         })
         .collect::<Vec<_>>()
@@ -72,6 +74,11 @@ fn build(module: &str) -> Result<PathBuf, String> {
         .iter()
         .find(|(m, _)| *m == module)
         .ok_or_else(|| format!("no CUDA module {module}"))?;
+    build_source(module, src)
+}
+
+/// [`build`] of the CUDA C source `src`, called `module`.
+fn build_source(module: &str, src: &str) -> Result<PathBuf, String> {
     let src = host_source(src);
     let mut h = DefaultHasher::new();
     (SHIM, &src, FLAGS).hash(&mut h);
@@ -155,8 +162,7 @@ fn tempfile_in(dir: &std::path::Path) -> PathBuf {
     tmp
 }
 
-fn load(module: &str) -> Result<LaunchFn, String> {
-    let lib = build(module)?;
+fn load(lib: &std::path::Path) -> Result<LaunchFn, String> {
     let path = CString::new(lib.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
     // SAFETY: the library is ours (built above); it is never closed, so the function pointer
     // stays valid for the process.
@@ -174,52 +180,88 @@ fn load(module: &str) -> Result<LaunchFn, String> {
     }
 }
 
+/// A kernel's parameters as a CUDA launch passes them: each value's bytes, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Params(Vec<Vec<u64>>);
+
+impl Params {
+    /// Appends `value` (plain old data with the C layout of the kernel's parameter).
+    pub(crate) fn push<T: Copy>(&mut self, value: T) -> &mut Self {
+        let n = std::mem::size_of::<T>();
+        let mut buf = vec![0u64; n.div_ceil(8).max(1)];
+        // SAFETY: `buf` holds at least `n` bytes; `T` is `Copy`, read as bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&value as *const T).cast::<u8>(),
+                buf.as_mut_ptr().cast::<u8>(),
+                n,
+            )
+        };
+        self.0.push(buf);
+        self
+    }
+}
+
 /// Runs entry point `name` of `module` over `grid` blocks of `block` threads with `shared`
-/// bytes of dynamic shared memory, each argument as a CUDA launch passes it. The addresses
-/// among the arguments must be host memory the kernel may read and write.
+/// bytes of dynamic shared memory. The addresses among the parameters must be host memory the
+/// kernel may read and write.
 pub(crate) fn launch(
     module: &str,
     name: &str,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     shared: u32,
-    args: &[Arg],
+    params: &mut Params,
+) -> Result<(), String> {
+    launch_with(module, build, name, grid, block, shared, params)
+}
+
+/// [`launch`] of an entry point of the CUDA C source `src` (tests of the shim itself).
+fn launch_source(
+    module: &str,
+    src: &str,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
+    params: &mut Params,
+) -> Result<(), String> {
+    let build = |m: &str| build_source(m, src);
+    launch_with(module, build, name, grid, block, shared, params)
+}
+
+fn launch_with(
+    module: &str,
+    build: impl Fn(&str) -> Result<PathBuf, String>,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
+    params: &mut Params,
 ) -> Result<(), String> {
     let mut loaded = modules().lock().unwrap_or_else(|e| e.into_inner());
     let f = match loaded.get(module) {
         Some(f) => *f,
         None => {
-            let f = load(module)?;
+            let f = load(&build(module)?)?;
             loaded.insert(module.to_string(), f);
             f
         }
     };
-    // Each argument's value where its pointer in `params` points.
-    let mut values: Vec<Arg> = args.to_vec();
-    let mut params: Vec<*mut c_void> = values
-        .iter_mut()
-        .map(|a| match a {
-            Arg::Ptr(x) => x as *mut u64 as *mut c_void,
-            Arg::I32(x) => x as *mut i32 as *mut c_void,
-            Arg::I64(x) => x as *mut i64 as *mut c_void,
-            Arg::F32(x) => x as *mut f32 as *mut c_void,
-            Arg::Gemv(x) => x as *mut _ as *mut c_void,
-            Arg::Decode(x) => x as *mut _ as *mut c_void,
-        })
-        .collect();
+    let mut ptrs: Vec<*mut c_void> = params.0.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
     let c_name = CString::new(name).map_err(|e| e.to_string())?;
     let (g, b) = ([grid.0, grid.1, grid.2], [block.0, block.1, block.2]);
     let mut err = vec![0 as c_char; 1024];
-    // SAFETY: the entry point reads `params` as its parameter list (the plan's arguments are
-    // its signature, field for field; the GPU launch passes the same list), and the memory
-    // the arguments name is the caller's.
+    // SAFETY: the entry point reads `ptrs` as its parameter list (the caller's parameters are
+    // its signature, field for field, as the GPU launch passes them), and the memory the
+    // parameters name is the caller's.
     let rc = unsafe {
         f(
             c_name.as_ptr(),
             g.as_ptr(),
             b.as_ptr(),
             shared,
-            params.as_mut_ptr(),
+            ptrs.as_mut_ptr(),
             err.as_mut_ptr(),
             err.len(),
         )
@@ -231,3 +273,7 @@ pub(crate) fn launch(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "host_kernels_tests.rs"]
+mod tests;

@@ -26,12 +26,16 @@
 //! ```
 #![warn(missing_docs)]
 
+#[cfg(any(feature = "cuda", test))]
+mod attention_launch;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod decode_many;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod host_kernels;
+#[cfg(test)]
+mod host_memory;
 mod op_params;
 mod ops;
 mod pattern;

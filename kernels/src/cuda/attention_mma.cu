@@ -26,6 +26,16 @@ template <typename L> struct Mma;
 // One specialisation per 16-bit type, differing only in the PTX type name: the mma itself and
 // the packing of two f32 into the A operand's halves, {lo, hi} rounded to nearest even
 // (cvt's first source goes to the upper half).
+#ifdef CAPSTAN_HOST_KERNELS
+// On the host (host_shim.hpp): the instruction computed from the warp's fragments.
+#define MMA_OPS(L, TY)                                                                          \
+    template <> struct Mma<L> {                                                                \
+        static void mma(float* c, const u32* a, u32 b0, u32 b1) {                              \
+            chost::mma_m16n8k16<L>(c, a, b0, b1);                                              \
+        }                                                                                      \
+        static u32 pack(float lo, float hi) { return (u32)L::st(lo) | ((u32)L::st(hi) << 16); } \
+    };
+#else
 #define MMA_OPS(L, TY)                                                                          \
     template <> struct Mma<L> {                                                                \
         static __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {   \
@@ -40,6 +50,7 @@ template <typename L> struct Mma;
             return r;                                                                          \
         }                                                                                      \
     };
+#endif
 MMA_OPS(BF16, "bf16")
 MMA_OPS(F16, "f16")
 
@@ -49,12 +60,16 @@ __device__ __forceinline__ u32 pack_u16(u16 lo, u16 hi) { return (u32)lo | ((u32
 // addresses of matrix j's rows (16-byte aligned), and lane 4g + t receives, of each matrix, its
 // rows 2t and 2t + 1 at column g: the B fragment of an mma whose k runs along the rows.
 __device__ __forceinline__ void ldmatrix_x4_trans(u32* r, const u16* row) {
+#ifdef CAPSTAN_HOST_KERNELS
+    chost::ldmatrix_x4_trans(r, row);
+#else
     u32 addr;
     asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(row));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr)
                  : "memory");
+#endif
 }
 
 // Whether the query at position i sees the key at position p (row kr of the cache): not

@@ -5,8 +5,9 @@
 // at warp shuffles (a shuffle is a warp barrier: lanes post their values, then read), and blocks
 // run one after another — so `__shared__` variables can be function statics.
 //
-// What it checks beyond the arithmetic: a barrier some threads never reach (divergent
-// __syncthreads or shuffles: reported as a deadlock), a full-mask shuffle in a warp one of whose
+// What it checks beyond the arithmetic: threads waiting at barriers that can never all be
+// reached (divergent __syncthreads or shuffles: reported as a deadlock; a thread that has
+// returned counts as arrived, as on a GPU), a full-mask shuffle in a warp one of whose
 // lanes has returned (undefined on a GPU), dynamic shared memory read before it is written (it
 // starts as NaN bytes), and — through the caller's guard pages — reads and writes past a buffer.
 // What it cannot: races between threads (they never run at once), timing, tensor-core `asm`.
@@ -30,6 +31,9 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __noinline__ __attribute__((noinline))
+#define __align__(n) alignas(n)
+#define __launch_bounds__(...)
 
 struct uint3 {
     unsigned x, y, z;
@@ -41,6 +45,7 @@ struct alignas(16) uint4 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
 
 namespace chost {
 
@@ -65,6 +70,8 @@ inline bool failed = false;
 // the warp barrier.
 struct Warp {
     uint64_t slot[32];
+    // A tensor-core instruction's operands, 6 words a lane.
+    uint32_t frag[32][6];
     int live, exited, waiting;
 };
 inline std::vector<Warp> warps;
@@ -172,6 +179,60 @@ inline T warp_butterfly(T v, Op op) {
         memcpy(vals, next, sizeof vals);
     }
     return vals[cur->lane];
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32 on 16-bit inputs read by `L::ld`: c += A B, each
+// lane's fragments as the PTX ISA lays them out ("Matrix Fragments for mma.m16n8k16"), lane =
+// 4 g + t: A (16 x 16) a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2 (row g, cols 2t+8, 2t+9),
+// a3 (row g+8, cols 2t+8, 2t+9); B (16 x 8) b0 (rows 2t, 2t+1, col g), b1 (rows 2t+8, 2t+9);
+// C (16 x 8) c0, c1 (row g, cols 2t, 2t+1), c2, c3 (row g+8). A register's lower half holds
+// the element of lower index. Products summed in f32, k in order.
+template <typename L>
+inline void mma_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    Warp& w = warps[cur->warp];
+    uint32_t* mine = w.frag[cur->lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    warp_barrier();
+    auto elem = [&](int lane, int reg, int k) {
+        return L::ld((unsigned short)(w.frag[lane][reg] >> (16 * (k % 2))));
+    };
+    auto A = [&](int r, int k) {
+        return elem(4 * (r % 8) + (k % 8) / 2, (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k);
+    };
+    auto B = [&](int k, int n) { return elem(4 * n + (k % 8) / 2, 4 + (k >= 8 ? 1 : 0), k); };
+    const int g = cur->lane >> 2, t = cur->lane & 3;
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float acc = 0.f;
+        for (int k = 0; k < 16; k++) acc += A(r, k) * B(k, n);
+        d[e] = c[e] + acc;
+    }
+    warp_barrier();
+    for (int e = 0; e < 4; e++) c[e] = d[e];
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lanes 8j..8j+7 give the addresses of the rows
+// of matrix j (16-byte aligned, in shared memory); lane 4g + t receives in r[j] matrix j's
+// elements (row 2t, col g) and (row 2t+1, col g), the first in the lower half.
+inline void ldmatrix_x4_trans(uint32_t* r, const unsigned short* row) {
+    const unsigned char* base = dynamic_shared.data();
+    const unsigned char* p = (const unsigned char*)row;
+    if (((uintptr_t)row & 15) != 0) fail("ldmatrix: a row address not 16-byte aligned");
+    if (p < base || p + 16 > base + dynamic_shared.size())
+        fail("ldmatrix: a row outside dynamic shared memory");
+    Warp& w = warps[cur->warp];
+    w.slot[cur->lane] = (uint64_t)(uintptr_t)row;
+    warp_barrier();
+    const int g = cur->lane >> 2, t = cur->lane & 3;
+    for (int j = 0; j < 4; j++) {
+        const unsigned short* r0 = (const unsigned short*)(uintptr_t)w.slot[8 * j + 2 * t];
+        const unsigned short* r1 = (const unsigned short*)(uintptr_t)w.slot[8 * j + 2 * t + 1];
+        r[j] = failed ? 0u : (uint32_t)r0[g] | ((uint32_t)r1[g] << 16);
+    }
+    warp_barrier();
 }
 
 // Releases whichever barrier every live thread it waits for has reached; false if none.
