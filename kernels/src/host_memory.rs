@@ -135,6 +135,14 @@ pub(crate) fn elem_bytes(t: &str) -> usize {
     }
 }
 
+/// `x` rounded to type `t` (`f32`, `bf16`, `f16`).
+pub(crate) fn round_to(t: &str, x: f32) -> f32 {
+    match t {
+        "f32" => x,
+        _ => half_to_f32(t, f32_to_half(t, x)),
+    }
+}
+
 fn half_to_f32(t: &str, h: u16) -> f32 {
     match t {
         "bf16" => half::bf16::from_bits(h).to_f32(),

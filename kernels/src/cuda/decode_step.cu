@@ -10,6 +10,12 @@
 // device buffers written before each replay: the state, `batch` ints of each, and per layer a
 // table of each sequence's cache pointers and capacities.
 //
+// One sequence's step folds both RMSNorms into the products that read them: the kernels that
+// write the residual (the embedding, the output and down products) add up its squares per
+// sequence (`ss`, a slot per norm: a block's sum, one atomic add a block), and the next products
+// normalise the residual as they read it (`capstan_step_gemv_norm_*`), rounding each value to
+// the activation type as the norm's own kernel would: two launches fewer a layer.
+//
 // Weights: dense (f32, bf16, f16) or GGML blocks (ggml_units.cuh), read in place.
 #define GEMV_WARPS 8
 // Sequences a batched product's warp takes at once (their accumulators in registers): the
@@ -43,12 +49,47 @@ __device__ __forceinline__ void load8(const typename L::T* p, float* y) {
     }
 }
 
-// One lane's share of the dot products of a dense row with the `n` inputs at `x` (`cols` apart)
-// into acc[0..n); `vec`: rows and inputs are 16-byte aligned and cols a multiple of 8 (8 values
-// a load), else one value at a time.
-template <typename W, typename L, int PASS>
-__device__ void dense_dots(const u8* row_bytes, const typename L::T* __restrict__ x, int cols,
-                           int n, int vec, int lane, float* acc) {
+// A product's inputs, sequence s's `cols` values: the activations as stored, or (NORM, one
+// sequence) the f32 residual normalised as it is read, x * inv * w rounded to the activation
+// type.
+template <typename L, bool NORM>
+struct Input;
+template <typename L>
+struct Input<L, false> {
+    const typename L::T* __restrict__ x;
+    int cols;
+    __device__ __forceinline__ void load8(int s, int c, float* y) const {
+        ::load8<L>(x + (long long)s * cols + c, y);
+    }
+    __device__ __forceinline__ float load1(int s, int c) const {
+        return L::ld(x[(long long)s * cols + c]);
+    }
+};
+template <typename L>
+struct Input<L, true> {
+    const float* __restrict__ x;
+    const typename L::T* __restrict__ w;
+    float inv;
+    int cols;
+    __device__ __forceinline__ void load8(int, int c, float* y) const {
+        const float4 a = *(const float4*)(x + c), b = *((const float4*)(x + c) + 1);
+        const float r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float wv[8];
+        ::load8<L>(w + c, wv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) y[i] = L::ld(L::st(r[i] * inv * wv[i]));
+    }
+    __device__ __forceinline__ float load1(int, int c) const {
+        return L::ld(L::st(x[c] * inv * L::ld(w[c])));
+    }
+};
+
+// One lane's share of the dot products of a dense row with the `n` inputs (of `in`) into
+// acc[0..n); `vec`: rows and inputs are 16-byte aligned and cols a multiple of 8 (8 values a
+// load), else one value at a time.
+template <typename W, typename L, int PASS, typename In>
+__device__ void dense_dots(const u8* row_bytes, const In& in, int cols, int n, int vec,
+                           int lane, float* acc) {
     const typename W::T* w = (const typename W::T*)row_bytes;
     if (vec) {
         // Four 16-byte loads in flight a lane for one sequence: its product is bound by how
@@ -61,7 +102,7 @@ __device__ void dense_dots(const u8* row_bytes, const typename L::T* __restrict_
             for (int s = 0; s < PASS; s++) {
                 if (s < n) {
                     float xv[8];
-                    load8<L>(x + (long long)s * cols + c, xv);
+                    in.load8(s, c, xv);
                     for (int i = 0; i < 8; i++) acc[s] += wv[i] * xv[i];
                 }
             }
@@ -71,15 +112,15 @@ __device__ void dense_dots(const u8* row_bytes, const typename L::T* __restrict_
             const float wv = W::ld(w[c]);
 #pragma unroll
             for (int s = 0; s < PASS; s++)
-                if (s < n) acc[s] += wv * L::ld(x[(long long)s * cols + c]);
+                if (s < n) acc[s] += wv * in.load1(s, c);
         }
     }
 }
 
 // The same for a GGML row: units lane, lane + 32, ... decoded once for all `n` inputs.
-template <typename Q, typename L, int PASS>
-__device__ void ggml_dots(const u8* row, const typename L::T* __restrict__ x, int cols, int n,
-                          int vec, int lane, float* acc) {
+template <typename Q, typename L, int PASS, typename In>
+__device__ void ggml_dots(const u8* row, const In& in, int cols, int n, int vec, int lane,
+                          float* acc) {
     const int units = cols / 32;
     for (int u = lane; u < units; u += 32) {
         float wv[32];
@@ -87,30 +128,29 @@ __device__ void ggml_dots(const u8* row, const typename L::T* __restrict__ x, in
 #pragma unroll
         for (int s = 0; s < PASS; s++) {
             if (s >= n) continue;
-            const typename L::T* xu = x + (long long)s * cols + u * 32;
             if (vec) {
                 for (int i = 0; i < 32; i += 8) {
                     float xv[8];
-                    load8<L>(xu + i, xv);
+                    in.load8(s, u * 32 + i, xv);
                     for (int j = 0; j < 8; j++) acc[s] += wv[i + j] * xv[j];
                 }
             } else {
-                for (int i = 0; i < 32; i++) acc[s] += wv[i] * L::ld(xu[i]);
+                for (int i = 0; i < 32; i++) acc[s] += wv[i] * in.load1(s, u * 32 + i);
             }
         }
     }
 }
 
 // One lane's share of a row's dot products with the inputs: a dense row, or a GGML one.
-template <typename W, typename L, bool DENSE, int PASS>
-__device__ void row_dots(const u8* row, const typename L::T* x, int cols, int n, int vec,
-                         int lane, float* acc) {
+template <typename W, typename L, bool DENSE, int PASS, typename In>
+__device__ void row_dots(const u8* row, const In& in, int cols, int n, int vec, int lane,
+                         float* acc) {
 #pragma unroll
     for (int s = 0; s < PASS; s++) acc[s] = 0.f;
     if constexpr (DENSE) {
-        dense_dots<W, L, PASS>(row, x, cols, n, vec, lane, acc);
+        dense_dots<W, L, PASS>(row, in, cols, n, vec, lane, acc);
     } else {
-        ggml_dots<W, L, PASS>(row, x, cols, n, vec, lane, acc);
+        ggml_dots<W, L, PASS>(row, in, cols, n, vec, lane, acc);
     }
 #pragma unroll
     for (int s = 0; s < PASS; s++)
@@ -128,18 +168,33 @@ struct GemvArgs {
     int mode;  // 0: out_f32 = W x + b; 1: out_f32 += W x + b; 2: out_t = silu(W0 x) * (W1 x)
     int vec;
     int batch;
+    float eps;  // the norm's, where the input is normalised as it is read
 };
 
-template <typename W, typename L, bool DENSE, int PASS>
-__device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
-                     const u8* __restrict__ w2, const float* __restrict__ b0,
-                     const float* __restrict__ b1, const float* __restrict__ b2,
-                     const typename L::T* __restrict__ x, float* __restrict__ out_f32,
-                     typename L::T* __restrict__ out_t, GemvArgs a) {
+// The sum of squares of one sequence's new residual (mode 1, one sequence), added to *ss_out:
+// each warp's row, summed over the block, one atomic add a block. Every thread of the block
+// arrives, including warps past the last row (`sq` 0).
+__device__ __forceinline__ void add_squares(float sq, float* ss_out) {
+    __shared__ float rows[GEMV_WARPS];
+    if (threadIdx.x % 32 == 0) rows[threadIdx.x / 32] = sq;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.f;
+        for (int w = 0; w < GEMV_WARPS; w++) total += rows[w];
+        atomicAdd(ss_out, total);
+    }
+}
+
+// Row r's products for every sequence; returns (lane 0, mode 1, one sequence) the square of
+// the new residual value, else 0.
+template <typename W, typename L, bool DENSE, int PASS, typename In>
+__device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
+                          const u8* __restrict__ w2, const float* __restrict__ b0,
+                          const float* __restrict__ b1, const float* __restrict__ b2,
+                          const In& in_all, float* __restrict__ out_f32,
+                          typename L::T* __restrict__ out_t, GemvArgs a, long long r) {
     const int lane = threadIdx.x % 32;
-    const long long r = (long long)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    const long long total = a.mode == 2 ? a.rows0 : a.rows0 + a.rows1 + a.rows2;
-    if (r >= total) return;
+    float sq = 0.f;
     // The row this warp reads (SwiGLU: row r of the gate, then of the up matrix).
     const u8* w;
     const float* b;
@@ -156,12 +211,13 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
     float acc[PASS], gate[PASS];
     for (int s0 = 0; s0 < a.batch; s0 += PASS) {
         const int n = min(PASS, a.batch - s0);
-        const typename L::T* xs = x + (long long)s0 * a.cols;
+        In in = in_all;
+        if (s0 > 0) in.x += (long long)s0 * a.cols;
         // One call site for both of SwiGLU's products: NVRTC inlines a copy of the dot
         // products per call site, and the modules' size is what NVRTC and the driver compile.
 #pragma unroll 1
         for (int m = 0; m < products; m++) {
-            row_dots<W, L, DENSE, PASS>((m == 0 ? w : w1) + i * a.row_bytes, xs, a.cols, n,
+            row_dots<W, L, DENSE, PASS>((m == 0 ? w : w1) + i * a.row_bytes, in, a.cols, n,
                                         a.vec, lane, acc);
             if (m == 0 && products == 2) {
 #pragma unroll
@@ -178,30 +234,74 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
                     out_t[o] = L::st(g / (1.f + __expf(-g)) * acc[s]);
                 } else {
                     const float v = acc[s] + bias;
-                    out_f32[o] = a.mode == 1 ? out_f32[o] + v : v;
+                    const float y = a.mode == 1 ? out_f32[o] + v : v;
+                    out_f32[o] = y;
+                    sq = y * y;
                 }
             }
         }
     }
+    return sq;
+}
+
+// `x`: the activations (L::T), or with NORM the f32 residual of one sequence, normalised by
+// `ss_in` (its sum of squares) and the norm's weights `norm_w` as it is read. `ss_out` (mode 1,
+// one sequence; else null): where the squares of the new residual are added up.
+template <typename W, typename L, bool DENSE, int PASS, bool NORM>
+__device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
+                     const u8* __restrict__ w2, const float* __restrict__ b0,
+                     const float* __restrict__ b1, const float* __restrict__ b2,
+                     const void* __restrict__ x, float* __restrict__ out_f32,
+                     typename L::T* __restrict__ out_t, const float* __restrict__ ss_in,
+                     const typename L::T* __restrict__ norm_w, float* __restrict__ ss_out,
+                     GemvArgs a) {
+    const long long r = (long long)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
+    const long long total = a.mode == 2 ? a.rows0 : a.rows0 + a.rows1 + a.rows2;
+    float sq = 0.f;
+    if (r < total) {
+        if constexpr (NORM) {
+            const float inv = 1.f / sqrtf(ss_in[0] / a.cols + a.eps);
+            const Input<L, true> in = {(const float*)x, norm_w, inv, a.cols};
+            sq = gemv_row<W, L, DENSE, PASS>(w0, w1, w2, b0, b1, b2, in, out_f32, out_t, a, r);
+        } else {
+            const Input<L, false> in = {(const typename L::T*)x, a.cols};
+            sq = gemv_row<W, L, DENSE, PASS>(w0, w1, w2, b0, b1, b2, in, out_f32, out_t, a, r);
+        }
+    }
+    // Uniform over the block: every thread arrives at add_squares' barrier.
+    if (ss_out) add_squares(sq, ss_out);
 }
 
 // Embedding row of each sequence's token into its f32 residual: a thread per 32 values,
-// blockIdx.y the sequence.
+// blockIdx.y the sequence. With `ss` (one block a sequence, its threads a multiple of 32): the
+// first of `slots` sums of squares (`batch` apart) set to the row's, the others zeroed for the
+// products that add to them later in the step.
 template <typename W, bool DENSE>
 __device__ void embed(const u8* __restrict__ table, long long row_bytes, int cols,
-                      const int* __restrict__ st, int batch, float* __restrict__ x) {
+                      const int* __restrict__ st, int batch, float* __restrict__ x,
+                      float* __restrict__ ss, int slots) {
+    __shared__ float partial[1024 / 32];
     const int u = blockIdx.x * blockDim.x + threadIdx.x, s = blockIdx.y;
-    if (u >= cols / 32) return;
-    const u8* row = table + (long long)st_token(st, batch, s) * row_bytes;
-    float y[32];
-    if constexpr (DENSE) {
-        const typename W::T* w = (const typename W::T*)row;
-        for (int i = 0; i < 32; i++) y[i] = W::ld(w[u * 32 + i]);
-    } else {
-        W::unit(row, u, y);
+    float sq = 0.f;
+    if (u < cols / 32) {
+        const u8* row = table + (long long)st_token(st, batch, s) * row_bytes;
+        float y[32];
+        if constexpr (DENSE) {
+            const typename W::T* w = (const typename W::T*)row;
+            for (int i = 0; i < 32; i++) y[i] = W::ld(w[u * 32 + i]);
+        } else {
+            W::unit(row, u, y);
+        }
+        float* xs = x + (long long)s * cols;
+        for (int i = 0; i < 32; i++) {
+            xs[u * 32 + i] = y[i];
+            sq += y[i] * y[i];
+        }
     }
-    float* xs = x + (long long)s * cols;
-    for (int i = 0; i < 32; i++) xs[u * 32 + i] = y[i];
+    if (!ss) return;
+    const float total = block_sum(sq, partial);
+    for (int k = threadIdx.x; k < slots; k += blockDim.x)
+        ss[(long long)k * batch + s] = k == 0 ? total : 0.f;
 }
 
 // RMSNorm of each sequence's f32 residual into the activation type, a block a sequence:
@@ -266,16 +366,20 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
     if (i < n) out[i] = L::st(g[i] / (1.f + __expf(-g[i])) * u[i]);
 }
 
+#define GEMV_PARAMS(L)                                                                        \
+    const u8 *w0, const u8 *w1, const u8 *w2, const float *b0, const float *b1,               \
+        const float *b2, const void *x, float *out_f32, L::T *out_t, const float *ss_in,      \
+        const L::T *norm_w, float *ss_out, GemvArgs a
+#define GEMV_ARGS w0, w1, w2, b0, b1, b2, x, out_f32, out_t, ss_in, norm_w, ss_out, a
 #define GEMV_ENTRY(WN, LN, W, L, DENSE)                                                       \
-    extern "C" __global__ void capstan_step_gemv_##WN##_##LN(                                 \
-        const u8* w0, const u8* w1, const u8* w2, const float* b0, const float* b1,           \
-        const float* b2, const L::T* x, float* out_f32, L::T* out_t, GemvArgs a) {            \
-        gemv<W, L, DENSE, 1>(w0, w1, w2, b0, b1, b2, x, out_f32, out_t, a);                   \
+    extern "C" __global__ void capstan_step_gemv_##WN##_##LN(GEMV_PARAMS(L)) {                \
+        gemv<W, L, DENSE, 1, false>(GEMV_ARGS);                                               \
     }                                                                                         \
-    extern "C" __global__ void capstan_step_gemv_batch_##WN##_##LN(                           \
-        const u8* w0, const u8* w1, const u8* w2, const float* b0, const float* b1,           \
-        const float* b2, const L::T* x, float* out_f32, L::T* out_t, GemvArgs a) {            \
-        gemv<W, L, DENSE, STEP_PASS>(w0, w1, w2, b0, b1, b2, x, out_f32, out_t, a);           \
+    extern "C" __global__ void capstan_step_gemv_norm_##WN##_##LN(GEMV_PARAMS(L)) {           \
+        gemv<W, L, DENSE, 1, true>(GEMV_ARGS);                                                \
+    }                                                                                         \
+    extern "C" __global__ void capstan_step_gemv_batch_##WN##_##LN(GEMV_PARAMS(L)) {          \
+        gemv<W, L, DENSE, STEP_PASS, false>(GEMV_ARGS);                                       \
     }
 #define GEMV_FORMAT(WN, W, DENSE)      \
     GEMV_ENTRY(WN, f32, W, F32, DENSE) \
@@ -283,8 +387,8 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
     GEMV_ENTRY(WN, f16, W, F16, DENSE)  \
     extern "C" __global__ void capstan_step_embed_##WN(const u8* table, long long row_bytes,  \
                                                        int cols, const int* st, int batch,    \
-                                                       float* x) {                            \
-        embed<W, DENSE>(table, row_bytes, cols, st, batch, x);                                \
+                                                       float* x, float* ss, int slots) {      \
+        embed<W, DENSE>(table, row_bytes, cols, st, batch, x, ss, slots);                     \
     }
 #ifdef STEP_GGML
 // A module of one GGML format's products and embedding (lib.rs, `decode_step_<format>`, puts

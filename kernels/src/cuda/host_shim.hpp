@@ -443,6 +443,14 @@ inline int __float_as_int(float f) {
     return i;
 }
 inline float __expf(float x) { return expf(x); }
+// Threads never run at once: a read-modify-write is atomic as it stands.
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+    const T old = *p;
+    *p = old + v;
+    return old;
+}
+inline void __threadfence() {}
 
 template <typename A, typename B>
 inline std::common_type_t<A, B> min(A a, B b) {

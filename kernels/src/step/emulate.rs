@@ -13,7 +13,7 @@ use candle_core::{DType, Device};
 
 use super::plan::{f32_bytes, Arg, BufferAddrs, CacheTables, Launch, Layout, SeqState};
 use super::{StepMatrix, StepModel};
-use crate::host_memory::{elem_bytes, tensor_bytes, Memory};
+use crate::host_memory::{elem_bytes, round_to, tensor_bytes, Memory};
 
 fn ggml_type(format: &str) -> Option<GgmlDType> {
     Some(match format {
@@ -122,6 +122,7 @@ impl Emulator {
             let a = &l.args;
             let gemv = name
                 .strip_prefix("capstan_step_gemv_batch_")
+                .or_else(|| name.strip_prefix("capstan_step_gemv_norm_"))
                 .or_else(|| name.strip_prefix("capstan_step_gemv_"));
             let format = name
                 .strip_prefix("capstan_step_embed_")
@@ -142,13 +143,17 @@ impl Emulator {
                 self.rms_norm(t, a, l.grid.0 as usize);
             } else if let Some(rest) = gemv {
                 let (fmt, t) = rest.rsplit_once('_').unwrap();
-                let Arg::Gemv(g) = a[9] else {
+                let Arg::Gemv(g) = a[12] else {
                     panic!("gemv without its arguments")
                 };
-                // The batched entry points serve batches of more than one sequence.
+                // The batched entry points serve batches of more than one sequence; those
+                // that normalise their input, one.
                 assert_eq!(name.contains("_batch_"), g.batch > 1, "{name}");
+                let normed = name.contains("_norm_");
+                assert_eq!(normed, ptr(&a[9]) != 0, "{name}: the sums of squares");
+                assert!(!normed || g.batch == 1, "{name}");
                 for s in 0..g.batch as usize {
-                    self.gemv(fmt, t, a, s);
+                    self.gemv(fmt, t, a, s, normed);
                 }
             } else if let Some(t) = name.strip_prefix("capstan_step_rope_append_") {
                 assert_eq!(rows as i64, int(&a[3]), "{name}: a block row a sequence");
@@ -187,6 +192,18 @@ impl Emulator {
             .rows(fmt, table + token * row_bytes as u64, 1, cols, row_bytes)
             .to_vec();
         self.mem.put_f32s(ptr(&a[5]) + (4 * s * cols) as u64, &row);
+        // The sums of squares: the first slot the row's, the others zeroed.
+        let (ss, slots, batch) = (ptr(&a[6]), int(&a[7]) as usize, int(&a[4]) as usize);
+        if ss != 0 {
+            for k in 0..slots {
+                let v = if k == 0 {
+                    row.iter().map(|x| x * x).sum()
+                } else {
+                    0.0
+                };
+                self.mem.put_f32s(ss + (4 * (k * batch + s)) as u64, &[v]);
+            }
+        }
     }
 
     /// Every sequence's RMSNorm, a block each.
@@ -204,16 +221,26 @@ impl Emulator {
         }
     }
 
-    /// Sequence `s`'s products.
-    fn gemv(&mut self, fmt: &str, t: &str, a: &[Arg], s: usize) {
-        let Arg::Gemv(g) = a[9] else {
+    /// Sequence `s`'s products (`normed`: of the residual, normalised as it is read).
+    fn gemv(&mut self, fmt: &str, t: &str, a: &[Arg], s: usize, normed: bool) {
+        let Arg::Gemv(g) = a[12] else {
             panic!("gemv without its arguments")
         };
         let cols = g.cols as usize;
         let elem = elem_bytes(t);
-        let x = self
-            .mem
-            .floats(t, ptr(&a[6]) + (elem * s * cols) as u64, cols);
+        let x = if normed {
+            let x = self.mem.f32s(ptr(&a[6]), cols);
+            let w = self.mem.floats(t, ptr(&a[10]), cols);
+            let ss = self.mem.f32s(ptr(&a[9]), 1)[0];
+            let inv = 1.0 / (ss / cols as f32 + g.eps).sqrt();
+            x.iter()
+                .zip(&w)
+                .map(|(x, w)| round_to(t, x * inv * w))
+                .collect()
+        } else {
+            self.mem
+                .floats(t, ptr(&a[6]) + (elem * s * cols) as u64, cols)
+        };
         let stride = s as u64 * g.out_stride as u64;
         let (out_f32, out_t) = (ptr(&a[7]) + 4 * stride, ptr(&a[8]) + elem as u64 * stride);
         let rows = [g.rows0 as usize, g.rows1 as usize, g.rows2 as usize];
@@ -252,6 +279,12 @@ impl Emulator {
         if g.mode == 1 {
             let prev = self.mem.f32s(out_f32, out.len());
             out.iter_mut().zip(prev).for_each(|(o, p)| *o += p);
+            let ss_out = ptr(&a[11]);
+            if ss_out != 0 {
+                let at = ss_out + 4 * s as u64;
+                let total = self.mem.f32s(at, 1)[0] + out.iter().map(|x| x * x).sum::<f32>();
+                self.mem.put_f32s(at, &[total]);
+            }
         }
         self.mem.put_f32s(out_f32, &out);
     }

@@ -27,7 +27,8 @@ struct Seq {
 }
 
 /// Sequences decoding together through the plan from empty caches, each against its own run
-/// of the oracle: a batch that changes as sequences join (steps 10 and 20) and leave (step 30)
+/// of the oracle: a batch that changes as sequences join (steps 10 and 20) and leave (steps 30
+/// and 45)
 /// — one sequence alone runs the single-sequence products, more the batched ones — and every
 /// cache moving to a larger buffer at step 40 (capacity 40, then 700: keys split several
 /// ways). Tokens differ by sequence and position. `extra` more sequences decode from the
@@ -69,7 +70,9 @@ fn check(m: &StepModel, tol: f32, runner: Runner, extra: usize) {
                 let s = fresh(&mut emu, step / 10);
                 seqs.push(s);
             }
-            30 => {
+            // Back to one sequence after the move, for one sequence's own plan (its norms
+            // folded into the products) with the keys split.
+            30 | 45 => {
                 seqs.remove(1);
             }
             40 => {
@@ -139,6 +142,11 @@ fn check(m: &StepModel, tol: f32, runner: Runner, extra: usize) {
         "{seen:?}"
     );
     assert!(splits.len() == 2 && splits.contains(&1), "{seen:?}");
+    // One sequence decoded with its keys in one range and split.
+    assert!(
+        seen.iter().filter(|x| x.0 == 1 + extra).count() == 2,
+        "{seen:?}"
+    );
 }
 
 #[test]

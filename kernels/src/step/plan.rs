@@ -42,6 +42,7 @@ pub(crate) struct GemvArgs {
     pub(crate) mode: i32,
     pub(crate) vec: i32,
     pub(crate) batch: i32,
+    pub(crate) eps: f32,
 }
 
 /// `DecodeArgs` of attention_decode.cu, field for field.
@@ -75,6 +76,26 @@ pub(crate) struct Launch {
     pub(crate) block: (u32, u32, u32),
     pub(crate) shared: u32,
     pub(crate) args: Vec<Arg>,
+}
+
+/// What a product reads.
+#[derive(Debug, Clone, Copy)]
+enum Input {
+    /// Activations at this address.
+    Plain(u64),
+    /// The f32 residual at `.0`, normalised as it is read by the sum of squares at `.1` and
+    /// the norm's weights at `.2` (one sequence).
+    Normed(u64, u64, u64),
+}
+
+impl Input {
+    /// Whether what the product reads besides its matrices allows 16-byte loads.
+    fn aligned(&self) -> bool {
+        match *self {
+            Input::Normed(_, _, w) => w.is_multiple_of(16),
+            _ => true,
+        }
+    }
 }
 
 /// A grid of 1,024-thread blocks over `n` threads (cudarc's `LaunchConfig::for_num_elems`).
@@ -145,6 +166,9 @@ pub(crate) struct BufferAddrs {
     pub(crate) caps: u64,
     /// f32 RoPE inverse frequencies.
     pub(crate) inv_freq: u64,
+    /// f32 sums of squares of the residual, a slot per RMSNorm of the step (two a layer, then
+    /// the final one), `batch` each: one sequence's step folds its norms into the products.
+    pub(crate) ss: u64,
 }
 
 impl BufferAddrs {
@@ -155,10 +179,11 @@ impl BufferAddrs {
     pub(crate) const VPTR: usize = 11;
     pub(crate) const CAPS: usize = 12;
     pub(crate) const INV_FREQ: usize = 13;
+    pub(crate) const SS: usize = 14;
 
     /// Each buffer's bytes for a model of `dims` with `layers` layers and `elem`-byte
     /// activations, for batches of up to `batch` sequences, in field order.
-    pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 14] {
+    pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 15] {
         let d = dims;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let max_splits = splits(d.heads, usize::MAX / 2);
@@ -178,11 +203,12 @@ impl BufferAddrs {
             8 * l * n,
             4 * l * n,
             4 * (d.head_dim / 2),
+            4 * (2 * l + 1) * n,
         ]
     }
 
     /// The buffers at the given addresses (field order, as [`BufferAddrs::sizes`]).
-    pub(crate) fn from_addrs(a: [u64; 14]) -> Self {
+    pub(crate) fn from_addrs(a: [u64; 15]) -> Self {
         Self {
             x: a[0],
             h: a[1],
@@ -198,6 +224,7 @@ impl BufferAddrs {
             vptr: a[Self::VPTR],
             caps: a[Self::CAPS],
             inv_freq: a[Self::INV_FREQ],
+            ss: a[Self::SS],
         }
     }
 }
@@ -311,6 +338,17 @@ impl Layout {
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let qkv_w = qw + 2 * kvw;
         let mut out = Vec::with_capacity(2 + 10 * self.layers.len());
+        // One sequence's norms are folded into the products (decode_step.cu): slot k of the
+        // sums of squares belongs to the step's k-th norm.
+        let fused = batch == 1;
+        let slots = 2 * self.layers.len() + 1;
+        let slot = |k: usize| {
+            if fused {
+                b.ss + 4 * (k * batch) as u64
+            } else {
+                0
+            }
+        };
         let (grid, block) = for_elems((self.embed.cols / 32) as u32);
         out.push(Launch {
             module: self.embed.module,
@@ -325,22 +363,41 @@ impl Layout {
                 Arg::Ptr(b.state),
                 Arg::I32(batch as i32),
                 Arg::Ptr(b.x),
+                Arg::Ptr(slot(0)),
+                Arg::I32(slots as i32),
             ],
         });
         for (i, l) in self.layers.iter().enumerate() {
-            let gemv = |ms: [&Matrix; 3], bias, x, out_f32, out_t, mode, stride| {
-                self.gemv(ms, bias, (x, out_f32, out_t), mode, stride, batch)
+            // The input of products after a norm: the norm's output, or (fused) the residual
+            // with the norm's slot and weights.
+            let normed = |k: usize, w: u64| {
+                if fused {
+                    Input::Normed(b.x, slot(k), w)
+                } else {
+                    Input::Plain(b.h)
+                }
             };
-            out.push(self.norm(b.x, l.attn_norm, b.h, batch));
+            let gemv = |ms: [&Matrix; 3], bias, x, out_f32, out_t, mode, stride| {
+                self.gemv(ms, bias, (x, out_f32, out_t, 0), mode, stride, batch)
+            };
+            // A product adding to the residual, adding its squares to slot k (fused).
+            let add = |m: &Matrix, x, k| {
+                let io = (Input::Plain(x), b.x, 0, slot(k));
+                self.gemv([m; 3], [0; 3], io, 1, d.hidden, batch)
+            };
+            if !fused {
+                out.push(self.norm(b.x, l.attn_norm, b.h, batch));
+            }
+            let x = normed(2 * i, l.attn_norm);
             if l.q.format == l.k.format && l.k.format == l.v.format {
-                out.push(gemv([&l.q, &l.k, &l.v], l.bias, b.h, b.qkv, 0, 0, qkv_w));
+                out.push(gemv([&l.q, &l.k, &l.v], l.bias, x, b.qkv, 0, 0, qkv_w));
             } else {
                 for (j, (m, at)) in [(&l.q, 0), (&l.k, qw), (&l.v, qw + kvw)]
                     .into_iter()
                     .enumerate()
                 {
                     let bias = [l.bias[j], 0, 0];
-                    out.push(gemv([m; 3], bias, b.h, b.qkv + 4 * at as u64, 0, 0, qkv_w));
+                    out.push(gemv([m; 3], bias, x, b.qkv + 4 * at as u64, 0, 0, qkv_w));
                 }
             }
             // This layer's entries of the cache tables: one per sequence.
@@ -373,23 +430,18 @@ impl Layout {
             });
             // The key counts are the state's fourth field.
             out.extend(self.attention(tables, b.state + 12 * n, batch, splits));
-            out.push(gemv([&l.o; 3], [0; 3], b.attn, b.x, 0, 1, d.hidden));
-            out.push(self.norm(b.x, l.mlp_norm, b.h, batch));
+            out.push(add(&l.o, b.attn, 2 * i + 1));
+            if !fused {
+                out.push(self.norm(b.x, l.mlp_norm, b.h, batch));
+            }
+            let x = normed(2 * i + 1, l.mlp_norm);
             let inter = d.intermediate;
             if l.gate.format == l.up.format {
-                out.push(gemv(
-                    [&l.gate, &l.up, &l.up],
-                    [0; 3],
-                    b.h,
-                    0,
-                    b.act,
-                    2,
-                    inter,
-                ));
+                out.push(gemv([&l.gate, &l.up, &l.up], [0; 3], x, 0, b.act, 2, inter));
             } else {
                 let up = b.gu + 4 * (inter * batch) as u64;
-                out.push(gemv([&l.gate; 3], [0; 3], b.h, b.gu, 0, 0, inter));
-                out.push(gemv([&l.up; 3], [0; 3], b.h, up, 0, 0, inter));
+                out.push(gemv([&l.gate; 3], [0; 3], x, b.gu, 0, 0, inter));
+                out.push(gemv([&l.up; 3], [0; 3], x, up, 0, 0, inter));
                 let (grid, block) = for_elems((inter * batch) as u32);
                 out.push(Launch {
                     module: "decode_step",
@@ -405,11 +457,17 @@ impl Layout {
                     ],
                 });
             }
-            out.push(gemv([&l.down; 3], [0; 3], b.act, b.x, 0, 1, d.hidden));
+            out.push(add(&l.down, b.act, 2 * i + 2));
         }
-        out.push(self.norm(b.x, self.norm, b.h, batch));
+        let last = 2 * self.layers.len();
+        let x = if fused {
+            Input::Normed(b.x, slot(last), self.norm)
+        } else {
+            out.push(self.norm(b.x, self.norm, b.h, batch));
+            Input::Plain(b.h)
+        };
         let lm_head = [&self.lm_head; 3];
-        out.push(self.gemv(lm_head, [0; 3], (b.h, b.logits, 0), 0, d.vocab, batch));
+        out.push(self.gemv(lm_head, [0; 3], (x, b.logits, 0, 0), 0, d.vocab, batch));
         out
     }
 
@@ -431,14 +489,15 @@ impl Layout {
         }
     }
 
-    /// Products of every sequence's input row: `mode` 0 or 1 over the stacked rows of `ms`
+    /// Products of every sequence's input row `x`: `mode` 0 or 1 over the stacked rows of `ms`
     /// (one matrix: `ms` its three times, only the first counted), or 2 (SwiGLU of `ms[0]` and
-    /// `ms[1]`); each sequence's outputs `out_stride` elements after the one before.
+    /// `ms[1]`); each sequence's outputs `out_stride` elements after the one before. Mode 1 of
+    /// one sequence adds the squares of the new residual at `ss_out` (0: nowhere).
     fn gemv(
         &self,
         ms: [&Matrix; 3],
         bias: [u64; 3],
-        (x, out_f32, out_t): (u64, u64, u64),
+        (x, out_f32, out_t, ss_out): (Input, u64, u64, u64),
         mode: i32,
         out_stride: usize,
         batch: usize,
@@ -460,16 +519,27 @@ impl Layout {
             out_stride: out_stride as i64,
             cols: m0.cols as i32,
             mode,
-            vec: ms.iter().all(|m| m.vec) as i32,
+            // A normed input also reads the norm's weights 16 bytes at a time.
+            vec: (ms.iter().all(|m| m.vec) && x.aligned()) as i32,
             batch: batch as i32,
+            eps: self.dims.eps as f32,
         };
         let out_rows = if mode == 2 {
             rows[0]
         } else {
             rows.iter().sum()
         };
-        // One sequence's products have entry points of their own (decode_step.cu, PASS 1).
-        let entry = if batch == 1 { "gemv" } else { "gemv_batch" };
+        // One sequence's products have entry points of their own (decode_step.cu, PASS 1),
+        // and those that normalise the residual as they read it others again.
+        let (x, ss_in, norm_w) = match x {
+            Input::Plain(x) => (x, 0, 0),
+            Input::Normed(x, ss, w) => (x, ss, w),
+        };
+        let entry = match (batch, ss_in) {
+            (1, 0) => "gemv",
+            (1, _) => "gemv_norm",
+            _ => "gemv_batch",
+        };
         Launch {
             module: m0.module,
             name: format!("capstan_step_{entry}_{}_{}", m0.format, self.suffix),
@@ -486,6 +556,9 @@ impl Layout {
                 Arg::Ptr(x),
                 Arg::Ptr(out_f32),
                 Arg::Ptr(out_t),
+                Arg::Ptr(ss_in),
+                Arg::Ptr(norm_w),
+                Arg::Ptr(ss_out),
                 Arg::Gemv(args),
             ],
         }
