@@ -26,16 +26,15 @@ SOURCES = {
         for t in ("bf16", "f16")
         for d in (64, 128)
     ],
-    "attention_decode.cu": [
-        f"capstan_attention_decode{m}_{t}" for m in ("", "_merge") for t in ("f32", "bf16", "f16")
-    ],
+    "attention_decode.cu": [f"capstan_attention_decode_{t}" for t in ("f32", "bf16", "f16")],
     "attention_merge.cu": [
         "capstan_attention_merge_f32",
         "capstan_attention_merge_bf16",
         "capstan_attention_merge_f16",
     ],
     "rope.cu": ["capstan_rope_f32", "capstan_rope_bf16", "capstan_rope_f16"],
-    "decode_step.cu": [f"capstan_step_gemv_{w}_{t}" for w in DENSE for t in DENSE]
+    "decode_step.cu": [f"capstan_step_gemv{k}_{w}_{t}" for k in ("", "_norm", "_batch")
+                       for w in DENSE for t in DENSE]
     + [f"capstan_step_embed_{w}" for w in DENSE]
     + [f"capstan_step_{k}_{t}" for k in ("rmsnorm", "rope_append", "swiglu") for t in DENSE],
     "rmsnorm.cu": [
@@ -50,7 +49,8 @@ HEADERS = {"decode_step.cu": ["ggml_units.cuh"]}
 # Modules compiled from a source with a line put before common.cuh: (module, file, prefix,
 # entry points).
 VARIANTS = [(f"decode_step_{w}", "decode_step.cu", f"#define STEP_GGML(F) F({w}, {t}, false)\n",
-             [f"capstan_step_gemv_{w}_{x}" for x in DENSE] + [f"capstan_step_embed_{w}"])
+             [f"capstan_step_gemv{k}_{w}_{x}" for k in ("", "_norm", "_batch") for x in DENSE]
+             + [f"capstan_step_embed_{w}"])
             for w, t in GGML.items()]
 
 
@@ -73,6 +73,7 @@ def find_nvrtc():
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--arch", default="compute_90")
+    ap.add_argument("--ptx-dir", help="also write each module's PTX there (for ptxas -v)")
     args = ap.parse_args()
     path = find_nvrtc()
     try:
@@ -115,6 +116,10 @@ def main():
         lib.nvrtcGetPTXSize(prog, ctypes.byref(ptx_size))
         ptx = ctypes.create_string_buffer(ptx_size.value)
         lib.nvrtcGetPTX(prog, ptx)
+        if args.ptx_dir:
+            os.makedirs(args.ptx_dir, exist_ok=True)
+            with open(os.path.join(args.ptx_dir, name.replace(".cu", "") + ".ptx"), "wb") as f:
+                f.write(ptx.value)
         missing = [e for e in entries if f".entry {e}".encode() not in ptx.raw]
         if missing:
             print(f"nvrtc-check: {name}: entry points missing from PTX: {missing}")

@@ -6,8 +6,9 @@
 // over keys, so that few sequences at long contexts still fill the device); its warps split the
 // range (warp w: keys w, w + warps, ..., DEC_KEYS at a time), each with its own online softmax in
 // f32, merged at the end through shared memory. With one split the block writes the output; with
-// more it writes its (max, sum, accumulators) to `partial` and capstan_attention_decode_merge_*
-// combines them.
+// more it writes its (max, sum, accumulators) to `partial`, and the last of the splits of its
+// (sequence, head) to finish — counted in `counters`, which it sets back to 0 — combines them:
+// no second launch.
 // Keys and values are read in place, head kh at rows kh * capacity.
 #define DEC_MAXD 256
 
@@ -33,13 +34,36 @@ __device__ __forceinline__ float key_dot(const typename L::T* __restrict__ kr, c
     return dot;
 }
 
+// The splits' partial results `p` of one (query head, sequence) combined by one warp into its
+// output row. The rows were written by other blocks of this launch: read past the L1 cache.
+template <typename L>
+__device__ void merge_splits(const float* p, typename L::T* __restrict__ out, DecodeArgs a,
+                             int lane) {
+    float big = NEG_INF;
+    for (int z = 0; z < a.splits; z++) big = fmaxf(big, __ldcg(p + z * (2 + a.dim)));
+    float total = 0.f;
+    for (int z = 0; z < a.splits; z++) {
+        const float mz = __ldcg(p + z * (2 + a.dim));
+        total += mz == NEG_INF ? 0.f : __ldcg(p + z * (2 + a.dim) + 1) * __expf(mz - big);
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    for (int d = lane; d < a.dim; d += 32) {
+        float sum = 0.f;
+        for (int z = 0; z < a.splits; z++) {
+            const float mz = __ldcg(p + z * (2 + a.dim));
+            if (mz != NEG_INF) sum += __ldcg(p + z * (2 + a.dim) + 2 + d) * __expf(mz - big);
+        }
+        out[d] = L::st(sum * inv);
+    }
+}
+
 template <typename L>
 __device__ void attention_decode(const typename L::T* __restrict__ q,
                                  const unsigned long long* __restrict__ kptr,
                                  const unsigned long long* __restrict__ vptr,
                                  const int* __restrict__ lens, const int* __restrict__ caps,
                                  typename L::T* __restrict__ out, float* __restrict__ partial,
-                                 DecodeArgs a) {
+                                 int* __restrict__ counters, DecodeArgs a) {
     extern __shared__ float part[];  // per warp: m, l, then dim accumulators
     const int h = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -154,42 +178,28 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
             out[qoff + d] = L::st(sum * inv);
         }
     }
+    if (a.splits == 1) return;
+    // This split's row is written (every lane's part visible device-wide before lane 0
+    // counts it): count it; the last split of (s, h) merges them all.
+    __threadfence();
+    __syncwarp();
+    int ticket = 0;
+    if (lane == 0) ticket = atomicAdd(&counters[s * a.heads + h], 1);
+    ticket = __shfl_sync(0xffffffffu, ticket, 0);
+    if (ticket != a.splits - 1) return;
+    __threadfence();
+    merge_splits<L>(partial + ((size_t)s * a.heads + h) * a.splits * (2 + a.dim), out + qoff, a,
+                    lane);
+    if (lane == 0) counters[s * a.heads + h] = 0;
 }
 
-// The splits' partial results of one (query head, sequence) combined: a block of one warp.
-template <typename L>
-__device__ void attention_decode_merge(const float* __restrict__ partial,
-                                       typename L::T* __restrict__ out, DecodeArgs a) {
-    const int h = blockIdx.x, s = blockIdx.y, lane = threadIdx.x;
-    const float* p = partial + ((size_t)s * a.heads + h) * a.splits * (2 + a.dim);
-    float big = NEG_INF;
-    for (int z = 0; z < a.splits; z++) big = fmaxf(big, p[z * (2 + a.dim)]);
-    float total = 0.f;
-    for (int z = 0; z < a.splits; z++) {
-        float mz = p[z * (2 + a.dim)];
-        total += mz == NEG_INF ? 0.f : p[z * (2 + a.dim) + 1] * __expf(mz - big);
-    }
-    float inv = total > 0.f ? 1.f / total : 0.f;
-    const size_t qoff = ((size_t)s * a.heads + h) * a.dim;
-    for (int d = lane; d < a.dim; d += 32) {
-        float sum = 0.f;
-        for (int z = 0; z < a.splits; z++) {
-            float mz = p[z * (2 + a.dim)];
-            if (mz != NEG_INF) sum += p[z * (2 + a.dim) + 2 + d] * __expf(mz - big);
-        }
-        out[qoff + d] = L::st(sum * inv);
-    }
-}
-
-#define DECODE_ENTRY(NAME, MERGE, L)                                                          \
+#define DECODE_ENTRY(NAME, L)                                                                 \
     extern "C" __global__ void NAME(const L::T* q, const unsigned long long* kptr,             \
                                     const unsigned long long* vptr, const int* lens,           \
-                                    const int* caps, L::T* out, float* partial, DecodeArgs a) { \
-        attention_decode<L>(q, kptr, vptr, lens, caps, out, partial, a);                      \
-    }                                                                                          \
-    extern "C" __global__ void MERGE(const float* partial, L::T* out, DecodeArgs a) {          \
-        attention_decode_merge<L>(partial, out, a);                                           \
+                                    const int* caps, L::T* out, float* partial, int* counters, \
+                                    DecodeArgs a) {                                            \
+        attention_decode<L>(q, kptr, vptr, lens, caps, out, partial, counters, a);            \
     }
-DECODE_ENTRY(capstan_attention_decode_f32, capstan_attention_decode_merge_f32, F32)
-DECODE_ENTRY(capstan_attention_decode_bf16, capstan_attention_decode_merge_bf16, BF16)
-DECODE_ENTRY(capstan_attention_decode_f16, capstan_attention_decode_merge_f16, F16)
+DECODE_ENTRY(capstan_attention_decode_f32, F32)
+DECODE_ENTRY(capstan_attention_decode_bf16, BF16)
+DECODE_ENTRY(capstan_attention_decode_f16, F16)

@@ -60,6 +60,8 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
             1
         })
     }?;
+    // The count of finished splits per (sequence, head): zero, and zero again after the launch.
+    let counters = dev.alloc_zeros::<i32>(if splits > 1 { n * heads } else { 1 })?;
     let args = DecodeArgs {
         heads: heads as i32,
         kv_heads: kv_heads as i32,
@@ -86,28 +88,12 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
     b.arg(&caps);
     b.arg(&out);
     b.arg(&partial);
+    b.arg(&counters);
     b.arg(&args);
     // SAFETY: argument list and types match capstan_attention_decode_* in attention_decode.cu;
-    // every pointer in the tables is a live cache of `len` rows a head, heads `cap` rows apart.
+    // every pointer in the tables is a live cache of `len` rows a head, heads `cap` rows apart;
+    // `partial` and `counters` hold a row and a count for every (sequence, head).
     unsafe { b.launch(cfg) }.w()?;
-    if splits > 1 {
-        let f = func(
-            dev,
-            "attention_decode",
-            &format!("capstan_attention_decode_merge_{suffix}"),
-        )?;
-        let cfg = LaunchConfig {
-            grid_dim: (heads as u32, n as u32, 1),
-            block_dim: (32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let mut b = stream.launch_builder(&f);
-        b.arg(&partial);
-        b.arg(&out);
-        b.arg(&args);
-        // SAFETY: matches capstan_attention_decode_merge_*; `partial` holds every split's row.
-        unsafe { b.launch(cfg) }.w()?;
-    }
     Ok(out)
 }
 

@@ -451,6 +451,10 @@ inline T atomicAdd(T* p, T v) {
     return old;
 }
 inline void __threadfence() {}
+template <typename T>
+inline T __ldcg(const T* p) {
+    return *p;
+}
 
 template <typename A, typename B>
 inline std::common_type_t<A, B> min(A a, B b) {

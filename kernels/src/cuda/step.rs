@@ -111,7 +111,7 @@ fn alloc_buffers(
     let addrs: Vec<u64> = slices.iter().map(|s| s.device_ptr(&stream).0).collect();
     Ok((
         slices,
-        BufferAddrs::from_addrs(addrs.try_into().expect("15 buffers")),
+        BufferAddrs::from_addrs(addrs.try_into().expect("16 buffers")),
     ))
 }
 

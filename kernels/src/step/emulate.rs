@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
 
-use super::plan::{f32_bytes, Arg, BufferAddrs, CacheTables, Launch, Layout, SeqState};
+use super::plan::{f32_bytes, Arg, BufferAddrs, CacheTables, DecodeArgs, Launch, Layout, SeqState};
 use super::{StepMatrix, StepModel};
 use crate::host_memory::{elem_bytes, round_to, tensor_bytes, Memory};
 
@@ -170,10 +170,6 @@ impl Emulator {
                     .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
                     .collect();
                 self.mem.put_floats(t, ptr(&a[2]), &out);
-            } else if let Some(t) = name.strip_prefix("capstan_attention_decode_merge_") {
-                for s in 0..rows {
-                    self.merge(t, a, s);
-                }
             } else if let Some(t) = name.strip_prefix("capstan_attention_decode_") {
                 for s in 0..rows {
                     self.attention(t, a, l.grid.2 as usize, s);
@@ -337,7 +333,7 @@ impl Emulator {
 
     /// Sequence `s`'s attention, every head and split.
     fn attention(&mut self, t: &str, a: &[Arg], grid_splits: usize, s: usize) {
-        let Arg::Decode(d) = a[7] else {
+        let Arg::Decode(d) = a[8] else {
             panic!("attention without its arguments")
         };
         let (heads, kv_heads, dim, splits) = (
@@ -396,43 +392,41 @@ impl Emulator {
                     self.mem.put_f32s(at, &row);
                 }
             }
+            // The last split to finish merges them.
+            if splits > 1 {
+                self.merge(t, a, d, row(h));
+            }
         }
     }
 
-    /// Sequence `s`'s merge of its splits.
-    fn merge(&mut self, t: &str, a: &[Arg], s: usize) {
-        let Arg::Decode(d) = a[2] else {
-            panic!("merge without its arguments")
-        };
-        let (heads, dim, splits) = (d.heads as usize, d.dim as usize, d.splits as usize);
+    /// The merge of the splits of query row `at` (sequence by head).
+    fn merge(&mut self, t: &str, a: &[Arg], d: DecodeArgs, at: usize) {
+        let (dim, splits) = (d.dim as usize, d.splits as usize);
         let elem = elem_bytes(t);
-        for h in 0..heads {
-            let at = s * heads + h;
-            let p = self.mem.f32s(
-                ptr(&a[0]) + (4 * at * splits * (2 + dim)) as u64,
-                splits * (2 + dim),
-            );
-            let part = |z: usize| &p[z * (2 + dim)..][..2 + dim];
-            let big = (0..splits)
-                .map(|z| part(z)[0])
-                .fold(f32::NEG_INFINITY, f32::max);
-            let w: Vec<f32> = (0..splits)
-                .map(|z| {
-                    if part(z)[0] == f32::NEG_INFINITY {
-                        0.0
-                    } else {
-                        (part(z)[0] - big).exp()
-                    }
-                })
-                .collect();
-            let total: f32 = (0..splits).map(|z| part(z)[1] * w[z]).sum();
-            let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
-            let out: Vec<f32> = (0..dim)
-                .map(|x| (0..splits).map(|z| part(z)[2 + x] * w[z]).sum::<f32>() * inv)
-                .collect();
-            self.mem
-                .put_floats(t, ptr(&a[1]) + (at * dim * elem) as u64, &out);
-        }
+        let p = self.mem.f32s(
+            ptr(&a[6]) + (4 * at * splits * (2 + dim)) as u64,
+            splits * (2 + dim),
+        );
+        let part = |z: usize| &p[z * (2 + dim)..][..2 + dim];
+        let big = (0..splits)
+            .map(|z| part(z)[0])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let w: Vec<f32> = (0..splits)
+            .map(|z| {
+                if part(z)[0] == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    (part(z)[0] - big).exp()
+                }
+            })
+            .collect();
+        let total: f32 = (0..splits).map(|z| part(z)[1] * w[z]).sum();
+        let inv = if total > 0.0 { 1.0 / total } else { 0.0 };
+        let out: Vec<f32> = (0..dim)
+            .map(|x| (0..splits).map(|z| part(z)[2 + x] * w[z]).sum::<f32>() * inv)
+            .collect();
+        self.mem
+            .put_floats(t, ptr(&a[5]) + (at * dim * elem) as u64, &out);
     }
 }
 

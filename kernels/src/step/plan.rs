@@ -157,6 +157,8 @@ pub(crate) struct BufferAddrs {
     pub(crate) logits: u64,
     /// Attention's per-split partial results.
     pub(crate) partial: u64,
+    /// Attention's count of finished splits per (sequence, head), i32, zero between launches.
+    pub(crate) counters: u64,
     /// The state ([`state_bytes`]): `batch` tokens, positions, cache rows, key counts (i32).
     pub(crate) state: u64,
     /// Per layer, per sequence: keys' and values' first cached row (u64), the buffers'
@@ -180,10 +182,11 @@ impl BufferAddrs {
     pub(crate) const CAPS: usize = 12;
     pub(crate) const INV_FREQ: usize = 13;
     pub(crate) const SS: usize = 14;
+    pub(crate) const COUNTERS: usize = 15;
 
     /// Each buffer's bytes for a model of `dims` with `layers` layers and `elem`-byte
     /// activations, for batches of up to `batch` sequences, in field order.
-    pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 15] {
+    pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 16] {
         let d = dims;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let max_splits = splits(d.heads, usize::MAX / 2);
@@ -204,11 +207,12 @@ impl BufferAddrs {
             4 * l * n,
             4 * (d.head_dim / 2),
             4 * (2 * l + 1) * n,
+            4 * d.heads * n,
         ]
     }
 
     /// The buffers at the given addresses (field order, as [`BufferAddrs::sizes`]).
-    pub(crate) fn from_addrs(a: [u64; 15]) -> Self {
+    pub(crate) fn from_addrs(a: [u64; 16]) -> Self {
         Self {
             x: a[0],
             h: a[1],
@@ -225,6 +229,7 @@ impl BufferAddrs {
             caps: a[Self::CAPS],
             inv_freq: a[Self::INV_FREQ],
             ss: a[Self::SS],
+            counters: a[Self::COUNTERS],
         }
     }
 }
@@ -429,7 +434,7 @@ impl Layout {
                 ],
             });
             // The key counts are the state's fourth field.
-            out.extend(self.attention(tables, b.state + 12 * n, batch, splits));
+            out.push(self.attention(tables, b.state + 12 * n, batch, splits));
             out.push(add(&l.o, b.attn, 2 * i + 1));
             if !fused {
                 out.push(self.norm(b.x, l.mlp_norm, b.h, batch));
@@ -566,14 +571,8 @@ impl Layout {
 
     /// Decoding attention of each sequence's query row against its layer cache (this
     /// layer's table entries at `tables`, key counts at `lens`), keys split `splits` ways,
-    /// merged by a second launch.
-    fn attention(
-        &self,
-        tables: (u64, u64, u64),
-        lens: u64,
-        batch: usize,
-        splits: usize,
-    ) -> Vec<Launch> {
+    /// merged by the last split to finish.
+    fn attention(&self, tables: (u64, u64, u64), lens: u64, batch: usize, splits: usize) -> Launch {
         let d = self.dims;
         let b = self.buf;
         let args = DecodeArgs {
@@ -583,7 +582,7 @@ impl Layout {
             scale: 1.0 / (d.head_dim as f32).sqrt(),
             splits: splits as i32,
         };
-        let mut out = vec![Launch {
+        Launch {
             module: "attention_decode",
             name: format!("capstan_attention_decode_{}", self.suffix),
             grid: (d.heads as u32, batch as u32, splits as u32),
@@ -597,20 +596,10 @@ impl Layout {
                 Arg::Ptr(tables.2),
                 Arg::Ptr(b.attn),
                 Arg::Ptr(b.partial),
+                Arg::Ptr(b.counters),
                 Arg::Decode(args),
             ],
-        }];
-        if splits > 1 {
-            out.push(Launch {
-                module: "attention_decode",
-                name: format!("capstan_attention_decode_merge_{}", self.suffix),
-                grid: (d.heads as u32, batch as u32, 1),
-                block: (32, 1, 1),
-                shared: 0,
-                args: vec![Arg::Ptr(b.partial), Arg::Ptr(b.attn), Arg::Decode(args)],
-            });
         }
-        out
     }
 }
 
