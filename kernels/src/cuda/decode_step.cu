@@ -2,8 +2,9 @@
 // one sequence or a batch of them (continuous batching), so that one step is a fixed sequence
 // of launches a CUDA graph can capture and replay (capstan_kernels::step; its CPU reference is
 // step/reference.rs). Per layer: RMSNorm into the activation type; q, k and v products (f32,
-// bias added); RoPE on q and k with the new key and value written into each sequence's cache
-// row; attention (attention_decode.cu); the output product added to the f32 residual; RMSNorm;
+// bias added) with RoPE on q and k, the new key and value written into each sequence's cache
+// row (one launch where q, k and v share a format: a warp takes the two rows RoPE rotates
+// together); attention (attention_decode.cu); the output product added to the f32 residual; RMSNorm;
 // gate and up products with SwiGLU; the down product added to the residual. Products read each
 // weight row once for every sequence of the batch. What changes from step to step (each
 // sequence's token, position, cache row and key count; where its caches are) is read from
@@ -157,15 +158,56 @@ __device__ void row_dots(const u8* row, const In& in, int cols, int n, int vec, 
         if (s < n) acc[s] = warp_sum(acc[s]);
 }
 
+// Where RoPE and the cache append put a layer's q, k and v: the RoPE frequencies, the state,
+// the layer's tables of each sequence's cache rows and capacities, the heads' shape.
+struct RopeArgs {
+    const float* inv_freq;
+    const int* st;
+    const unsigned long long* kt;
+    const unsigned long long* vt;
+    const int* caps;
+    int batch, heads, kv_heads, dim;
+    float factor;
+};
+
+// Values f and f + dim/2 of head `head` (q heads, then k, then v) of sequence s: q and k
+// rotated (rotate-half, as rope.cu) at the sequence's position, q into `q`, k and v (unrotated)
+// into the sequence's cache row of their KV head (head kh at rows kh * capacity).
+template <typename L>
+__device__ __forceinline__ void rope_pair(const RopeArgs& r, typename L::T* __restrict__ q, int s,
+                                          int head, int f, float x1, float x2) {
+    const int half = r.dim / 2;
+    const long long cap = r.caps[s], slot = st_slot(r.st, r.batch, s);
+    if (head >= r.heads + r.kv_heads) {
+        typename L::T* dst = (typename L::T*)r.vt[s] +
+                             ((long long)(head - r.heads - r.kv_heads) * cap + slot) * r.dim;
+        dst[f] = L::st(x1);
+        dst[f + half] = L::st(x2);
+        return;
+    }
+    const float p = (float)st_pos(r.st, r.batch, s);
+    const float t = r.factor == 1.f ? p : p / r.factor;
+    float sn, cs;
+    sincosf(t * r.inv_freq[f], &sn, &cs);
+    typename L::T* dst =
+        head < r.heads ? q + ((long long)s * r.heads + head) * r.dim
+                       : (typename L::T*)r.kt[s] + ((long long)(head - r.heads) * cap + slot) * r.dim;
+    dst[f] = L::st(x1 * cs - x2 * sn);
+    dst[f + half] = L::st(x1 * sn + x2 * cs);
+}
+
 // Matrix-vector products of up to three matrices of one format on each sequence's input (the
-// inputs `cols` apart), their rows stacked (q, k, v), or of two (gate, up) combined by SwiGLU.
+// inputs `cols` apart), their rows stacked (q, k, v), or of two (gate, up) combined by SwiGLU,
+// or (q, k, v) a warp per pair of rows RoPE rotates together, written where RoPE puts them.
 // A warp per output row, for every sequence; sequence s's outputs start at s * out_stride.
 struct GemvArgs {
     long long rows0, rows1, rows2;  // rows of each matrix (0: absent)
     long long row_bytes;            // bytes of one row (every matrix has `cols` columns)
     long long out_stride;           // output elements from one sequence to the next
     int cols;
-    int mode;  // 0: out_f32 = W x + b; 1: out_f32 += W x + b; 2: out_t = silu(W0 x) * (W1 x)
+    // 0: out_f32 = W x + b; 1: out_f32 += W x + b; 2: out_t = silu(W0 x) * (W1 x); 3: rows
+    // r and r + dim/2 of a head together, through rope_pair (q into out_t)
+    int mode;
     int vec;
     int batch;
     float eps;  // the norm's, where the input is normalised as it is read
@@ -192,22 +234,26 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
                           const u8* __restrict__ w2, const float* __restrict__ b0,
                           const float* __restrict__ b1, const float* __restrict__ b2,
                           const In& in_all, float* __restrict__ out_f32,
-                          typename L::T* __restrict__ out_t, GemvArgs a, long long r) {
+                          typename L::T* __restrict__ out_t, const RopeArgs& ra, GemvArgs a,
+                          long long r) {
     const int lane = threadIdx.x % 32;
     float sq = 0.f;
+    // Mode 3: warp r takes value f of head h and value f + half, rows h dim + f and + half.
+    const long long half = a.mode == 3 ? ra.dim / 2 : 0;
+    const long long row = a.mode == 3 ? (r / half) * ra.dim + r % half : r;
     // The row this warp reads (SwiGLU: row r of the gate, then of the up matrix).
     const u8* w;
     const float* b;
     long long i;
-    if (a.mode == 2 || r < a.rows0) {
-        w = w0, b = a.mode == 2 ? nullptr : b0, i = r;
-    } else if (r < a.rows0 + a.rows1) {
-        w = w1, b = b1, i = r - a.rows0;
+    if (a.mode == 2 || row < a.rows0) {
+        w = w0, b = a.mode == 2 ? nullptr : b0, i = row;
+    } else if (row < a.rows0 + a.rows1) {
+        w = w1, b = b1, i = row - a.rows0;
     } else {
-        w = w2, b = b2, i = r - a.rows0 - a.rows1;
+        w = w2, b = b2, i = row - a.rows0 - a.rows1;
     }
-    const float bias = b ? b[i] : 0.f;
-    const int products = a.mode == 2 ? 2 : 1;
+    const float bias = b ? b[i] : 0.f, bias2 = b && half ? b[i + half] : 0.f;
+    const int products = a.mode >= 2 ? 2 : 1;
     float acc[PASS], gate[PASS];
     for (int s0 = 0; s0 < a.batch; s0 += PASS) {
         const int n = min(PASS, a.batch - s0);
@@ -217,8 +263,9 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
         // products per call site, and the modules' size is what NVRTC and the driver compile.
 #pragma unroll 1
         for (int m = 0; m < products; m++) {
-            row_dots<W, L, DENSE, PASS>((m == 0 ? w : w1) + i * a.row_bytes, in, a.cols, n,
-                                        a.vec, lane, acc);
+            const u8* wr = a.mode == 2 ? (m == 0 ? w : w1) + i * a.row_bytes
+                                       : w + (i + m * half) * a.row_bytes;
+            row_dots<W, L, DENSE, PASS>(wr, in, a.cols, n, a.vec, lane, acc);
             if (m == 0 && products == 2) {
 #pragma unroll
                 for (int s = 0; s < PASS; s++) gate[s] = acc[s];
@@ -229,7 +276,10 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
             for (int s = 0; s < PASS; s++) {
                 if (s >= n) continue;
                 const long long o = (long long)(s0 + s) * a.out_stride + r;
-                if (a.mode == 2) {
+                if (a.mode == 3) {
+                    rope_pair<L>(ra, out_t, s0 + s, (int)(r / half), (int)(r % half),
+                                 gate[s] + bias, acc[s] + bias2);
+                } else if (a.mode == 2) {
                     const float g = gate[s];
                     out_t[o] = L::st(g / (1.f + __expf(-g)) * acc[s]);
                 } else {
@@ -254,18 +304,21 @@ __device__ void gemv(const u8* __restrict__ w0, const u8* __restrict__ w1,
                      const void* __restrict__ x, float* __restrict__ out_f32,
                      typename L::T* __restrict__ out_t, const float* __restrict__ ss_in,
                      const typename L::T* __restrict__ norm_w, float* __restrict__ ss_out,
-                     GemvArgs a) {
+                     const RopeArgs& ra, GemvArgs a) {
     const long long r = (long long)blockIdx.x * GEMV_WARPS + threadIdx.x / 32;
-    const long long total = a.mode == 2 ? a.rows0 : a.rows0 + a.rows1 + a.rows2;
+    const long long rows = a.rows0 + a.rows1 + a.rows2;
+    const long long total = a.mode == 2 ? a.rows0 : a.mode == 3 ? rows / 2 : rows;
     float sq = 0.f;
     if (r < total) {
         if constexpr (NORM) {
             const float inv = 1.f / sqrtf(ss_in[0] / a.cols + a.eps);
             const Input<L, true> in = {(const float*)x, norm_w, inv, a.cols};
-            sq = gemv_row<W, L, DENSE, PASS>(w0, w1, w2, b0, b1, b2, in, out_f32, out_t, a, r);
+            sq = gemv_row<W, L, DENSE, PASS>(w0, w1, w2, b0, b1, b2, in, out_f32, out_t, ra, a,
+                                             r);
         } else {
             const Input<L, false> in = {(const typename L::T*)x, a.cols};
-            sq = gemv_row<W, L, DENSE, PASS>(w0, w1, w2, b0, b1, b2, in, out_f32, out_t, a, r);
+            sq = gemv_row<W, L, DENSE, PASS>(w0, w1, w2, b0, b1, b2, in, out_f32, out_t, ra, a,
+                                             r);
         }
     }
     // Uniform over the block: every thread arrives at add_squares' barrier.
@@ -321,10 +374,9 @@ __device__ void step_rmsnorm(const float* __restrict__ x, const typename L::T* _
     for (int c = threadIdx.x; c < dim; c += blockDim.x) out[c] = L::st(x[c] * inv * L::ld(w[c]));
 }
 
-// RoPE (rotate-half, as rope.cu) on each sequence's f32 q and k of `qkv` at its position; q
-// into `q`, k and v into its cache row of every KV head (head kh at rows kh * capacity, from
-// the layer's tables: kt[s], vt[s], caps[s]). A thread per rotated pair of q or k, and per
-// value pair of v; blockIdx.y the sequence.
+// RoPE and the cache append (rope_pair) of each sequence's f32 q, k and v in `qkv`, where their
+// matrices differ in format (products of one format do it in their epilogue, mode 3). A thread
+// per pair of values; blockIdx.y the sequence.
 template <typename L>
 __device__ void rope_append(const float* __restrict__ qkv, const float* __restrict__ inv_freq,
                             const int* __restrict__ st, int batch, typename L::T* __restrict__ q,
@@ -337,25 +389,9 @@ __device__ void rope_append(const float* __restrict__ qkv, const float* __restri
     const int pairs = (heads + 2 * kv_heads) * half;
     if (i >= pairs) return;
     const int head = i / half, f = i % half;
-    const long long cap = caps[s], slot = st_slot(st, batch, s);
     const float* src = qkv + ((long long)s * (heads + 2 * kv_heads) + head) * dim;
-    float x1 = src[f], x2 = src[f + half];
-    if (head >= heads + kv_heads) {
-        typename L::T* dst =
-            (typename L::T*)vt[s] + ((long long)(head - heads - kv_heads) * cap + slot) * dim;
-        dst[f] = L::st(x1);
-        dst[f + half] = L::st(x2);
-        return;
-    }
-    const float p = (float)st_pos(st, batch, s);
-    const float t = factor == 1.f ? p : p / factor;
-    float sn, cs;
-    sincosf(t * inv_freq[f], &sn, &cs);
-    typename L::T* dst =
-        head < heads ? q + ((long long)s * heads + head) * dim
-                     : (typename L::T*)kt[s] + ((long long)(head - heads) * cap + slot) * dim;
-    dst[f] = L::st(x1 * cs - x2 * sn);
-    dst[f + half] = L::st(x1 * sn + x2 * cs);
+    const RopeArgs r = {inv_freq, st, kt, vt, caps, batch, heads, kv_heads, dim, factor};
+    rope_pair<L>(r, q, s, head, f, src[f], src[f + half]);
 }
 
 // SwiGLU of two f32 products (gate and up in different formats), into the activation type.
@@ -369,8 +405,8 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
 #define GEMV_PARAMS(L)                                                                        \
     const u8 *w0, const u8 *w1, const u8 *w2, const float *b0, const float *b1,               \
         const float *b2, const void *x, float *out_f32, L::T *out_t, const float *ss_in,      \
-        const L::T *norm_w, float *ss_out, GemvArgs a
-#define GEMV_ARGS w0, w1, w2, b0, b1, b2, x, out_f32, out_t, ss_in, norm_w, ss_out, a
+        const L::T *norm_w, float *ss_out, RopeArgs ra, GemvArgs a
+#define GEMV_ARGS w0, w1, w2, b0, b1, b2, x, out_f32, out_t, ss_in, norm_w, ss_out, ra, a
 #define GEMV_ENTRY(WN, LN, W, L, DENSE)                                                       \
     extern "C" __global__ void capstan_step_gemv_##WN##_##LN(GEMV_PARAMS(L)) {                \
         gemv<W, L, DENSE, 1, false>(GEMV_ARGS);                                               \

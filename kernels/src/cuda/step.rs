@@ -15,12 +15,15 @@ use super::decode_many::MAXD;
 use super::launch::{cuda_of, func};
 use crate::op_params::kv_rows;
 use crate::step::plan::{
-    f32_bytes, state_bytes, Arg, BufferAddrs, CacheTables, GemvArgs, LayerCache, Layout, SeqState,
+    f32_bytes, state_bytes, Arg, BufferAddrs, CacheTables, GemvArgs, LayerCache, Layout, RopeArgs,
+    SeqState,
 };
 use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel, StepSeq};
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.
 unsafe impl DeviceRepr for GemvArgs {}
+// SAFETY: as GemvArgs.
+unsafe impl DeviceRepr for RopeArgs {}
 
 /// The device address of element `at` of a float storage (one stream: every use is ordered
 /// after the storage's writes, so the synchronisation guard is not kept).
@@ -398,6 +401,7 @@ impl DecodeStep {
                     Arg::I64(x) => b.arg(x),
                     Arg::F32(x) => b.arg(x),
                     Arg::Gemv(x) => b.arg(x),
+                    Arg::Rope(x) => b.arg(x),
                     Arg::Decode(x) => b.arg(x),
                 };
             }

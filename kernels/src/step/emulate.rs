@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
 
-use super::plan::{f32_bytes, Arg, BufferAddrs, CacheTables, DecodeArgs, Launch, Layout, SeqState};
+use super::plan::{
+    f32_bytes, Arg, BufferAddrs, CacheTables, DecodeArgs, Launch, Layout, RopeArgs, SeqState,
+};
 use super::{StepMatrix, StepModel};
 use crate::host_memory::{elem_bytes, round_to, tensor_bytes, Memory};
 
@@ -143,7 +145,7 @@ impl Emulator {
                 self.rms_norm(t, a, l.grid.0 as usize);
             } else if let Some(rest) = gemv {
                 let (fmt, t) = rest.rsplit_once('_').unwrap();
-                let Arg::Gemv(g) = a[12] else {
+                let Arg::Gemv(g) = a[13] else {
                     panic!("gemv without its arguments")
                 };
                 // The batched entry points serve batches of more than one sequence; those
@@ -219,7 +221,7 @@ impl Emulator {
 
     /// Sequence `s`'s products (`normed`: of the residual, normalised as it is read).
     fn gemv(&mut self, fmt: &str, t: &str, a: &[Arg], s: usize, normed: bool) {
-        let Arg::Gemv(g) = a[12] else {
+        let Arg::Gemv(g) = a[13] else {
             panic!("gemv without its arguments")
         };
         let cols = g.cols as usize;
@@ -272,6 +274,13 @@ impl Emulator {
             };
             out.extend((0..n).map(|r| dot(&w, r) + bias[r]));
         }
+        if g.mode == 3 {
+            let Arg::Rope(r) = a[12] else {
+                panic!("RoPE's products without RoPE's arguments")
+            };
+            self.rope(t, &r, ptr(&a[8]), &out, s);
+            return;
+        }
         if g.mode == 1 {
             let prev = self.mem.f32s(out_f32, out.len());
             out.iter_mut().zip(prev).for_each(|(o, p)| *o += p);
@@ -285,34 +294,45 @@ impl Emulator {
         self.mem.put_f32s(out_f32, &out);
     }
 
-    /// Sequence `s`'s RoPE and cache append.
+    /// Sequence `s`'s RoPE and cache append, its f32 q, k and v from the qkv buffer.
     fn rope_append(&mut self, t: &str, a: &[Arg], s: usize) {
-        let (heads, kv_heads, dim) = (
-            int(&a[8]) as usize,
-            int(&a[9]) as usize,
-            int(&a[10]) as usize,
-        );
-        let factor = float(&a[11]);
-        let half = dim / 2;
-        let (state, batch) = (ptr(&a[2]), int(&a[3]) as u64);
-        let s64 = s as u64;
-        let (pos, slot) = (
-            self.mem.i32(state + 4 * (batch + s64)) as f32,
-            self.mem.i32(state + 4 * (2 * batch + s64)) as u64,
-        );
-        let kc = self.mem.u64(ptr(&a[5]) + 8 * s64);
-        let vc = self.mem.u64(ptr(&a[6]) + 8 * s64);
-        let cap = self.mem.i32(ptr(&a[7]) + 4 * s64) as u64;
-        let width = (heads + 2 * kv_heads) * dim;
+        let r = RopeArgs {
+            inv_freq: ptr(&a[1]),
+            st: ptr(&a[2]),
+            kt: ptr(&a[5]),
+            vt: ptr(&a[6]),
+            caps: ptr(&a[7]),
+            batch: int(&a[3]) as i32,
+            heads: int(&a[8]) as i32,
+            kv_heads: int(&a[9]) as i32,
+            dim: int(&a[10]) as i32,
+            factor: float(&a[11]),
+        };
+        let width = ((r.heads + 2 * r.kv_heads) * r.dim) as usize;
         let qkv = self.mem.f32s(ptr(&a[0]) + (4 * s * width) as u64, width);
-        let inv_freq = self.mem.f32s(ptr(&a[1]), half);
-        let p = if factor == 1.0 { pos } else { pos / factor };
+        self.rope(t, &r, ptr(&a[4]), &qkv, s);
+    }
+
+    /// RoPE and the cache append of sequence `s`'s f32 q, k and v (`qkv`), q into `q`.
+    fn rope(&mut self, t: &str, r: &RopeArgs, q: u64, qkv: &[f32], s: usize) {
+        let (heads, kv_heads, dim) = (r.heads as usize, r.kv_heads as usize, r.dim as usize);
+        let half = dim / 2;
+        let (batch, s64) = (r.batch as u64, s as u64);
+        let (pos, slot) = (
+            self.mem.i32(r.st + 4 * (batch + s64)) as f32,
+            self.mem.i32(r.st + 4 * (2 * batch + s64)) as u64,
+        );
+        let kc = self.mem.u64(r.kt + 8 * s64);
+        let vc = self.mem.u64(r.vt + 8 * s64);
+        let cap = self.mem.i32(r.caps + 4 * s64) as u64;
+        let inv_freq = self.mem.f32s(r.inv_freq, half);
+        let p = if r.factor == 1.0 { pos } else { pos / r.factor };
         let elem = elem_bytes(t);
         for head in 0..heads + 2 * kv_heads {
             let src = &qkv[head * dim..][..dim];
             let mut out = vec![0f32; dim];
             let dst = if head < heads {
-                ptr(&a[4]) + (((s * heads + head) * dim) * elem) as u64
+                q + (((s * heads + head) * dim) * elem) as u64
             } else if head < heads + kv_heads {
                 kc + (((head - heads) as u64 * cap + slot) * dim as u64) * elem as u64
             } else {
@@ -441,6 +461,7 @@ fn run_cuda_source(l: &Launch) {
             Arg::I64(x) => params.push(x),
             Arg::F32(x) => params.push(x),
             Arg::Gemv(x) => params.push(x),
+            Arg::Rope(x) => params.push(x),
             Arg::Decode(x) => params.push(x),
         };
     }

@@ -245,3 +245,19 @@ fn the_cuda_sources_decode_a_batch_of_two_passes() {
         15,
     );
 }
+
+/// The launches of a step, with q/k/v and gate/up each of one format: one sequence's norms
+/// live in its products, RoPE and the cache append in the q/k/v products' epilogue, and
+/// attention merges its own splits (five a layer); a batch's norms are launches of their own
+/// (seven).
+#[test]
+fn one_sequence_decodes_in_five_launches_a_layer() {
+    let m = model(DType::BF16, [None; 9], false);
+    let mut mem = Memory::new();
+    let layout = lay_out(&m, &mut mem, 3);
+    let l = m.layers.len();
+    for splits in [1, 4] {
+        assert_eq!(layout.plan((1, splits)).len(), 2 + 5 * l);
+        assert_eq!(layout.plan((3, splits)).len(), 3 + 7 * l);
+    }
+}

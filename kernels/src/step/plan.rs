@@ -45,6 +45,23 @@ pub(crate) struct GemvArgs {
     pub(crate) eps: f32,
 }
 
+/// `RopeArgs` of decode_step.cu, field for field: where RoPE and the cache append put a
+/// layer's q, k and v.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RopeArgs {
+    pub(crate) inv_freq: u64,
+    pub(crate) st: u64,
+    pub(crate) kt: u64,
+    pub(crate) vt: u64,
+    pub(crate) caps: u64,
+    pub(crate) batch: i32,
+    pub(crate) heads: i32,
+    pub(crate) kv_heads: i32,
+    pub(crate) dim: i32,
+    pub(crate) factor: f32,
+}
+
 /// `DecodeArgs` of attention_decode.cu, field for field.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +81,7 @@ pub(crate) enum Arg {
     I64(i64),
     F32(f32),
     Gemv(GemvArgs),
+    Rope(RopeArgs),
     Decode(DecodeArgs),
 }
 
@@ -76,6 +94,19 @@ pub(crate) struct Launch {
     pub(crate) block: (u32, u32, u32),
     pub(crate) shared: u32,
     pub(crate) args: Vec<Arg>,
+}
+
+/// What a product does with its rows' dot products (decode_step.cu's `mode`).
+#[derive(Debug, Clone, Copy)]
+enum Epilogue {
+    /// Written (f32), bias added.
+    Write,
+    /// Added to the f32 residual.
+    Add,
+    /// Two matrices' rows combined by SwiGLU into the activation type.
+    SwiGlu,
+    /// q, k and v: RoPE and the cache append, q into the activation type.
+    Rope(RopeArgs),
 }
 
 /// What a product reads.
@@ -388,51 +419,45 @@ impl Layout {
             // A product adding to the residual, adding its squares to slot k (fused).
             let add = |m: &Matrix, x, k| {
                 let io = (Input::Plain(x), b.x, 0, slot(k));
-                self.gemv([m; 3], [0; 3], io, 1, d.hidden, batch)
+                self.gemv([m; 3], [0; 3], io, Epilogue::Add, d.hidden, batch)
             };
-            if !fused {
-                out.push(self.norm(b.x, l.attn_norm, b.h, batch));
-            }
-            let x = normed(2 * i, l.attn_norm);
-            if l.q.format == l.k.format && l.k.format == l.v.format {
-                out.push(gemv([&l.q, &l.k, &l.v], l.bias, x, b.qkv, 0, 0, qkv_w));
-            } else {
-                for (j, (m, at)) in [(&l.q, 0), (&l.k, qw), (&l.v, qw + kvw)]
-                    .into_iter()
-                    .enumerate()
-                {
-                    let bias = [l.bias[j], 0, 0];
-                    out.push(gemv([m; 3], bias, x, b.qkv + 4 * at as u64, 0, 0, qkv_w));
-                }
-            }
             // This layer's entries of the cache tables: one per sequence.
             let tables = (
                 b.kptr + 8 * i as u64 * n,
                 b.vptr + 8 * i as u64 * n,
                 b.caps + 4 * i as u64 * n,
             );
-            let (grid, block) = for_elems(((d.heads + 2 * d.kv_heads) * d.head_dim / 2) as u32);
-            out.push(Launch {
-                module: "decode_step",
-                name: format!("capstan_step_rope_append_{sfx}"),
-                grid: (grid.0, batch as u32, 1),
-                block,
-                shared: 0,
-                args: vec![
-                    Arg::Ptr(b.qkv),
-                    Arg::Ptr(b.inv_freq),
-                    Arg::Ptr(b.state),
-                    Arg::I32(batch as i32),
-                    Arg::Ptr(b.q),
-                    Arg::Ptr(tables.0),
-                    Arg::Ptr(tables.1),
-                    Arg::Ptr(tables.2),
-                    Arg::I32(d.heads as i32),
-                    Arg::I32(d.kv_heads as i32),
-                    Arg::I32(d.head_dim as i32),
-                    Arg::F32(self.factor),
-                ],
-            });
+            let rope = RopeArgs {
+                inv_freq: b.inv_freq,
+                st: b.state,
+                kt: tables.0,
+                vt: tables.1,
+                caps: tables.2,
+                batch: batch as i32,
+                heads: d.heads as i32,
+                kv_heads: d.kv_heads as i32,
+                dim: d.head_dim as i32,
+                factor: self.factor,
+            };
+            if !fused {
+                out.push(self.norm(b.x, l.attn_norm, b.h, batch));
+            }
+            let x = normed(2 * i, l.attn_norm);
+            if l.q.format == l.k.format && l.k.format == l.v.format {
+                // RoPE and the cache append in the products' epilogue.
+                let qkv = [&l.q, &l.k, &l.v];
+                out.push(gemv(qkv, l.bias, x, 0, b.q, Epilogue::Rope(rope), 0));
+            } else {
+                for (j, (m, at)) in [(&l.q, 0), (&l.k, qw), (&l.v, qw + kvw)]
+                    .into_iter()
+                    .enumerate()
+                {
+                    let bias = [l.bias[j], 0, 0];
+                    let at = b.qkv + 4 * at as u64;
+                    out.push(gemv([m; 3], bias, x, at, 0, Epilogue::Write, qkv_w));
+                }
+                out.push(self.rope_append(rope));
+            }
             // The key counts are the state's fourth field.
             out.push(self.attention(tables, b.state + 12 * n, batch, splits));
             out.push(add(&l.o, b.attn, 2 * i + 1));
@@ -442,11 +467,20 @@ impl Layout {
             let x = normed(2 * i + 1, l.mlp_norm);
             let inter = d.intermediate;
             if l.gate.format == l.up.format {
-                out.push(gemv([&l.gate, &l.up, &l.up], [0; 3], x, 0, b.act, 2, inter));
+                let gate_up = [&l.gate, &l.up, &l.up];
+                out.push(gemv(gate_up, [0; 3], x, 0, b.act, Epilogue::SwiGlu, inter));
             } else {
                 let up = b.gu + 4 * (inter * batch) as u64;
-                out.push(gemv([&l.gate; 3], [0; 3], x, b.gu, 0, 0, inter));
-                out.push(gemv([&l.up; 3], [0; 3], x, up, 0, 0, inter));
+                out.push(gemv(
+                    [&l.gate; 3],
+                    [0; 3],
+                    x,
+                    b.gu,
+                    0,
+                    Epilogue::Write,
+                    inter,
+                ));
+                out.push(gemv([&l.up; 3], [0; 3], x, up, 0, Epilogue::Write, inter));
                 let (grid, block) = for_elems((inter * batch) as u32);
                 out.push(Launch {
                     module: "decode_step",
@@ -472,8 +506,37 @@ impl Layout {
             Input::Plain(b.h)
         };
         let lm_head = [&self.lm_head; 3];
-        out.push(self.gemv(lm_head, [0; 3], (x, b.logits, 0, 0), 0, d.vocab, batch));
+        let io = (x, b.logits, 0, 0);
+        out.push(self.gemv(lm_head, [0; 3], io, Epilogue::Write, d.vocab, batch));
         out
+    }
+
+    /// RoPE and the cache append of each sequence's f32 q, k and v (products of different
+    /// formats wrote them to the qkv buffer), a thread per pair of values.
+    fn rope_append(&self, r: RopeArgs) -> Launch {
+        let d = self.dims;
+        let (grid, block) = for_elems(((d.heads + 2 * d.kv_heads) * d.head_dim / 2) as u32);
+        Launch {
+            module: "decode_step",
+            name: format!("capstan_step_rope_append_{}", self.suffix),
+            grid: (grid.0, r.batch as u32, 1),
+            block,
+            shared: 0,
+            args: vec![
+                Arg::Ptr(self.buf.qkv),
+                Arg::Ptr(r.inv_freq),
+                Arg::Ptr(r.st),
+                Arg::I32(r.batch),
+                Arg::Ptr(self.buf.q),
+                Arg::Ptr(r.kt),
+                Arg::Ptr(r.vt),
+                Arg::Ptr(r.caps),
+                Arg::I32(r.heads),
+                Arg::I32(r.kv_heads),
+                Arg::I32(r.dim),
+                Arg::F32(r.factor),
+            ],
+        }
     }
 
     /// RMSNorm of each sequence's residual row, a block a sequence.
@@ -503,10 +566,16 @@ impl Layout {
         ms: [&Matrix; 3],
         bias: [u64; 3],
         (x, out_f32, out_t, ss_out): (Input, u64, u64, u64),
-        mode: i32,
+        epilogue: Epilogue,
         out_stride: usize,
         batch: usize,
     ) -> Launch {
+        let (mode, rope) = match epilogue {
+            Epilogue::Write => (0, RopeArgs::default()),
+            Epilogue::Add => (1, RopeArgs::default()),
+            Epilogue::SwiGlu => (2, RopeArgs::default()),
+            Epilogue::Rope(r) => (3, r),
+        };
         let one = std::ptr::eq(ms[0], ms[1]) && std::ptr::eq(ms[1], ms[2]);
         let rows = if one {
             [ms[0].rows, 0, 0]
@@ -529,10 +598,11 @@ impl Layout {
             batch: batch as i32,
             eps: self.dims.eps as f32,
         };
-        let out_rows = if mode == 2 {
-            rows[0]
-        } else {
-            rows.iter().sum()
+        // Warps: a row each, or (mode 3) a pair of rows RoPE rotates together.
+        let out_rows = match mode {
+            2 => rows[0],
+            3 => rows.iter().sum::<usize>() / 2,
+            _ => rows.iter().sum(),
         };
         // One sequence's products have entry points of their own (decode_step.cu, PASS 1),
         // and those that normalise the residual as they read it others again.
@@ -564,6 +634,7 @@ impl Layout {
                 Arg::Ptr(ss_in),
                 Arg::Ptr(norm_w),
                 Arg::Ptr(ss_out),
+                Arg::Rope(rope),
                 Arg::Gemv(args),
             ],
         }
