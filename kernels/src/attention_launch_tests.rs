@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::*;
 use crate::host_kernels::{launch, Params};
-use crate::host_memory::{tensor_bytes, Memory};
+use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::op_params::AttentionOp;
 use crate::pattern::{scca_rules, SccaKind};
 
@@ -136,14 +136,7 @@ fn run(c: &Case, dtype: DType, tensor_cores: bool) -> f32 {
             .collect();
         o.key_mask = Some(Tensor::from_vec(keep, (b, c.kv_len), &Device::Cpu).unwrap());
     }
-    let want: Vec<f32> = crate::attention(&q, &k, &v, o.clone())
-        .unwrap()
-        .to_dtype(DType::F32)
-        .unwrap()
-        .flatten_all()
-        .unwrap()
-        .to_vec1()
-        .unwrap();
+    let want = f32_values(&crate::attention(&q, &k, &v, o.clone()).unwrap());
 
     // The launch as cuda.rs makes it, over the same bytes.
     let op = AttentionOp { opts: o.clone() };

@@ -216,20 +216,8 @@ pub(crate) fn launch(
     launch_with(module, build, name, grid, block, shared, params)
 }
 
-/// [`launch`] of an entry point of the CUDA C source `src` (tests of the shim itself).
-fn launch_source(
-    module: &str,
-    src: &str,
-    name: &str,
-    grid: (u32, u32, u32),
-    block: (u32, u32, u32),
-    shared: u32,
-    params: &mut Params,
-) -> Result<(), String> {
-    let build = |m: &str| build_source(m, src);
-    launch_with(module, build, name, grid, block, shared, params)
-}
-
+/// [`launch`] of a module `build` builds (tests of the shim build theirs from their own
+/// source).
 fn launch_with(
     module: &str,
     build: impl Fn(&str) -> Result<PathBuf, String>,

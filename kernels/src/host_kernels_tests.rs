@@ -7,7 +7,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::*;
-use crate::host_memory::{tensor_bytes, Memory};
+use crate::host_memory::{f32_values, tensor_bytes, Memory};
 
 const SOURCE: &str = r#"
 typedef unsigned int u32;
@@ -47,15 +47,9 @@ extern "C" __global__ void unwritten(float* out) {
 fn run(name: &str, blocks: u32, threads: u32, shared: u32, out: &mut [f32]) -> Result<(), String> {
     let mut p = Params::default();
     p.push(out.as_mut_ptr() as u64);
-    launch_source(
-        "shim_tests",
-        SOURCE,
-        name,
-        (blocks, 1, 1),
-        (threads, 1, 1),
-        shared,
-        &mut p,
-    )
+    let build = |m: &str| build_source(m, SOURCE);
+    let (grid, block) = ((blocks, 1, 1), (threads, 1, 1));
+    launch_with("shim_tests", build, name, grid, block, shared, &mut p)
 }
 
 #[test]
@@ -110,14 +104,7 @@ fn rms_norm_residual_matches_the_cpu() {
             t(dim, &[dim]),
         );
         let (sum, normed) = crate::rms_norm_residual(&x, &r, &w, eps as f64).unwrap();
-        let want: Vec<f32> = Tensor::cat(&[sum, normed], 0)
-            .unwrap()
-            .to_dtype(DType::F32)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1()
-            .unwrap();
+        let want = f32_values(&Tensor::cat(&[sum, normed], 0).unwrap());
         let mut mem = Memory::new();
         let [xa, ra, wa] = [&x, &r, &w].map(|t| mem.put(&tensor_bytes(t)));
         let out = mem.alloc(want.len() * dtype.size_in_bytes());

@@ -189,3 +189,11 @@ pub(crate) fn tensor_bytes(t: &Tensor) -> Vec<u8> {
         d => panic!("{d:?}"),
     }
 }
+
+/// A float tensor's values as f32, in order.
+pub(crate) fn f32_values(t: &Tensor) -> Vec<f32> {
+    t.to_dtype(DType::F32)
+        .and_then(|t| t.flatten_all())
+        .and_then(|t| t.to_vec1())
+        .unwrap()
+}

@@ -422,26 +422,17 @@ inline T __shfl_sync(unsigned, T v, int src) {
     return chost::exchange(v, src);
 }
 
-inline float __int_as_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
+template <typename To, typename From>
+inline To chost_bits(From f) {
+    static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+    To t;
+    memcpy(&t, &f, sizeof t);
+    return t;
 }
-inline float __uint_as_float(unsigned u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-inline unsigned __float_as_uint(float f) {
-    unsigned u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-inline int __float_as_int(float f) {
-    int i;
-    memcpy(&i, &f, 4);
-    return i;
-}
+inline float __int_as_float(int i) { return chost_bits<float>(i); }
+inline float __uint_as_float(unsigned u) { return chost_bits<float>(u); }
+inline unsigned __float_as_uint(float f) { return chost_bits<unsigned>(f); }
+inline int __float_as_int(float f) { return chost_bits<int>(f); }
 inline float __expf(float x) { return expf(x); }
 // Threads never run at once: a read-modify-write is atomic as it stands.
 template <typename T>
