@@ -45,13 +45,18 @@ SOURCES = {
 }
 
 # Headers after common.cuh, as the concat! of kernels/src/lib.rs (SOURCES) puts them.
-HEADERS = {"decode_step.cu": ["ggml_units.cuh"]}
+HEADERS = {"decode_step.cu": ["ggml_units.cuh"],
+           "attention_mma.cu": ["attention_rules.cuh", "mma.cuh"]}
 # Modules compiled from a source with a line put before common.cuh: (module, file, prefix,
-# entry points).
+# entry points, headers after common.cuh).
 VARIANTS = [(f"decode_step_{w}", "decode_step.cu", f"#define STEP_GGML(F) F({w}, {t}, false)\n",
              [f"capstan_step_gemv{k}_{w}_{x}" for k in ("", "_norm", "_batch") for x in DENSE]
-             + [f"capstan_step_embed_{w}"])
+             + [f"capstan_step_embed_{w}"], HEADERS["decode_step.cu"])
             for w, t in GGML.items()]
+# The batched products on tensor cores (sm_80 and up: a module of their own).
+VARIANTS.append(("decode_step_mma", "decode_step.cu", "#define STEP_MMA\n",
+                 [f"capstan_step_gemv_mma_{t}_{t}" for t in ("bf16", "f16")],
+                 ["ggml_units.cuh", "mma.cuh"]))
 
 
 def find_nvrtc():
@@ -89,10 +94,11 @@ def main():
     lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
     common = open(os.path.join(SRC, "common.cuh")).read()
     failed = False
-    modules = [(name, name, "", entries) for name, entries in SOURCES.items()] + VARIANTS
-    for name, source, prefix, entries in modules:
+    default = lambda source: HEADERS.get(
+        source, ["attention_rules.cuh"] if source.startswith("attention") else [])
+    modules = [(name, name, "", entries, default(name)) for name, entries in SOURCES.items()]
+    for name, source, prefix, entries, headers in modules + VARIANTS:
         # The attention kernels take their patterns' rules from a shared header.
-        headers = HEADERS.get(source, ["attention_rules.cuh"] if source.startswith("attention") else [])
         rules = "".join(open(os.path.join(SRC, h)).read() for h in headers)
         src = (prefix + common + rules + open(os.path.join(SRC, source)).read()).encode()
         prog = ctypes.c_void_p()

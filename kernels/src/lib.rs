@@ -176,7 +176,7 @@ macro_rules! step_ggml_source {
 
 /// The CUDA C sources, `(module, source)`, each with the shared `common.cuh` prepended, as
 /// compiled by NVRTC (`kernels/scripts/nvrtc-check.sh` compiles the same files without a GPU).
-pub const SOURCES: [(&str, &str); 14] = [
+pub const SOURCES: [(&str, &str); 15] = [
     (
         "attention",
         concat!(
@@ -192,6 +192,7 @@ pub const SOURCES: [(&str, &str); 14] = [
         concat!(
             include_str!("cuda/common.cuh"),
             include_str!("cuda/attention_rules.cuh"),
+            include_str!("cuda/mma.cuh"),
             include_str!("cuda/attention_mma.cu")
         ),
     ),
@@ -245,4 +246,16 @@ pub const SOURCES: [(&str, &str); 14] = [
     step_ggml_source!("q8_0", "Q8_0"),
     step_ggml_source!("q4k", "Q4_K"),
     step_ggml_source!("q6k", "Q6_K"),
+    // A batch's products of bf16 or f16 weights on tensor cores (compute capability 8.0 and
+    // up), a module of their own so that older devices still compile the others.
+    (
+        "decode_step_mma",
+        concat!(
+            "#define STEP_MMA\n",
+            include_str!("cuda/common.cuh"),
+            include_str!("cuda/ggml_units.cuh"),
+            include_str!("cuda/mma.cuh"),
+            include_str!("cuda/decode_step.cu")
+        ),
+    ),
 ];

@@ -426,7 +426,120 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
                                                        float* x, float* ss, int slots) {      \
         embed<W, DENSE>(table, row_bytes, cols, st, batch, x, ss, slots);                     \
     }
-#ifdef STEP_GGML
+#ifdef STEP_MMA
+// A batch's products of 16-bit weights on tensor cores (lib.rs, `decode_step_mma`, puts
+// `#define STEP_MMA` and mma.cuh first): weights and activations of one type, 16 sequences a
+// pass as mma.sync.m16n8k16's A operand, a warp taking 8 output rows (mode 3: 8 pairs) as its B
+// operand, over k in chunks of 32. Each lane reads 16 contiguous bytes of its row and of two
+// sequences' inputs: k is permuted alike in both operands (lane t's eight values 8t..8t+7 are
+// the logical k 2t, 2t+1, 2t+8, 2t+9 of two mmas), which a dot product allows. Needs cols a
+// multiple of 32 and 16-byte aligned rows and inputs (the plan checks). Same arguments and
+// epilogues as `gemv`; no norm input, no squares (a batch's norms are launches of their own).
+#define MMA_GEMV_WARPS 4
+
+// Where stacked row r lies: its matrix, its bias, its index there (as gemv_row).
+__device__ __forceinline__ void stacked_row(long long r, const u8* w0, const u8* w1,
+                                            const u8* w2, const float* b0, const float* b1,
+                                            const float* b2, const GemvArgs& a, const u8** w,
+                                            const float** b, long long* i) {
+    if (r < a.rows0) {
+        *w = w0, *b = b0, *i = r;
+    } else if (r < a.rows0 + a.rows1) {
+        *w = w1, *b = b1, *i = r - a.rows0;
+    } else {
+        *w = w2, *b = b2, *i = r - a.rows0 - a.rows1;
+    }
+}
+
+template <typename L>
+__device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
+                         const u8* __restrict__ w2, const float* __restrict__ b0,
+                         const float* __restrict__ b1, const float* __restrict__ b2,
+                         const typename L::T* __restrict__ x, float* __restrict__ out_f32,
+                         typename L::T* __restrict__ out_t, const RopeArgs& ra, GemvArgs a) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const long long rows = a.rows0 + a.rows1 + a.rows2;
+    const long long total = a.mode == 2 ? a.rows0 : a.mode == 3 ? rows / 2 : rows;
+    const long long n0 = ((long long)blockIdx.x * MMA_GEMV_WARPS + warp) * 8;
+    // Warp-uniform, and nothing below waits for other warps.
+    if (n0 >= total) return;
+    const long long half = a.mode == 3 ? ra.dim / 2 : 0;
+    // Output n's (first) stacked row: row n, or (mode 3) value f of head h, row h dim + f.
+    auto first_row = [&](long long n) { return a.mode == 3 ? (n / half) * ra.dim + n % half : n; };
+    // The rows this lane loads as B: output n0 + g's first and (modes 2, 3) second row.
+    const long long nb = n0 + g;
+    const bool has_b = nb < total;
+    const u8* rb[2] = {nullptr, nullptr};
+    if (has_b) {
+        const u8* w;
+        const float* b;
+        long long i;
+        if (a.mode == 2) {
+            rb[0] = w0 + nb * a.row_bytes;
+            rb[1] = w1 + nb * a.row_bytes;
+        } else {
+            stacked_row(first_row(nb), w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
+            rb[0] = w + i * a.row_bytes;
+            rb[1] = w + (i + half) * a.row_bytes;
+        }
+    }
+    const int products = a.mode >= 2 ? 2 : 1;
+    for (int s0 = 0; s0 < a.batch; s0 += 16) {
+        float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        const bool lo = s0 + g < a.batch, hi = s0 + g + 8 < a.batch;
+        const typename L::T* xlo = x + (long long)(s0 + g) * a.cols + 8 * t;
+        const typename L::T* xhi = x + (long long)(s0 + g + 8) * a.cols + 8 * t;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+#pragma unroll 4
+        for (int k = 0; k < a.cols; k += 32) {
+            const uint4 xa = lo ? *(const uint4*)(xlo + k) : zero;
+            const uint4 xb = hi ? *(const uint4*)(xhi + k) : zero;
+            const u32 A0[4] = {xa.x, xb.x, xa.y, xb.y}, A1[4] = {xa.z, xb.z, xa.w, xb.w};
+#pragma unroll
+            for (int m = 0; m < 2; m++) {
+                if (m < products) {
+                    const uint4 wv = has_b ? *(const uint4*)(rb[m] + 2 * (k + 8 * t)) : zero;
+                    Mma<L>::mma(c[m], A0, wv.x, wv.y);
+                    Mma<L>::mma(c[m], A1, wv.z, wv.w);
+                }
+            }
+        }
+        // C: lane (g, t) holds outputs n0 + 2t and n0 + 2t + 1 of sequences g and g + 8.
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int s = s0 + g + 8 * (e >> 1);
+            const long long n = n0 + 2 * t + (e & 1);
+            if (s >= a.batch || n >= total) continue;
+            const long long o = (long long)s * a.out_stride + n;
+            if (a.mode == 2) {
+                const float gv = c[0][e];
+                out_t[o] = L::st(gv / (1.f + __expf(-gv)) * c[1][e]);
+                continue;
+            }
+            const u8* w;
+            const float* b;
+            long long i;
+            stacked_row(first_row(n), w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
+            const float bias = b ? b[i] : 0.f;
+            if (a.mode == 3) {
+                const float bias2 = b ? b[i + half] : 0.f;
+                rope_pair<L>(ra, out_t, s, (int)(n / half), (int)(n % half), c[0][e] + bias,
+                             c[1][e] + bias2);
+            } else {
+                const float v = c[0][e] + bias;
+                out_f32[o] = a.mode == 1 ? out_f32[o] + v : v;
+            }
+        }
+    }
+}
+
+#define GEMV_MMA_ENTRY(LN, L)                                                                 \
+    extern "C" __global__ void capstan_step_gemv_mma_##LN##_##LN(GEMV_PARAMS(L)) {            \
+        gemv_mma<L>(w0, w1, w2, b0, b1, b2, (const L::T*)x, out_f32, out_t, ra, a);           \
+    }
+GEMV_MMA_ENTRY(bf16, BF16)
+GEMV_MMA_ENTRY(f16, F16)
+#elif defined(STEP_GGML)
 // A module of one GGML format's products and embedding (lib.rs, `decode_step_<format>`, puts
 // `#define STEP_GGML(F) F(name, type, false)` first): a model compiles only the formats it
 // holds, not all seven (NVRTC and the driver's JIT take seconds over all of them).

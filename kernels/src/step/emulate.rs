@@ -124,6 +124,7 @@ impl Emulator {
             let a = &l.args;
             let gemv = name
                 .strip_prefix("capstan_step_gemv_batch_")
+                .or_else(|| name.strip_prefix("capstan_step_gemv_mma_"))
                 .or_else(|| name.strip_prefix("capstan_step_gemv_norm_"))
                 .or_else(|| name.strip_prefix("capstan_step_gemv_"));
             let format = name
@@ -150,7 +151,8 @@ impl Emulator {
                 };
                 // The batched entry points serve batches of more than one sequence; those
                 // that normalise their input, one.
-                assert_eq!(name.contains("_batch_"), g.batch > 1, "{name}");
+                let batched = name.contains("_batch_") || name.contains("_mma_");
+                assert_eq!(batched, g.batch > 1, "{name}");
                 let normed = name.contains("_norm_");
                 assert_eq!(normed, ptr(&a[9]) != 0, "{name}: the sums of squares");
                 assert!(!normed || g.batch == 1, "{name}");

@@ -228,13 +228,20 @@ fn the_cuda_sources_compute_what_the_oracle_computes() {
     }
 }
 
-/// The same with 16 to 18 sequences: the batched products' second pass.
+/// The same with 16 to 18 sequences: the batched products' second pass (bf16 weights: the
+/// tensor-core products' second group of 16).
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_cuda_sources_decode_a_batch_of_two_passes() {
     check(
         &model(DType::F32, [None; 9], true),
         2e-5,
+        Runner::CudaSource,
+        15,
+    );
+    check(
+        &model(DType::BF16, [None; 9], true),
+        1e-2,
         Runner::CudaSource,
         15,
     );
@@ -260,4 +267,13 @@ fn one_sequence_decodes_in_five_launches_a_layer() {
         assert_eq!(layout.plan((1, splits)).len(), 2 + 5 * l);
         assert_eq!(layout.plan((3, splits)).len(), 3 + 7 * l);
     }
+    // A batch's bf16 products (q/k/v, output, gate/up, down a layer, then the output layer)
+    // run on tensor cores.
+    let mma = |batch| {
+        let plan = layout.plan((batch, 1));
+        plan.iter()
+            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
+            .count()
+    };
+    assert_eq!((mma(1), mma(3)), (0, 4 * l + 1));
 }

@@ -10,6 +10,8 @@ use super::{StepDims, StepMatrix, StepModel};
 
 /// `GEMV_WARPS` of decode_step.cu: output rows a block.
 pub(crate) const GEMV_ROWS: u32 = 8;
+/// `MMA_GEMV_WARPS`: warps a block of the tensor-core products, 8 output rows each.
+const MMA_GEMV_WARPS: u32 = 4;
 /// `STEP_NORM_THREADS`.
 pub(crate) const NORM_THREADS: u32 = 1024;
 /// Warps a block of attention_decode.cu.
@@ -615,11 +617,25 @@ impl Layout {
             (1, _) => "gemv_norm",
             _ => "gemv_batch",
         };
+        // A batch's products of 16-bit weights in the activations' own type run on tensor
+        // cores (decode_step.cu, STEP_MMA): rows 16-byte aligned, 32 columns at a time.
+        let mma = batch > 1
+            && matches!(self.suffix, "bf16" | "f16")
+            && ms.iter().all(|m| m.format == self.suffix)
+            && args.vec == 1
+            && m0.cols.is_multiple_of(32);
+        // (module, entry point, output rows a block, threads a block)
+        let (module, entry, rows_a_block, threads) = if mma {
+            let warps = MMA_GEMV_WARPS;
+            ("decode_step_mma", "gemv_mma", 8 * warps, 32 * warps)
+        } else {
+            (m0.module, entry, GEMV_ROWS, 32 * GEMV_ROWS)
+        };
         Launch {
-            module: m0.module,
+            module,
             name: format!("capstan_step_{entry}_{}_{}", m0.format, self.suffix),
-            grid: ((out_rows as u32).div_ceil(GEMV_ROWS), 1, 1),
-            block: (32 * GEMV_ROWS, 1, 1),
+            grid: ((out_rows as u32).div_ceil(rows_a_block), 1, 1),
+            block: (threads, 1, 1),
             shared: 0,
             args: vec![
                 Arg::Ptr(ms[0].ptr),
