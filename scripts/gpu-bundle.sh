@@ -55,6 +55,15 @@ strip -o "$stage/bin/kernels-gpu-test" "$ktest"
 cp -r "$CAPSTAN_ENCODER" "$stage/encoder-f16"
 PY=python3
 [ -x "$CAPSTAN_HOME/bench-venv/bin/python3" ] && PY="$CAPSTAN_HOME/bench-venv/bin/python3"
+# A fresh machine has neither: the two packages the conversion needs, installed once into the
+# cache (numpy pinned as bench/requirements.txt pins it).
+if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
+  deps="$CAPSTAN_HOME/bundle-py"
+  [ -d "$deps/safetensors" ] || python3 -m pip install --quiet --disable-pip-version-check \
+    --target "$deps" safetensors==0.7.0 "$(grep '^numpy==' bench/requirements.txt)"
+  export PYTHONPATH="$deps${PYTHONPATH:+:$PYTHONPATH}"
+  PY=python3
+fi
 "$PY" - "$CAPSTAN_ENCODER/model.safetensors" "$stage/encoder-f16/model.safetensors" <<'PYEOF'
 import sys
 from safetensors.numpy import load_file, save_file
@@ -65,7 +74,7 @@ save_file({k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in
           metadata={"format": "pt"})
 PYEOF
 
-[ -f "$CAPSTAN_HOME/bench/real/rustdoc/corpus.jsonl" ] || python3 bench/real_sets.py
+[ -f "$CAPSTAN_HOME/bench/real/rustdoc/corpus.jsonl" ] || python3 bench/real_sets.py --out "$CAPSTAN_HOME/bench/real" --sets rustdoc
 python3 scripts/gpu-passages.py --n 5000 >"$stage/passages.jsonl"
 if [ "$GGUF" = 1 ]; then
   [ -f "$CAPSTAN_LLM" ] || { echo "gpu-bundle: no GGUF at $CAPSTAN_LLM (scripts/setup.sh), or pass --no-gguf" >&2; exit 1; }
