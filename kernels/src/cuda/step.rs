@@ -134,7 +134,7 @@ impl DecodeStep {
         let elem = model.dtype().size_in_bytes();
         let (mut slices, buf) = alloc_buffers(dev, &d, model.layers.len(), elem, 1)?;
         let held = std::cell::RefCell::new(Vec::new());
-        let layout = Layout::build(
+        let mut layout = Layout::build(
             model,
             buf,
             |m| match m {
@@ -167,6 +167,9 @@ impl DecodeStep {
                 Ok(ptr)
             },
         )?;
+        // Older devices (no mma.sync for 16-bit types) keep a batch's products on CUDA cores.
+        let (major, _) = stream.context().compute_capability().w()?;
+        layout.tensor_cores = major >= 8;
         let mut keep = held.into_inner();
         // The norms are read in place: hold them.
         keep.push(Keep::Tensor(model.norm.clone()));

@@ -269,11 +269,17 @@ fn one_sequence_decodes_in_five_launches_a_layer() {
     }
     // A batch's bf16 products (q/k/v, output, gate/up, down a layer, then the output layer)
     // run on tensor cores.
-    let mma = |batch| {
+    let mma = |layout: &Layout, batch| {
         let plan = layout.plan((batch, 1));
         plan.iter()
             .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
             .count()
     };
-    assert_eq!((mma(1), mma(3)), (0, 4 * l + 1));
+    assert_eq!((mma(&layout, 1), mma(&layout, 3)), (0, 4 * l + 1));
+    // A device without them keeps the CUDA-core products.
+    let older = Layout {
+        tensor_cores: false,
+        ..layout.clone()
+    };
+    assert_eq!(mma(&older, 3), 0);
 }

@@ -363,6 +363,9 @@ pub(crate) struct Layout {
     pub(crate) norm: u64,
     pub(crate) lm_head: Matrix,
     pub(crate) buf: BufferAddrs,
+    /// Whether the device has `mma.sync` for 16-bit types (compute capability 8.0 and up): a
+    /// batch's 16-bit products then run on tensor cores.
+    pub(crate) tensor_cores: bool,
 }
 
 impl Layout {
@@ -619,7 +622,8 @@ impl Layout {
         };
         // A batch's products of 16-bit weights in the activations' own type run on tensor
         // cores (decode_step.cu, STEP_MMA): rows 16-byte aligned, 32 columns at a time.
-        let mma = batch > 1
+        let mma = self.tensor_cores
+            && batch > 1
             && matches!(self.suffix, "bf16" | "f16")
             && ms.iter().all(|m| m.format == self.suffix)
             && args.vec == 1
@@ -766,6 +770,7 @@ impl Layout {
             norm: tensor(&model.norm)?,
             lm_head: mat(&model.lm_head, h)?,
             buf,
+            tensor_cores: true,
         })
     }
 }
