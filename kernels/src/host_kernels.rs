@@ -17,14 +17,9 @@ use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 const SHIM: &str = include_str!("cuda/host_shim.hpp");
-const FLAGS: [&str; 6] = [
-    "-std=c++17",
-    "-O2",
-    "-fPIC",
-    "-shared",
-    "-fvisibility=hidden",
-    "-DCAPSTAN_HOST_KERNELS",
-];
+/// How the sources are read (preprocessing and building alike), and how they are built.
+const LANGUAGE: [&str; 2] = ["-std=c++17", "-DCAPSTAN_HOST_KERNELS"];
+const BUILD: [&str; 4] = ["-O2", "-fPIC", "-shared", "-fvisibility=hidden"];
 
 type LaunchFn = unsafe extern "C" fn(
     *const c_char,
@@ -81,7 +76,7 @@ fn build(module: &str) -> Result<PathBuf, String> {
 fn build_source(module: &str, src: &str) -> Result<PathBuf, String> {
     let src = host_source(src);
     let mut h = DefaultHasher::new();
-    (SHIM, &src, FLAGS).hash(&mut h);
+    (SHIM, &src, LANGUAGE, BUILD).hash(&mut h);
     let dir = std::env::temp_dir()
         .join("capstan-host-kernels")
         .join(format!("{module}-{:016x}", h.finish()));
@@ -90,13 +85,16 @@ fn build_source(module: &str, src: &str) -> Result<PathBuf, String> {
         return Ok(lib);
     }
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let tmp = tempfile_in(&dir);
+    // Removed when dropped, whether the build succeeds or not.
+    let work = tempfile::tempdir_in(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let tmp = work.path();
     std::fs::write(tmp.join("shim.hpp"), SHIM).map_err(|e| e.to_string())?;
     std::fs::write(tmp.join("module.cu"), &src).map_err(|e| e.to_string())?;
     let cxx = |args: &[&str]| -> Result<String, String> {
         let out = Command::new("c++")
-            .current_dir(&tmp)
+            .current_dir(tmp)
             .args(["-x", "c++", "-include", "shim.hpp"])
+            .args(LANGUAGE)
             .args(args)
             .output()
             .map_err(|e| format!("the system C++ compiler (c++): {e}"))?;
@@ -109,13 +107,7 @@ fn build_source(module: &str, src: &str) -> Result<PathBuf, String> {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     };
     // The entry points, as the preprocessor spells them out of their macros.
-    let pre = cxx(&[
-        "-std=c++17",
-        "-DCAPSTAN_HOST_KERNELS",
-        "-E",
-        "-P",
-        "module.cu",
-    ])?;
+    let pre = cxx(&["-E", "-P", "module.cu"])?;
     let marker = "extern \"C\" __attribute__((used)) void ";
     let entries: Vec<&str> = pre
         .match_indices(marker)
@@ -145,21 +137,11 @@ fn build_source(module: &str, src: &str) -> Result<PathBuf, String> {
          err, err_len);\n}\n",
     );
     std::fs::write(tmp.join("unit.cu"), unit).map_err(|e| e.to_string())?;
-    let mut args: Vec<&str> = FLAGS.to_vec();
+    let mut args: Vec<&str> = BUILD.to_vec();
     args.extend(["unit.cu", "-o", "module.so"]);
     cxx(&args)?;
     std::fs::rename(tmp.join("module.so"), &lib).map_err(|e| e.to_string())?;
-    let _ = std::fs::remove_dir_all(&tmp);
     Ok(lib)
-}
-
-/// A fresh working directory under `dir`.
-fn tempfile_in(dir: &std::path::Path) -> PathBuf {
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!("build-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
-    tmp
 }
 
 fn load(lib: &std::path::Path) -> Result<LaunchFn, String> {

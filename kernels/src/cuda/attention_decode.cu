@@ -34,27 +34,43 @@ __device__ __forceinline__ float key_dot(const typename L::T* __restrict__ kr, c
     return dot;
 }
 
+// Online-softmax parts — (max, sum, `dim` accumulators), `count` of them `2 + dim` floats apart,
+// element i read by `ld(i)` — combined: their largest max and the sum of their sums rescaled
+// to it (parts that saw no key add nothing).
+template <typename Ld>
+__device__ __forceinline__ void parts_stats(Ld ld, int count, int dim, float* big, float* total) {
+    float m = NEG_INF;
+    for (int z = 0; z < count; z++) m = fmaxf(m, ld(z * (2 + dim)));
+    float t = 0.f;
+    for (int z = 0; z < count; z++) {
+        const float mz = ld(z * (2 + dim));
+        t += mz == NEG_INF ? 0.f : ld(z * (2 + dim) + 1) * __expf(mz - m);
+    }
+    *big = m;
+    *total = t;
+}
+
+// Accumulator d of the same parts, rescaled to `big` and summed.
+template <typename Ld>
+__device__ __forceinline__ float parts_value(Ld ld, int count, int dim, int d, float big) {
+    float sum = 0.f;
+    for (int z = 0; z < count; z++) {
+        const float mz = ld(z * (2 + dim));
+        if (mz != NEG_INF) sum += ld(z * (2 + dim) + 2 + d) * __expf(mz - big);
+    }
+    return sum;
+}
+
 // The splits' partial results `p` of one (query head, sequence) combined by one warp into its
 // output row. The rows were written by other blocks of this launch: read past the L1 cache.
 template <typename L>
 __device__ void merge_splits(const float* p, typename L::T* __restrict__ out, DecodeArgs a,
                              int lane) {
-    float big = NEG_INF;
-    for (int z = 0; z < a.splits; z++) big = fmaxf(big, __ldcg(p + z * (2 + a.dim)));
-    float total = 0.f;
-    for (int z = 0; z < a.splits; z++) {
-        const float mz = __ldcg(p + z * (2 + a.dim));
-        total += mz == NEG_INF ? 0.f : __ldcg(p + z * (2 + a.dim) + 1) * __expf(mz - big);
-    }
+    const auto ld = [p](int i) { return __ldcg(p + i); };
+    float big, total;
+    parts_stats(ld, a.splits, a.dim, &big, &total);
     const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int d = lane; d < a.dim; d += 32) {
-        float sum = 0.f;
-        for (int z = 0; z < a.splits; z++) {
-            const float mz = __ldcg(p + z * (2 + a.dim));
-            if (mz != NEG_INF) sum += __ldcg(p + z * (2 + a.dim) + 2 + d) * __expf(mz - big);
-        }
-        out[d] = L::st(sum * inv);
-    }
+    for (int d = lane; d < a.dim; d += 32) out[d] = L::st(parts_value(ld, a.splits, a.dim, d, big) * inv);
 }
 
 template <typename L>
@@ -150,14 +166,11 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
     }
     __syncthreads();
     if (warp != 0) return;
-    float big = NEG_INF;
-    for (int w = 0; w < warps; w++) big = fmaxf(big, part[w * (2 + a.dim)]);
-    float total = 0.f;
-    for (int w = 0; w < warps; w++) {
-        float mw = part[w * (2 + a.dim)];
-        total += mw == NEG_INF ? 0.f : part[w * (2 + a.dim) + 1] * __expf(mw - big);
-    }
-    float inv = total > 0.f ? 1.f / total : 0.f;
+    // The warps' parts of this split, combined.
+    const auto ld = [&](int i) { return part[i]; };
+    float big, total;
+    parts_stats(ld, warps, a.dim, &big, &total);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
     // This split's partial result: (max, sum, accumulators) at row (s, h, split).
     float* mine_out = partial + (((size_t)s * a.heads + h) * a.splits + split) * (2 + a.dim);
     if (a.splits > 1 && lane == 0) {
@@ -167,11 +180,7 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
     for (int t = 0; t < per_lane; t++) {
         int d = lane + 32 * t;
         if (d >= a.dim) continue;
-        float sum = 0.f;
-        for (int w = 0; w < warps; w++) {
-            float mw = part[w * (2 + a.dim)];
-            if (mw != NEG_INF) sum += part[w * (2 + a.dim) + 2 + d] * __expf(mw - big);
-        }
+        const float sum = parts_value(ld, warps, a.dim, d, big);
         if (a.splits > 1) {
             mine_out[2 + d] = sum;
         } else {

@@ -227,6 +227,55 @@ __device__ __forceinline__ void add_squares(float sq, float* ss_out) {
     }
 }
 
+// Where output n's products read: `*w` and `*i` the matrix and row of its first product, `*b`
+// its bias vector (none for SwiGLU). Rows are stacked (q, k, v) as `a.rows*` count them; mode
+// 3's output n is value f of head h (n = h dim/2 + f), first row h dim + f, its second row
+// `half` = dim/2 further; SwiGLU's second product is the same row of w1.
+__device__ __forceinline__ void output_row(long long n, long long half, const u8* w0,
+                                           const u8* w1, const u8* w2, const float* b0,
+                                           const float* b1, const float* b2, const GemvArgs& a,
+                                           const u8** w, const float** b, long long* i) {
+    if (a.mode == 2) {
+        *w = w0, *b = nullptr, *i = n;
+        return;
+    }
+    const long long r = a.mode == 3 ? (n / half) * 2 * half + n % half : n;
+    if (r < a.rows0) {
+        *w = w0, *b = b0, *i = r;
+    } else if (r < a.rows0 + a.rows1) {
+        *w = w1, *b = b1, *i = r - a.rows0;
+    } else {
+        *w = w2, *b = b2, *i = r - a.rows0 - a.rows1;
+    }
+}
+
+// The row of product m (0, or 1 for SwiGLU and RoPE pairs) of an output at row i of w.
+__device__ __forceinline__ const u8* product_row(const GemvArgs& a, const u8* w, const u8* w1,
+                                                 long long i, long long half, int m) {
+    return (a.mode == 2 && m == 1 ? w1 : w) + (i + (a.mode == 3 ? m * half : 0)) * a.row_bytes;
+}
+
+// Output n of sequence s from its products (biases added): written or added to the f32
+// output (returns the value written), SwiGLU into out_t, or RoPE and the cache append.
+template <typename L>
+__device__ __forceinline__ float write_output(const GemvArgs& a, const RopeArgs& ra,
+                                              float* __restrict__ out_f32,
+                                              typename L::T* __restrict__ out_t, int s,
+                                              long long n, long long half, float first,
+                                              float second) {
+    const long long o = (long long)s * a.out_stride + n;
+    if (a.mode == 3) {
+        rope_pair<L>(ra, out_t, s, (int)(n / half), (int)(n % half), first, second);
+    } else if (a.mode == 2) {
+        out_t[o] = L::st(first / (1.f + __expf(-first)) * second);
+    } else {
+        const float y = a.mode == 1 ? out_f32[o] + first : first;
+        out_f32[o] = y;
+        return y;
+    }
+    return 0.f;
+}
+
 // Row r's products for every sequence; returns (lane 0, mode 1, one sequence) the square of
 // the new residual value, else 0.
 template <typename W, typename L, bool DENSE, int PASS, typename In>
@@ -238,20 +287,11 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
                           long long r) {
     const int lane = threadIdx.x % 32;
     float sq = 0.f;
-    // Mode 3: warp r takes value f of head h and value f + half, rows h dim + f and + half.
     const long long half = a.mode == 3 ? ra.dim / 2 : 0;
-    const long long row = a.mode == 3 ? (r / half) * ra.dim + r % half : r;
-    // The row this warp reads (SwiGLU: row r of the gate, then of the up matrix).
     const u8* w;
     const float* b;
     long long i;
-    if (a.mode == 2 || row < a.rows0) {
-        w = w0, b = a.mode == 2 ? nullptr : b0, i = row;
-    } else if (row < a.rows0 + a.rows1) {
-        w = w1, b = b1, i = row - a.rows0;
-    } else {
-        w = w2, b = b2, i = row - a.rows0 - a.rows1;
-    }
+    output_row(r, half, w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
     const float bias = b ? b[i] : 0.f, bias2 = b && half ? b[i + half] : 0.f;
     const int products = a.mode >= 2 ? 2 : 1;
     float acc[PASS], gate[PASS];
@@ -263,9 +303,8 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
         // products per call site, and the modules' size is what NVRTC and the driver compile.
 #pragma unroll 1
         for (int m = 0; m < products; m++) {
-            const u8* wr = a.mode == 2 ? (m == 0 ? w : w1) + i * a.row_bytes
-                                       : w + (i + m * half) * a.row_bytes;
-            row_dots<W, L, DENSE, PASS>(wr, in, a.cols, n, a.vec, lane, acc);
+            row_dots<W, L, DENSE, PASS>(product_row(a, w, w1, i, half, m), in, a.cols, n, a.vec,
+                                        lane, acc);
             if (m == 0 && products == 2) {
 #pragma unroll
                 for (int s = 0; s < PASS; s++) gate[s] = acc[s];
@@ -275,19 +314,10 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
 #pragma unroll
             for (int s = 0; s < PASS; s++) {
                 if (s >= n) continue;
-                const long long o = (long long)(s0 + s) * a.out_stride + r;
-                if (a.mode == 3) {
-                    rope_pair<L>(ra, out_t, s0 + s, (int)(r / half), (int)(r % half),
-                                 gate[s] + bias, acc[s] + bias2);
-                } else if (a.mode == 2) {
-                    const float g = gate[s];
-                    out_t[o] = L::st(g / (1.f + __expf(-g)) * acc[s]);
-                } else {
-                    const float v = acc[s] + bias;
-                    const float y = a.mode == 1 ? out_f32[o] + v : v;
-                    out_f32[o] = y;
-                    sq = y * y;
-                }
+                const float first = (products == 2 ? gate[s] : acc[s]) + bias;
+                const float y = write_output<L>(a, ra, out_f32, out_t, s0 + s, r, half, first,
+                                                acc[s] + bias2);
+                sq = y * y;
             }
         }
     }
@@ -437,20 +467,6 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
 // epilogues as `gemv`; no norm input, no squares (a batch's norms are launches of their own).
 #define MMA_GEMV_WARPS 4
 
-// Where stacked row r lies: its matrix, its bias, its index there (as gemv_row).
-__device__ __forceinline__ void stacked_row(long long r, const u8* w0, const u8* w1,
-                                            const u8* w2, const float* b0, const float* b1,
-                                            const float* b2, const GemvArgs& a, const u8** w,
-                                            const float** b, long long* i) {
-    if (r < a.rows0) {
-        *w = w0, *b = b0, *i = r;
-    } else if (r < a.rows0 + a.rows1) {
-        *w = w1, *b = b1, *i = r - a.rows0;
-    } else {
-        *w = w2, *b = b2, *i = r - a.rows0 - a.rows1;
-    }
-}
-
 template <typename L>
 __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
                          const u8* __restrict__ w2, const float* __restrict__ b0,
@@ -464,8 +480,6 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
     // Warp-uniform, and nothing below waits for other warps.
     if (n0 >= total) return;
     const long long half = a.mode == 3 ? ra.dim / 2 : 0;
-    // Output n's (first) stacked row: row n, or (mode 3) value f of head h, row h dim + f.
-    auto first_row = [&](long long n) { return a.mode == 3 ? (n / half) * ra.dim + n % half : n; };
     // The rows this lane loads as B: output n0 + g's first and (modes 2, 3) second row.
     const long long nb = n0 + g;
     const bool has_b = nb < total;
@@ -474,14 +488,9 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
         const u8* w;
         const float* b;
         long long i;
-        if (a.mode == 2) {
-            rb[0] = w0 + nb * a.row_bytes;
-            rb[1] = w1 + nb * a.row_bytes;
-        } else {
-            stacked_row(first_row(nb), w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
-            rb[0] = w + i * a.row_bytes;
-            rb[1] = w + (i + half) * a.row_bytes;
-        }
+        output_row(nb, half, w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
+        rb[0] = product_row(a, w, w1, i, half, 0);
+        rb[1] = product_row(a, w, w1, i, half, 1);
     }
     const int products = a.mode >= 2 ? 2 : 1;
     for (int s0 = 0; s0 < a.batch; s0 += 16) {
@@ -510,25 +519,12 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
             const int s = s0 + g + 8 * (e >> 1);
             const long long n = n0 + 2 * t + (e & 1);
             if (s >= a.batch || n >= total) continue;
-            const long long o = (long long)s * a.out_stride + n;
-            if (a.mode == 2) {
-                const float gv = c[0][e];
-                out_t[o] = L::st(gv / (1.f + __expf(-gv)) * c[1][e]);
-                continue;
-            }
             const u8* w;
             const float* b;
             long long i;
-            stacked_row(first_row(n), w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
-            const float bias = b ? b[i] : 0.f;
-            if (a.mode == 3) {
-                const float bias2 = b ? b[i + half] : 0.f;
-                rope_pair<L>(ra, out_t, s, (int)(n / half), (int)(n % half), c[0][e] + bias,
-                             c[1][e] + bias2);
-            } else {
-                const float v = c[0][e] + bias;
-                out_f32[o] = a.mode == 1 ? out_f32[o] + v : v;
-            }
+            output_row(n, half, w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
+            const float bias = b ? b[i] : 0.f, bias2 = b && half ? b[i + half] : 0.f;
+            write_output<L>(a, ra, out_f32, out_t, s, n, half, c[0][e] + bias, c[1][e] + bias2);
         }
     }
 }

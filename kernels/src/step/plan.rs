@@ -562,10 +562,10 @@ impl Layout {
         }
     }
 
-    /// Products of every sequence's input row `x`: `mode` 0 or 1 over the stacked rows of `ms`
-    /// (one matrix: `ms` its three times, only the first counted), or 2 (SwiGLU of `ms[0]` and
-    /// `ms[1]`); each sequence's outputs `out_stride` elements after the one before. Mode 1 of
-    /// one sequence adds the squares of the new residual at `ss_out` (0: nowhere).
+    /// Products of every sequence's input row `x` over the stacked rows of `ms` (one matrix:
+    /// `ms` its three times, only the first counted; SwiGLU: `ms[0]` and `ms[1]`), finished by
+    /// `epilogue`; each sequence's outputs `out_stride` elements after the one before. Adding
+    /// to the residual, one sequence also adds its squares at `ss_out` (0: nowhere).
     fn gemv(
         &self,
         ms: [&Matrix; 3],
