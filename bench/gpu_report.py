@@ -273,6 +273,16 @@ def main():
                       "max_abs_diff_vs_cpu": enc.get("max_abs_diff_vs_cpu"),
                       "min_cosine_vs_sentence_transformers": encp.get("min_cosine_vs_capstan")}
     res["gguf"] = load(raw, "gguf")
+    # The same GGUF model with 16 sequences decoding together (continuous batching): each way's
+    # tokens/s, over the one-sequence fused step's, and its logits against the sequences alone.
+    gb = load(raw, "gguf_batch16") or {}
+    one = ((res["gguf"] or {}).get("by_way") or {}).get("step", {}).get("tokens_per_s")
+    res["gguf_batch16"] = {
+        way: {"tokens_per_s": r.get("contexts", {}).get("1k", {}).get("tokens_per_s"),
+              "over_one_sequence_step": ratio(r.get("contexts", {}).get("1k", {}).get("tokens_per_s"), one),
+              "packed_vs_alone_max_rel_diff": r.get("contexts", {}).get("1k", {}).get("packed_vs_alone_max_rel_diff"),
+              "decode_step": r.get("decode_step")}
+        for way, r in (gb.get("by_way") or {}).items()}
     # Where the time went (scripts/gpu-profile.sh: each kernel's duration under Nsight Compute).
     res["profile"] = {os.path.basename(p)[len("profile_"):-5]: load(raw, os.path.basename(p)[:-5])
                       for p in sorted(glob.glob(os.path.join(raw, "profile_*.json")))}
@@ -317,10 +327,10 @@ def main():
     md += ["", "| prefill | attention TFLOP/s | SDPA TFLOP/s | ratio | model prefill tokens/s (kernel) | (matmul) |",
            "|---|---|---|---|---|---|"]
     for k, r in res["prefill"].items():
-        ratio, sdpa, tok = r["ratio"], r["sdpa_tflops"], r["model_prefill_tokens_per_s"]
+        rr, sdpa, tok = r["ratio"], r["sdpa_tflops"], r["model_prefill_tokens_per_s"]
         mtok = r["model_prefill_matmul_tokens_per_s"]
         att = r["attention_tflops"]
-        md.append(f"| {k} | {att and f'{att:.2f}'} | {sdpa and f'{sdpa:.2f}'} | {ratio and f'{ratio:.3f}'} | "
+        md.append(f"| {k} | {att and f'{att:.2f}'} | {sdpa and f'{sdpa:.2f}'} | {rr and f'{rr:.3f}'} | "
                   f"{tok and f'{tok:.0f}'} | {mtok and f'{mtok:.0f}'} |")
     if any(r["tensor_core_attention_tflops"] or r["tensor_core_model_prefill_tokens_per_s"]
            for r in res["prefill"].values()) or p["tensor_core_kernels_ok"] is not None:
@@ -328,9 +338,9 @@ def main():
                f"{'ok' if p['tensor_core_kernels_ok'] else 'FAILED or not run'}.", "",
                "| prefill | attention TFLOP/s | ratio to SDPA | model prefill tokens/s |", "|---|---|---|---|"]
         for k, r in res["prefill"].items():
-            att, ratio = r["tensor_core_attention_tflops"], r["tensor_core_ratio"]
+            att, rr = r["tensor_core_attention_tflops"], r["tensor_core_ratio"]
             tok = r["tensor_core_model_prefill_tokens_per_s"]
-            md.append(f"| {k} | {att and f'{att:.2f}'} | {ratio and f'{ratio:.3f}'} | {tok and f'{tok:.0f}'} |")
+            md.append(f"| {k} | {att and f'{att:.2f}'} | {rr and f'{rr:.3f}'} | {tok and f'{tok:.0f}'} |")
     md += ["", "| CAPE total tokens | memory CAPE/full | throughput CAPE/full | full context |", "|---|---|---|---|"]
     for k, r in res["cape"].items():
         mr, tr = r["memory_ratio"], r["throughput_ratio"]
@@ -346,6 +356,10 @@ def main():
                f"cache off; logits identical: {p['logits_identical']}.", ""]
     if res["gguf"]:
         md += [f"GGUF {res['gguf'].get('model')}: {res['gguf'].get('tokens_per_s'):.1f} tokens/s decoding.", ""]
+    for way, r in res["gguf_batch16"].items():
+        md += [f"GGUF, 16 sequences at 1K ({way}): {fmt(r['tokens_per_s'], 1)} tokens/s, "
+               f"{fmt(r['over_one_sequence_step'], 2)}x one sequence's fused step; logits vs alone "
+               f"{fmt(r['packed_vs_alone_max_rel_diff'], 5)}.", ""]
     for name, st in steps.items():
         if isinstance(st["rc"], str):
             md.append(f"SKIPPED {name}: {st['rc']}")

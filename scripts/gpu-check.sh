@@ -84,7 +84,7 @@ if [ "$CPU" = 1 ]; then
   ATTN="--cases causal:256,causal:1024,zebra:1024,scca:1024,selfextend:1024,cross:1024 --heads 4"
   ATTN="$ATTN --kv-heads 2 --dim 32 --window 64 --chunk 256 --neighbor 64 --cross-queries 128"
   ATTN_LONG="--cases causal:2048 --heads 4 --kv-heads 2 --dim 32"
-  SHAPE=llama3-tiny BATCH_CONTEXTS=64,1024
+  SHAPE=llama3-tiny BATCH_CONTEXTS=64,1024 GGUF_BATCH="--contexts 1024 --steps 2"
   ENC_N=200 TIMEOUT=900 BUDGET=${CAPSTAN_GPU_CHECK_SECONDS:-1800}
   [ -x "${PYTHON:-}" ] || PY="$CAPSTAN_HOME/bench-venv/bin/python3"
 else
@@ -110,7 +110,7 @@ else
   # at 32K; 32 query heads, 8 KV heads, head dim 128).
   ATTN="--cases causal:8192,causal:32768,zebra:32768,scca:32768,selfextend:32768,cross:32768"
   ATTN_LONG="--cases causal:131072"
-  SHAPE=llama3-8b BATCH_CONTEXTS=1024
+  SHAPE=llama3-8b BATCH_CONTEXTS=1024 GGUF_BATCH="--contexts 1024 --steps 64"
   ENC_N=5000 TIMEOUT=180
   # The CUDA 13 libraries (cuBLAS, cuRAND, NVRTC, runtime) of the machine's PyTorch wheels and
   # toolkit; the driver's libcuda is on the loader's path already.
@@ -248,6 +248,14 @@ step profile_prefill env $KERNEL scripts/gpu-profile.sh "$W/profile_prefill.csv"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step profile_gguf scripts/gpu-profile.sh "$W/profile_gguf.csv" 600 -- \
     "$BENCH" gpu gguf --model "$GGUF" --new-tokens 4 --ways step --device "$DEV"
+fi
+# The GGUF model with 16 sequences decoding together (no goal of its own: after the goals'
+# steps): the packed layers, and the fused step whose batched GGML products run on TF32
+# tensor cores, each checked against the sequences alone.
+if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
+  # shellcheck disable=SC2086
+  step gguf_batch16 "$BENCH" gpu gguf --model "$GGUF" --batch 16 $GGUF_BATCH --ways layers,step \
+    --device "$DEV"
 fi
 # Issue 10's rows, re-measured while the budget lasts: the peer's own batch of 16, the CUDA-core
 # kernel's prefill beside flash SDPA, CAPE's passage cache, the encoder, the Llama-2 shape.

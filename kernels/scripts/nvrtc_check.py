@@ -49,9 +49,11 @@ HEADERS = {"decode_step.cu": ["ggml_units.cuh"],
            "attention_mma.cu": ["attention_rules.cuh", "mma.cuh"]}
 # Modules compiled from a source with a line put before common.cuh: (module, file, prefix,
 # entry points, headers after common.cuh).
+# A GGML format's module also holds its batched products on tensor cores (TF32, f32 inputs).
 VARIANTS = [(f"decode_step_{w}", "decode_step.cu", f"#define STEP_GGML(F) F({w}, {t}, false)\n",
              [f"capstan_step_gemv{k}_{w}_{x}" for k in ("", "_norm", "_batch") for x in DENSE]
-             + [f"capstan_step_embed_{w}"], HEADERS["decode_step.cu"])
+             + [f"capstan_step_embed_{w}", f"capstan_step_gemv_mma_{w}_f32"],
+             ["ggml_units.cuh", "mma.cuh"])
             for w, t in GGML.items()]
 # The batched products on tensor cores (sm_80 and up: a module of their own).
 VARIANTS.append(("decode_step_mma", "decode_step.cu", "#define STEP_MMA\n",

@@ -37,6 +37,21 @@ extern "C" __global__ void early_return(float* out) {
     if (threadIdx.x == 5) return;
     out[threadIdx.x] = warp_total(1.f);
 }
+// A 16 x 8 by 8 x 8 product through the shim's mma.m16n8k8 on TF32, each lane's fragments
+// placed as the PTX ISA lays them out (A row-major, B as B[k][n]): out = C, row-major 16 x 8.
+__device__ float a_value(int r, int k) { return 1.f + 0.0123f * (r * 8 + k) + 3e-6f * r; }
+__device__ float b_value(int k, int n) { return 0.5f - 0.0371f * (k * 8 + n) + 7e-6f * k; }
+extern "C" __global__ void tf32_product(float* out) {
+    const int g = threadIdx.x >> 2, t = threadIdx.x & 3;
+    const u32 a[4] = {chost::tf32(a_value(g, t)), chost::tf32(a_value(g + 8, t)),
+                      chost::tf32(a_value(g, t + 4)), chost::tf32(a_value(g + 8, t + 4))};
+    float c[4] = {0.f, 0.f, 0.f, 0.f};
+    chost::mma_m16n8k8_tf32(c, a, chost::tf32(b_value(t, g)), chost::tf32(b_value(t + 4, g)));
+    out[g * 8 + 2 * t] = c[0];
+    out[g * 8 + 2 * t + 1] = c[1];
+    out[(g + 8) * 8 + 2 * t] = c[2];
+    out[(g + 8) * 8 + 2 * t + 1] = c[3];
+}
 // Dynamic shared memory read before anything is written there.
 extern "C" __global__ void unwritten(float* out) {
     extern __shared__ float scratch[];
@@ -60,6 +75,32 @@ fn shuffles_barriers_and_shared_memory_behave_as_on_a_gpu() {
     let mut out = vec![0f32; 64];
     run("unwritten", 1, 64, 256, &mut out).unwrap();
     assert!(out.iter().all(|x| x.is_nan()), "{out:?}");
+}
+
+/// TF32 as cvt.rna makes it: 10 fraction bits, to nearest, ties away from zero.
+fn tf32(x: f32) -> f32 {
+    f32::from_bits((x.to_bits() + 0x1000) & 0xffff_e000)
+}
+
+#[test]
+fn the_tf32_mma_multiplies_the_fragments_the_isa_lays_out() {
+    let mut out = vec![0f32; 128];
+    run("tf32_product", 1, 32, 0, &mut out).unwrap();
+    let a = |r: usize, k: usize| 1.0 + 0.0123 * (r * 8 + k) as f32 + 3e-6 * r as f32;
+    let b = |k: usize, n: usize| 0.5 - 0.0371 * (k * 8 + n) as f32 + 7e-6 * k as f32;
+    for r in 0..16 {
+        for n in 0..8 {
+            let want: f32 = (0..8).map(|k| tf32(a(r, k)) * tf32(b(k, n))).sum();
+            let got = out[r * 8 + n];
+            assert!(
+                (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "C[{r}][{n}]: {got} {want}"
+            );
+        }
+    }
+    // The rounding matters at this tolerance: unrounded inputs give another product.
+    let exact: f32 = (0..8).map(|k| a(15, k) * b(k, 7)).sum();
+    assert!((out[15 * 8 + 7] - exact).abs() > 1e-5, "{exact}");
 }
 
 #[test]

@@ -155,7 +155,8 @@ pub fn cudnn_stats() -> CudnnStats {
 pub type Result<T> = candle_core::Result<T>;
 
 /// The decoding step's module of one GGML format (`decode_step_<name>`): decode_step.cu with
-/// only that format's entry points.
+/// only that format's entry points (a batch's products on tensor cores among them, whose body
+/// only devices of compute capability 8.0 and up compile).
 macro_rules! step_ggml_source {
     ($name:literal, $ty:literal) => {
         (
@@ -168,6 +169,7 @@ macro_rules! step_ggml_source {
                 ", false)\n",
                 include_str!("cuda/common.cuh"),
                 include_str!("cuda/ggml_units.cuh"),
+                include_str!("cuda/mma.cuh"),
                 include_str!("cuda/decode_step.cu")
             ),
         )

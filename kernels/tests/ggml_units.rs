@@ -38,6 +38,16 @@ template <typename Q> void run(const u8* data, int rows, int cols) {
         for (int u = 0; u < cols / 32; u++) {
             Q::unit(data + r * row_bytes, u, y);
             fwrite(y, 4, 32, stdout);
+            // A lane's eight values (the tensor-core products' B operand) are the unit's.
+            for (int t = 0; t < 4; t++) {
+                float part[8];
+                Q::part8(data + r * row_bytes, u, t, part);
+                if (memcmp(part, y + 8 * t, sizeof part) != 0) {
+                    fprintf(stderr, "part8: row %d unit %d values %d..%d differ from unit's\n",
+                            r, u, 8 * t, 8 * t + 7);
+                    exit(3);
+                }
+            }
         }
 }
 int main(int argc, char** argv) {

@@ -174,7 +174,24 @@ pub fn run_batched(
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
-    let (mut model, _) = random_model(shape, dtype, device)?;
+    let (model, _) = random_model(shape, dtype, device)?;
+    let mut out = batched(model, contexts, steps, batch, way)?;
+    out["shape"] = json!(shape);
+    out["dtype"] = json!(format!("{dtype:?}").to_lowercase());
+    out["device"] = json!(describe(device));
+    Ok(out)
+}
+
+/// [`run_batched`]'s measurement on `model`: `batch`, `way`, `decode_step` and a row per
+/// context.
+fn batched(
+    mut model: Llama,
+    contexts: &[usize],
+    steps: usize,
+    batch: usize,
+    way: &str,
+) -> anyhow::Result<Value> {
+    let device = model.device().clone();
     // The sequences alone run the layers, whichever way the batch runs.
     let alone_model = model.clone();
     let fused = fused_way(way);
@@ -201,7 +218,7 @@ pub fn run_batched(
         }
         let mut worst = 0f32;
         for (i, cache) in alone_caches.iter_mut().enumerate() {
-            let x = Tensor::new(&[[tokens[i]]], device)?;
+            let x = Tensor::new(&[[tokens[i]]], &device)?;
             let alone = alone_model.forward_last(&x, None, cache)?.squeeze(0)?;
             worst = worst.max(max_rel_diff(&packed.get(i)?, &alone)?);
         }
@@ -210,7 +227,7 @@ pub fn run_batched(
         for _ in 0..2 {
             next = step_packed(&model, &mut caches, &next)?;
         }
-        let (_, seconds) = timed(device, || {
+        let (_, seconds) = timed(&device, || {
             for _ in 0..steps {
                 next = step_packed(&model, &mut caches, &next)?;
             }
@@ -229,9 +246,6 @@ pub fn run_batched(
         );
     }
     Ok(json!({
-        "shape": shape,
-        "dtype": format!("{dtype:?}").to_lowercase(),
-        "device": describe(device),
         "batch": batch,
         "way": way,
         "decode_step": format!("{:?}", model.decode_step_status()),
@@ -302,4 +316,36 @@ pub fn gguf(
     top["device"] = json!(describe(device));
     top["by_way"] = Value::Object(by_way);
     Ok(top)
+}
+
+/// A GGUF checkpoint in its quantized form with `batch` sequences decoding together (the
+/// packed steps of continuous batching, synthetic caches of `context` tokens), for each way
+/// (`layers`: the packed layers; `step`, `step-eager`: the fused step of the whole batch, its
+/// products on tensor cores where the device has them), each checked against the sequences
+/// stepped alone through the layers: [`run_batched`]'s rows, by way.
+pub fn gguf_batched(
+    path: &Path,
+    batch: usize,
+    contexts: &[usize],
+    steps: usize,
+    ways: &[String],
+    device: &Device,
+) -> anyhow::Result<Value> {
+    let lm = LanguageModel::load(path, device, LoadOptions::default())?;
+    let mut by_way = serde_json::Map::new();
+    for way in ways {
+        if fused_way(way).is_none() && way != "layers" {
+            anyhow::bail!("--ways {way:?}: expected layers, step or step-eager")
+        }
+        by_way.insert(
+            way.clone(),
+            batched(lm.model().clone(), contexts, steps, batch, way)?,
+        );
+    }
+    Ok(json!({
+        "model": path.file_name().map(|n| n.to_string_lossy().into_owned()),
+        "device": describe(device),
+        "batch": batch,
+        "by_way": by_way,
+    }))
 }

@@ -170,7 +170,8 @@ pub enum GpuCommand {
         #[arg(long, default_value = "f16")]
         dtype: String,
     },
-    /// Decoding tokens/s of a GGUF checkpoint, quantized, on the device.
+    /// Decoding tokens/s of a GGUF checkpoint, quantized, on the device: one generation, or
+    /// (`--batch N`) N sequences decoding together.
     Gguf {
         #[arg(long)]
         model: PathBuf,
@@ -180,6 +181,15 @@ pub enum GpuCommand {
         /// step as a CUDA graph), `step-eager` (its kernels one by one).
         #[arg(long, value_delimiter = ',', default_value = "layers")]
         ways: Vec<String>,
+        /// Sequences decoding together (continuous batching's packed steps over synthetic
+        /// caches of each `--contexts` length, `--steps` timed); 1: one generation of
+        /// `--new-tokens` from a prompt.
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        #[arg(long, value_delimiter = ',', default_value = "1024")]
+        contexts: Vec<usize>,
+        #[arg(long, default_value_t = 32)]
+        steps: usize,
         #[arg(long, default_value = "cuda")]
         device: String,
     },
@@ -326,7 +336,17 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             model,
             new_tokens,
             ways,
+            batch,
+            contexts,
+            steps,
             device,
-        } => decode::gguf(&model, new_tokens, &ways, &device::open(&device)?),
+        } => {
+            let device = device::open(&device)?;
+            if batch > 1 {
+                decode::gguf_batched(&model, batch, &contexts, steps, &ways, &device)
+            } else {
+                decode::gguf(&model, new_tokens, &ways, &device)
+            }
+        }
     }
 }

@@ -456,18 +456,85 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
                                                        float* x, float* ss, int slots) {      \
         embed<W, DENSE>(table, row_bytes, cols, st, batch, x, ss, slots);                     \
     }
-#ifdef STEP_MMA
-// A batch's products of 16-bit weights on tensor cores (lib.rs, `decode_step_mma`, puts
-// `#define STEP_MMA` and mma.cuh first): weights and activations of one type, 16 sequences a
-// pass as mma.sync.m16n8k16's A operand, a warp taking 8 output rows (mode 3: 8 pairs) as its B
-// operand, over k in chunks of 32. Each lane reads 16 contiguous bytes of its row and of two
-// sequences' inputs: k is permuted alike in both operands (lane t's eight values 8t..8t+7 are
-// the logical k 2t, 2t+1, 2t+8, 2t+9 of two mmas), which a dot product allows. Needs cols a
-// multiple of 32 and 16-byte aligned rows and inputs (the plan checks). Same arguments and
-// epilogues as `gemv`; no norm input, no squares (a batch's norms are launches of their own).
+#if defined(STEP_MMA) || defined(STEP_GGML)
+// A batch's products on tensor cores (compute capability 8.0 and up; lib.rs puts mma.cuh first
+// in these modules): 16 sequences a pass as mma.sync's A operand, a warp taking 8 output rows
+// (mode 3: 8 pairs) as its B operand, over k in chunks of 32, each lane reading 8 contiguous
+// values of its row and of two sequences' inputs: k is permuted alike in both operands (a dot
+// product allows it). Two kinds of operands (`Op`):
+// - `Dense16` (`decode_step_mma`, STEP_MMA): bf16/f16 weights in the activations' type,
+//   m16n8k16; lane t's eight values 8t..8t+7 are the logical k 2t, 2t+1, 2t+8, 2t+9 of two mmas.
+// - `GgmlTf32` (each GGML format's module): weights decoded from their blocks (a chunk is one
+//   unit, lane t decoding only its eight values: `part8`) and f32 activations, both rounded to
+//   TF32, m16n8k8; lane t's values 8t + 2j and 8t + 2j + 1 are the logical k t and t + 4 of
+//   mma j (j = 0..3). On CUDA cores a batch of 16 costs 16 FMAs a weight, more arithmetic time
+//   than the weight's bytes take to read on an H100; here the tensor cores take it.
+// Needs cols a multiple of 32 and 16-byte aligned rows (dense) and inputs (the plan checks).
+// Same arguments and epilogues as `gemv`; no norm input, no squares (a batch's norms are
+// launches of their own).
 #define MMA_GEMV_WARPS 4
 
+#ifdef STEP_MMA
 template <typename L>
+struct Dense16 {
+    enum { UNROLL = 4 };
+    static __device__ __forceinline__ void chunk(float (*c)[4], int products,
+                                                 const u8* const* rb, bool has_b,
+                                                 const typename L::T* xlo,
+                                                 const typename L::T* xhi, bool lo, bool hi,
+                                                 int k, int t) {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        const uint4 xa = lo ? *(const uint4*)(xlo + k) : zero;
+        const uint4 xb = hi ? *(const uint4*)(xhi + k) : zero;
+        const u32 A0[4] = {xa.x, xb.x, xa.y, xb.y}, A1[4] = {xa.z, xb.z, xa.w, xb.w};
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            if (m < products) {
+                const uint4 wv = has_b ? *(const uint4*)(rb[m] + 2 * (k + 8 * t)) : zero;
+                Mma<L>::mma(c[m], A0, wv.x, wv.y);
+                Mma<L>::mma(c[m], A1, wv.z, wv.w);
+            }
+        }
+    }
+};
+#endif
+
+#ifdef STEP_GGML
+template <typename Q>
+struct GgmlTf32 {
+    enum { UNROLL = 2 };
+    // A lane's 8 activations of one sequence, TF32 (zeros past the batch).
+    static __device__ __forceinline__ void inputs(const float* x, bool live, u32* v) {
+        const float4 zero = {0.f, 0.f, 0.f, 0.f};
+        const float4 p = live ? *(const float4*)x : zero, q = live ? *((const float4*)x + 1) : zero;
+        const float f[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = MmaTf32::round(f[i]);
+    }
+    static __device__ __forceinline__ void chunk(float (*c)[4], int products,
+                                                 const u8* const* rb, bool has_b,
+                                                 const float* xlo, const float* xhi, bool lo,
+                                                 bool hi, int k, int t) {
+        u32 xa[8], xb[8];
+        inputs(xlo + k, lo, xa);
+        inputs(xhi + k, hi, xb);
+#pragma unroll
+        for (int m = 0; m < 2; m++) {
+            if (m < products) {
+                float w[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+                if (has_b) Q::part8(rb[m], k / 32, t, w);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    const u32 A[4] = {xa[2 * j], xb[2 * j], xa[2 * j + 1], xb[2 * j + 1]};
+                    MmaTf32::mma(c[m], A, MmaTf32::round(w[2 * j]), MmaTf32::round(w[2 * j + 1]));
+                }
+            }
+        }
+    }
+};
+#endif
+
+template <typename L, typename Op>
 __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
                          const u8* __restrict__ w2, const float* __restrict__ b0,
                          const float* __restrict__ b1, const float* __restrict__ b2,
@@ -498,21 +565,9 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
         const bool lo = s0 + g < a.batch, hi = s0 + g + 8 < a.batch;
         const typename L::T* xlo = x + (long long)(s0 + g) * a.cols + 8 * t;
         const typename L::T* xhi = x + (long long)(s0 + g + 8) * a.cols + 8 * t;
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-#pragma unroll 4
-        for (int k = 0; k < a.cols; k += 32) {
-            const uint4 xa = lo ? *(const uint4*)(xlo + k) : zero;
-            const uint4 xb = hi ? *(const uint4*)(xhi + k) : zero;
-            const u32 A0[4] = {xa.x, xb.x, xa.y, xb.y}, A1[4] = {xa.z, xb.z, xa.w, xb.w};
-#pragma unroll
-            for (int m = 0; m < 2; m++) {
-                if (m < products) {
-                    const uint4 wv = has_b ? *(const uint4*)(rb[m] + 2 * (k + 8 * t)) : zero;
-                    Mma<L>::mma(c[m], A0, wv.x, wv.y);
-                    Mma<L>::mma(c[m], A1, wv.z, wv.w);
-                }
-            }
-        }
+#pragma unroll(Op::UNROLL)
+        for (int k = 0; k < a.cols; k += 32)
+            Op::chunk(c, products, rb, has_b, xlo, xhi, lo, hi, k, t);
         // C: lane (g, t) holds outputs n0 + 2t and n0 + 2t + 1 of sequences g and g + 8.
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -528,10 +583,12 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
         }
     }
 }
+#endif
 
+#ifdef STEP_MMA
 #define GEMV_MMA_ENTRY(LN, L)                                                                 \
     extern "C" __global__ void capstan_step_gemv_mma_##LN##_##LN(GEMV_PARAMS(L)) {            \
-        gemv_mma<L>(w0, w1, w2, b0, b1, b2, (const L::T*)x, out_f32, out_t, ra, a);           \
+        gemv_mma<L, Dense16<L>>(w0, w1, w2, b0, b1, b2, (const L::T*)x, out_f32, out_t, ra, a); \
     }
 GEMV_MMA_ENTRY(bf16, BF16)
 GEMV_MMA_ENTRY(f16, F16)
@@ -540,6 +597,19 @@ GEMV_MMA_ENTRY(f16, F16)
 // `#define STEP_GGML(F) F(name, type, false)` first): a model compiles only the formats it
 // holds, not all seven (NVRTC and the driver's JIT take seconds over all of them).
 STEP_GGML(GEMV_FORMAT)
+// Its batched products on tensor cores, f32 activations: for compute capability 8.0 and up
+// (older devices get an empty entry point the plan never chooses: Layout::tensor_cores).
+#if defined(CAPSTAN_HOST_KERNELS) || __CUDA_ARCH__ >= 800
+#define GEMV_MMA_GGML_BODY(W) \
+    gemv_mma<F32, GgmlTf32<W>>(w0, w1, w2, b0, b1, b2, (const float*)x, out_f32, out_t, ra, a);
+#else
+#define GEMV_MMA_GGML_BODY(W)
+#endif
+#define GEMV_MMA_GGML(WN, W, DENSE)                                                           \
+    extern "C" __global__ void capstan_step_gemv_mma_##WN##_f32(GEMV_PARAMS(F32)) {           \
+        GEMV_MMA_GGML_BODY(W)                                                                 \
+    }
+STEP_GGML(GEMV_MMA_GGML)
 #else
 GEMV_FORMAT(f32, F32, true)
 GEMV_FORMAT(bf16, BF16, true)

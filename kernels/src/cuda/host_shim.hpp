@@ -10,7 +10,8 @@
 // returned counts as arrived, as on a GPU), a full-mask shuffle in a warp one of whose
 // lanes has returned (undefined on a GPU), dynamic shared memory read before it is written (it
 // starts as NaN bytes), and — through the caller's guard pages — reads and writes past a buffer.
-// What it cannot: races between threads (they never run at once), timing, tensor-core `asm`.
+// What it cannot: races between threads (they never run at once), timing, tensor-core `asm`
+// (the kernels' mma wrappers call the emulations below instead).
 #pragma once
 #include <signal.h>
 #include <sys/mman.h>
@@ -208,6 +209,47 @@ inline void mma_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) 
         const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
         float acc = 0.f;
         for (int k = 0; k < 16; k++) acc += A(r, k) * B(k, n);
+        d[e] = c[e] + acc;
+    }
+    warp_barrier();
+    for (int e = 0; e < 4; e++) c[e] = d[e];
+}
+
+// cvt.rna.tf32.f32: f32 rounded to TF32's 10 fraction bits, to nearest with ties away from
+// zero, kept in an f32's bits (the low 13 zero); NaN and infinities unchanged.
+inline uint32_t tf32(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return u;
+    return (u + 0x1000u) & 0xffffe000u;
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32: c += A B on TF32 inputs ("Matrix
+// Fragments for mma.m16n8k8", .tf32), lane = 4 g + t: A (16 x 8) a0 (row g, col t), a1 (row
+// g+8, col t), a2 (row g, col t+4), a3 (row g+8, col t+4); B (8 x 8) b0 (row t, col g), b1 (row
+// t+4, col g); C as m16n8k16's. The hardware reads an operand's upper 19 bits: the low 13 are
+// dropped here too. Products summed in f32, k in order.
+inline void mma_m16n8k8_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    Warp& w = warps[cur->warp];
+    uint32_t* mine = w.frag[cur->lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    warp_barrier();
+    auto elem = [&](int lane, int reg) {
+        const uint32_t u = w.frag[lane][reg] & 0xffffe000u;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    };
+    auto A = [&](int r, int k) { return elem(4 * (r % 8) + k % 4, (r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)); };
+    auto B = [&](int k, int n) { return elem(4 * n + k % 4, 4 + (k >= 4 ? 1 : 0)); };
+    const int g = cur->lane >> 2, t = cur->lane & 3;
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float acc = 0.f;
+        for (int k = 0; k < 8; k++) acc += A(r, k) * B(k, n);
         d[e] = c[e] + acc;
     }
     warp_barrier();

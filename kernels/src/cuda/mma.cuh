@@ -38,3 +38,31 @@ template <typename L> struct Mma;
 #endif
 MMA_OPS(BF16, "bf16")
 MMA_OPS(F16, "f16")
+
+// mma.sync.aligned.m16n8k8 on TF32 inputs with f32 accumulation (compute capability 8.0 and
+// up), for the decoding step's batched products of GGML weights on f32 activations
+// (decode_step.cu, STEP_GGML). Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k8", .tf32),
+// lane = 4 * g + t: A (16 x 8, row): a0 (row g, col t), a1 (row g+8, col t), a2 (row g, col
+// t+4), a3 (row g+8, col t+4); B (8 x 8, col): b0 (row t, col g), b1 (row t+4, col g); C as
+// above. `round`: an f32 to TF32 (cvt.rna: to nearest, ties away), kept in 32 bits.
+struct MmaTf32 {
+#ifdef CAPSTAN_HOST_KERNELS
+    static void mma(float* c, const u32* a, u32 b0, u32 b1) {
+        chost::mma_m16n8k8_tf32(c, a, b0, b1);
+    }
+    static u32 round(float f) { return chost::tf32(f); }
+#else
+    static __device__ __forceinline__ void mma(float* c, const u32* a, u32 b0, u32 b1) {
+        asm volatile(
+            "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+            "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+    static __device__ __forceinline__ u32 round(float f) {
+        u32 r;
+        asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(f));
+        return r;
+    }
+#endif
+};

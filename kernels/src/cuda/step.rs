@@ -167,7 +167,8 @@ impl DecodeStep {
                 Ok(ptr)
             },
         )?;
-        // Older devices (no mma.sync for 16-bit types) keep a batch's products on CUDA cores.
+        // Older devices (no mma.sync for 16-bit or TF32 inputs) keep a batch's products on
+        // CUDA cores.
         let (major, _) = stream.context().compute_capability().w()?;
         layout.tensor_cores = major >= 8;
         let mut keep = held.into_inner();

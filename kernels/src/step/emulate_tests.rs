@@ -4,6 +4,10 @@ use super::*;
 use crate::step::{RandomModel, ReferenceStep, StepKvHost};
 use crate::RopeParams;
 
+/// Largest logit difference, relative to the largest logit, of a step whose products ran on
+/// TF32 tensor cores.
+const TF32_TOL: f32 = 5e-3;
+
 fn model(dtype: DType, formats: [Option<GgmlDType>; 9], bias: bool) -> StepModel {
     let spec = RandomModel {
         dtype,
@@ -224,7 +228,9 @@ fn the_cuda_sources_compute_what_the_oracle_computes() {
     let mixed = RandomModel::MIXED_FORMATS;
     for (dtype, tol) in [(DType::F32, 2e-5), (DType::BF16, 1e-2), (DType::F16, 1e-2)] {
         check(&model(dtype, [None; 9], true), tol, Runner::CudaSource, 0);
-        check(&model(dtype, mixed, false), tol, Runner::CudaSource, 0);
+        // f32 activations: a batch's single-format GGML products (o, down, output) on TF32.
+        let ggml_tol = if dtype == DType::F32 { TF32_TOL } else { tol };
+        check(&model(dtype, mixed, false), ggml_tol, Runner::CudaSource, 0);
     }
 }
 
@@ -251,6 +257,54 @@ fn the_cuda_sources_decode_a_batch_of_two_passes() {
         Runner::CudaSource,
         15,
     );
+}
+
+/// A batch's products of GGML weights on f32 activations through the CUDA source's TF32
+/// tensor-core path (inputs and weights rounded to 10 fraction bits: a logit moves by about a
+/// thousandth of the largest), one and two passes of 16 sequences.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cuda_sources_decode_ggml_batches_on_tensor_cores() {
+    for formats in [RandomModel::GROUPED_FORMATS, RandomModel::MIXED_FORMATS] {
+        check(
+            &model(DType::F32, formats, false),
+            TF32_TOL,
+            Runner::CudaSource,
+            15,
+        );
+    }
+}
+
+/// A batch's GGML products on f32 activations run on tensor cores, each in its format's
+/// module; not on a device without them, nor on 16-bit activations.
+#[test]
+fn a_batch_of_ggml_products_runs_on_tensor_cores() {
+    let m = model(DType::F32, RandomModel::GROUPED_FORMATS, false);
+    let mut mem = Memory::new();
+    let layout = lay_out(&m, &mut mem, 3);
+    let l = m.layers.len();
+    let mma = |layout: &Layout, batch| {
+        let plan = layout.plan((batch, 1));
+        for x in plan
+            .iter()
+            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
+        {
+            let format = x.name.trim_start_matches("capstan_step_gemv_mma_");
+            assert_eq!(format!("decode_step_{format}"), format!("{}_f32", x.module));
+        }
+        plan.iter()
+            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
+            .count()
+    };
+    assert_eq!((mma(&layout, 1), mma(&layout, 3)), (0, 4 * l + 1));
+    let older = Layout {
+        tensor_cores: false,
+        ..layout.clone()
+    };
+    assert_eq!(mma(&older, 3), 0);
+    let m16 = model(DType::BF16, RandomModel::GROUPED_FORMATS, false);
+    let layout16 = lay_out(&m16, &mut mem, 3);
+    assert_eq!(mma(&layout16, 3), 0);
 }
 
 /// The launches of a step, with q/k/v and gate/up each of one format: one sequence's norms

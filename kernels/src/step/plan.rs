@@ -363,8 +363,9 @@ pub(crate) struct Layout {
     pub(crate) norm: u64,
     pub(crate) lm_head: Matrix,
     pub(crate) buf: BufferAddrs,
-    /// Whether the device has `mma.sync` for 16-bit types (compute capability 8.0 and up): a
-    /// batch's 16-bit products then run on tensor cores.
+    /// Whether the device has `mma.sync` for 16-bit and TF32 inputs (compute capability 8.0
+    /// and up): a batch's 16-bit products, and its GGML products on f32 activations, then run
+    /// on tensor cores.
     pub(crate) tensor_cores: bool,
 }
 
@@ -620,18 +621,28 @@ impl Layout {
             (1, _) => "gemv_norm",
             _ => "gemv_batch",
         };
-        // A batch's products of 16-bit weights in the activations' own type run on tensor
-        // cores (decode_step.cu, STEP_MMA): rows 16-byte aligned, 32 columns at a time.
+        // A batch's products run on tensor cores (decode_step.cu, gemv_mma) for 16-bit weights
+        // in the activations' own type (their module, STEP_MMA) and for GGML weights of one
+        // format on f32 activations (TF32, in the format's module): rows and inputs 16-byte
+        // aligned, 32 columns at a time.
+        let same_format = ms.iter().all(|m| m.format == m0.format);
+        let dense16 = matches!(self.suffix, "bf16" | "f16") && m0.format == self.suffix;
+        let ggml_tf32 = self.suffix == "f32" && m0.is_ggml();
         let mma = self.tensor_cores
             && batch > 1
-            && matches!(self.suffix, "bf16" | "f16")
-            && ms.iter().all(|m| m.format == self.suffix)
+            && same_format
+            && (dense16 || ggml_tf32)
             && args.vec == 1
             && m0.cols.is_multiple_of(32);
         // (module, entry point, output rows a block, threads a block)
         let (module, entry, rows_a_block, threads) = if mma {
             let warps = MMA_GEMV_WARPS;
-            ("decode_step_mma", "gemv_mma", 8 * warps, 32 * warps)
+            let module = if dense16 {
+                "decode_step_mma"
+            } else {
+                m0.module
+            };
+            (module, "gemv_mma", 8 * warps, 32 * warps)
         } else {
             (m0.module, entry, GEMV_ROWS, 32 * GEMV_ROWS)
         };
@@ -695,6 +706,11 @@ impl Layout {
 }
 
 impl Matrix {
+    /// Whether its values are GGML blocks (else dense floats).
+    pub(crate) fn is_ggml(&self) -> bool {
+        !matches!(self.format, "f32" | "bf16" | "f16")
+    }
+
     /// `m` at address `ptr` (dense: its first element; GGML: its first block).
     pub(crate) fn of(m: &StepMatrix, ptr: u64) -> Result<Self> {
         let (rows, cols) = m.dims()?;

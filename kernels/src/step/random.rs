@@ -42,6 +42,23 @@ impl RandomModel {
         Some(GgmlDType::Q8_0),
         Some(GgmlDType::Q6K),
     ];
+
+    /// GGML formats with q, k and v in one and gate and up in another, so that a batch's
+    /// products all run on tensor cores (TF32) where the activations are f32: q, k, v Q4_0, o
+    /// Q8_0, gate and up Q4_K, down Q5_1, embedding Q8_0, output Q5_0 (with
+    /// [`Self::MIXED_FORMATS`]' single matrices, o Q4_K, down Q4_1 and output Q6_K: every
+    /// format, every epilogue).
+    pub const GROUPED_FORMATS: [Option<GgmlDType>; 9] = [
+        Some(GgmlDType::Q4_0),
+        Some(GgmlDType::Q4_0),
+        Some(GgmlDType::Q4_0),
+        Some(GgmlDType::Q8_0),
+        Some(GgmlDType::Q4K),
+        Some(GgmlDType::Q4K),
+        Some(GgmlDType::Q5_1),
+        Some(GgmlDType::Q8_0),
+        Some(GgmlDType::Q5_0),
+    ];
 }
 
 impl StepModel {
