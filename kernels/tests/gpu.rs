@@ -441,14 +441,16 @@ fn decoding_rows_split_over_keys_match_the_cpu_reference() {
     capstan_kernels::set_attention_kernel(AttentionKernel::CudaCores);
 }
 
-/// A random model of `dtype` whose matrices are in `formats` (q, k, v, o, gate, up, down,
+/// A random model of `shape` and `dtype` whose matrices are in `formats` (q, k, v, o, gate, up, down,
 /// embedding, output; `None`: dense in `dtype`).
 fn step_model(
     dev: &Device,
+    shape: capstan_kernels::step::RandomShape,
     dtype: DType,
     formats: [Option<candle_core::quantized::GgmlDType>; 9],
 ) -> capstan_kernels::step::StepModel {
     let spec = capstan_kernels::step::RandomModel {
+        shape,
         dtype,
         formats,
         layers: 3,
@@ -485,16 +487,26 @@ fn decode_step_matches_its_cpu_reference() {
     use candle_core::quantized::GgmlDType as G;
     use capstan_kernels::step::{DecodeStep, ReferenceStep, StepKv, StepKvHost, StepLaunch};
     let Some(dev) = gpu() else { return };
+    use capstan_kernels::step::RandomShape;
     let mixed = capstan_kernels::step::RandomModel::MIXED_FORMATS;
     let same = [Some(G::Q4K); 9];
+    // SmolLM2-135M's widths and formats (9 query heads over 3, Q4_1, a Q8_0 embedding).
+    let (q, e) = (Some(G::Q4_1), Some(G::Q8_0));
+    let smollm2 = [q, q, q, q, q, q, q, e, e];
     for (dtype, tol) in [(DType::BF16, 3e-2), (DType::F16, 1e-2), (DType::F32, 1e-3)] {
-        for (name, formats) in [("dense", [None; 9]), ("mixed GGML", mixed), ("Q4_K", same)] {
+        for (name, shape, formats) in [
+            ("dense", RandomShape::SMALL, [None; 9]),
+            ("mixed GGML", RandomShape::SMALL, mixed),
+            ("Q4_K", RandomShape::SMALL, same),
+            ("SmolLM2's", RandomShape::SMOLLM2, smollm2),
+        ] {
             for launch in [StepLaunch::Graph, StepLaunch::Eager] {
-                let model = step_model(&dev, dtype, formats);
+                let model = step_model(&dev, shape, dtype, formats);
                 let reference = ReferenceStep::new(&model).unwrap();
                 let mut step = DecodeStep::new(&model, &dev, launch).unwrap();
                 let mut host = vec![StepKvHost::default(); 3];
-                let zeros = |cap: usize| Tensor::zeros((1, 2, cap, 64), dtype, &dev).unwrap();
+                let zeros =
+                    |cap: usize| Tensor::zeros((1, shape.kv_heads, cap, 64), dtype, &dev).unwrap();
                 let mut caches: Vec<(Tensor, Tensor)> =
                     (0..3).map(|_| (zeros(40), zeros(40))).collect();
                 for pos in 0..70usize {
@@ -576,7 +588,12 @@ fn decode_step_batches_match_their_cpu_references() {
                 tol
             };
             for launch in [StepLaunch::Graph, StepLaunch::Eager] {
-                let model = step_model(&dev, dtype, formats);
+                let model = step_model(
+                    &dev,
+                    capstan_kernels::step::RandomShape::SMALL,
+                    dtype,
+                    formats,
+                );
                 let reference = ReferenceStep::new(&model).unwrap();
                 let mut step = DecodeStep::new(&model, &dev, launch).unwrap();
                 let zeros = |cap: usize| Tensor::zeros((1, 2, cap, 64), dtype, &dev).unwrap();

@@ -1,7 +1,7 @@
 //! The decoding step's plan run by the emulator against the CPU oracle.
 
 use super::*;
-use crate::step::{RandomModel, ReferenceStep, StepKvHost};
+use crate::step::{RandomModel, RandomShape, ReferenceStep, StepKvHost};
 use crate::RopeParams;
 
 /// Largest logit difference, relative to the largest logit, of a step whose products ran on
@@ -9,7 +9,17 @@ use crate::RopeParams;
 const TF32_TOL: f32 = 5e-3;
 
 fn model(dtype: DType, formats: [Option<GgmlDType>; 9], bias: bool) -> StepModel {
+    shaped(RandomShape::SMALL, dtype, formats, bias)
+}
+
+fn shaped(
+    shape: RandomShape,
+    dtype: DType,
+    formats: [Option<GgmlDType>; 9],
+    bias: bool,
+) -> StepModel {
     let spec = RandomModel {
+        shape,
         dtype,
         formats,
         layers: 2,
@@ -273,6 +283,19 @@ fn the_cuda_sources_decode_ggml_batches_on_tensor_cores() {
             15,
         );
     }
+}
+
+/// SmolLM2-135M's widths and formats (Q4_1 matrices, a Q8_0 embedding tied to the output
+/// layer) through the CUDA sources: 9 query heads over 3 (RoPE pairs and grouped heads not
+/// powers of two), a residual of 18 GGML units; one sequence, then batches on tensor cores.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cuda_sources_decode_a_smollm2_shaped_model() {
+    let q = Some(GgmlDType::Q4_1);
+    let e = Some(GgmlDType::Q8_0);
+    let formats = [q, q, q, q, q, q, q, e, e];
+    let m = shaped(RandomShape::SMOLLM2, DType::F32, formats, false);
+    check(&m, TF32_TOL, Runner::CudaSource, 0);
 }
 
 /// A batch's GGML products on f32 activations run on tensor cores, each in its format's

@@ -26,7 +26,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{bail, DType, Result, Tensor};
 
-pub use random::RandomModel;
+pub use random::{RandomModel, RandomShape};
 pub use reference::{ReferenceStep, StepKvHost};
 
 use crate::RopeParams;

@@ -1,5 +1,5 @@
 //! Models with random weights for the step's tests (the emulator's, and the GPU test's against
-//! the oracle): hidden 256, 4 query heads over 2 of width 64, MLP 512.
+//! the oracle), in the widths of [`RandomShape`].
 
 use std::sync::Arc;
 
@@ -9,9 +9,42 @@ use candle_core::{DType, Device, Result, Tensor};
 use super::{StepDims, StepLayer, StepMatrix, StepModel};
 use crate::RopeParams;
 
+/// A random model's widths (heads 64 wide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RandomShape {
+    /// The residual's width.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key and value heads.
+    pub kv_heads: usize,
+    /// The MLP's width.
+    pub intermediate: usize,
+}
+
+impl RandomShape {
+    /// Hidden 256, 4 query heads over 2, MLP 512: small enough for every test.
+    pub const SMALL: Self = Self {
+        hidden: 256,
+        heads: 4,
+        kv_heads: 2,
+        intermediate: 512,
+    };
+    /// SmolLM2-135M's widths: hidden 576 (18 GGML units, not a multiple of 256), 9 query heads
+    /// over 3, MLP 1536.
+    pub const SMOLLM2: Self = Self {
+        hidden: 576,
+        heads: 9,
+        kv_heads: 3,
+        intermediate: 1536,
+    };
+}
+
 /// What a [`StepModel::random`] model is made of.
 #[derive(Debug, Clone)]
 pub struct RandomModel {
+    /// Its widths.
+    pub shape: RandomShape,
     /// The activations' and float weights' type.
     pub dtype: DType,
     /// The formats of q, k, v, o, gate, up, down, the embedding and the output layer
@@ -65,12 +98,13 @@ impl StepModel {
     /// A model of `spec` with uniform random weights (matrices scaled by 1.7 / sqrt(columns),
     /// norms in [0.8, 1.2), biases in [-0.5, 0.5)), its float tensors on `device`.
     pub fn random(spec: &RandomModel, device: &Device) -> Result<Self> {
+        let shape = spec.shape;
         let dims = StepDims {
-            hidden: 256,
-            heads: 4,
-            kv_heads: 2,
+            hidden: shape.hidden,
+            heads: shape.heads,
+            kv_heads: shape.kv_heads,
             head_dim: 64,
-            intermediate: 512,
+            intermediate: shape.intermediate,
             vocab: spec.vocab,
             eps: 1e-5,
         };
@@ -92,7 +126,12 @@ impl StepModel {
                 }
             })
         };
-        let (h, q, kv, i) = (256, 256, 128, 512);
+        let (h, q, kv, i) = (
+            shape.hidden,
+            64 * shape.heads,
+            64 * shape.kv_heads,
+            shape.intermediate,
+        );
         let layers = (0..spec.layers)
             .map(|_| {
                 let qkv_bias = if spec.qkv_bias {
