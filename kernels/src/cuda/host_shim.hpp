@@ -182,6 +182,23 @@ inline T warp_butterfly(T v, Op op) {
     return vals[cur->lane];
 }
 
+// The end of an emulated mma.sync with 16 x 8 outputs once every lane has posted its fragments:
+// this lane's C elements (c0, c1: row g, cols 2t, 2t+1; c2, c3: row g+8) += sum over k of
+// A(row, k) B(k, col), in f32, k in order; then the warp's fragments are free again.
+template <int K, typename FA, typename FB>
+inline void mma_finish(float* c, FA A, FB B) {
+    const int g = cur->lane >> 2, t = cur->lane & 3;
+    float d[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
+        float acc = 0.f;
+        for (int k = 0; k < K; k++) acc += A(r, k) * B(k, n);
+        d[e] = c[e] + acc;
+    }
+    warp_barrier();
+    for (int e = 0; e < 4; e++) c[e] = d[e];
+}
+
 // mma.sync.aligned.m16n8k16.row.col.f32 on 16-bit inputs read by `L::ld`: c += A B, each
 // lane's fragments as the PTX ISA lays them out ("Matrix Fragments for mma.m16n8k16"), lane =
 // 4 g + t: A (16 x 16) a0 (row g, cols 2t, 2t+1), a1 (row g+8), a2 (row g, cols 2t+8, 2t+9),
@@ -203,16 +220,7 @@ inline void mma_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) 
         return elem(4 * (r % 8) + (k % 8) / 2, (r >= 8 ? 1 : 0) + (k >= 8 ? 2 : 0), k);
     };
     auto B = [&](int k, int n) { return elem(4 * n + (k % 8) / 2, 4 + (k >= 8 ? 1 : 0), k); };
-    const int g = cur->lane >> 2, t = cur->lane & 3;
-    float d[4];
-    for (int e = 0; e < 4; e++) {
-        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
-        float acc = 0.f;
-        for (int k = 0; k < 16; k++) acc += A(r, k) * B(k, n);
-        d[e] = c[e] + acc;
-    }
-    warp_barrier();
-    for (int e = 0; e < 4; e++) c[e] = d[e];
+    mma_finish<16>(c, A, B);
 }
 
 // cvt.rna.tf32.f32: f32 rounded to TF32's 10 fraction bits, to nearest with ties away from
@@ -244,16 +252,7 @@ inline void mma_m16n8k8_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t 
     };
     auto A = [&](int r, int k) { return elem(4 * (r % 8) + k % 4, (r >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0)); };
     auto B = [&](int k, int n) { return elem(4 * n + k % 4, 4 + (k >= 4 ? 1 : 0)); };
-    const int g = cur->lane >> 2, t = cur->lane & 3;
-    float d[4];
-    for (int e = 0; e < 4; e++) {
-        const int r = g + 8 * (e >> 1), n = 2 * t + (e & 1);
-        float acc = 0.f;
-        for (int k = 0; k < 8; k++) acc += A(r, k) * B(k, n);
-        d[e] = c[e] + acc;
-    }
-    warp_barrier();
-    for (int e = 0; e < 4; e++) c[e] = d[e];
+    mma_finish<8>(c, A, B);
 }
 
 // ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lanes 8j..8j+7 give the addresses of the rows

@@ -306,25 +306,12 @@ fn a_batch_of_ggml_products_runs_on_tensor_cores() {
     let mut mem = Memory::new();
     let layout = lay_out(&m, &mut mem, 3);
     let l = m.layers.len();
-    let mma = |layout: &Layout, batch| {
-        let plan = layout.plan((batch, 1));
-        for x in plan
-            .iter()
-            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
-        {
-            let format = x.name.trim_start_matches("capstan_step_gemv_mma_");
-            assert_eq!(format!("decode_step_{format}"), format!("{}_f32", x.module));
-        }
-        plan.iter()
-            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
-            .count()
-    };
-    assert_eq!((mma(&layout, 1), mma(&layout, 3)), (0, 4 * l + 1));
-    let older = Layout {
-        tensor_cores: false,
-        ..layout.clone()
-    };
-    assert_eq!(mma(&older, 3), 0);
+    for x in mma_launches(&layout, 3) {
+        let format = x.name.trim_start_matches("capstan_step_gemv_mma_");
+        assert_eq!(format!("decode_step_{format}"), format!("{}_f32", x.module));
+    }
+    let mma = |layout: &Layout, batch| mma_launches(layout, batch).len();
+    assert_tensor_cores_for_batches(&layout, l);
     let m16 = model(DType::BF16, RandomModel::GROUPED_FORMATS, false);
     let layout16 = lay_out(&m16, &mut mem, 3);
     assert_eq!(mma(&layout16, 3), 0);
@@ -344,16 +331,24 @@ fn one_sequence_decodes_in_five_launches_a_layer() {
         assert_eq!(layout.plan((1, splits)).len(), 2 + 5 * l);
         assert_eq!(layout.plan((3, splits)).len(), 3 + 7 * l);
     }
-    // A batch's bf16 products (q/k/v, output, gate/up, down a layer, then the output layer)
-    // run on tensor cores.
-    let mma = |layout: &Layout, batch| {
-        let plan = layout.plan((batch, 1));
-        plan.iter()
-            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
-            .count()
-    };
-    assert_eq!((mma(&layout, 1), mma(&layout, 3)), (0, 4 * l + 1));
-    // A device without them keeps the CUDA-core products.
+    assert_tensor_cores_for_batches(&layout, l);
+}
+
+/// The tensor-core products of one step of `batch` sequences.
+fn mma_launches(layout: &Layout, batch: usize) -> Vec<Launch> {
+    layout
+        .plan((batch, 1))
+        .into_iter()
+        .filter(|x| x.name.starts_with("capstan_step_gemv_mma_"))
+        .collect()
+}
+
+/// A batch's products (q/k/v, output, gate/up, down a layer, then the output layer) run on
+/// tensor cores, one sequence's do not, and a device without them keeps the CUDA-core
+/// products.
+fn assert_tensor_cores_for_batches(layout: &Layout, layers: usize) {
+    let mma = |layout: &Layout, batch| mma_launches(layout, batch).len();
+    assert_eq!((mma(layout, 1), mma(layout, 3)), (0, 4 * layers + 1));
     let older = Layout {
         tensor_cores: false,
         ..layout.clone()
