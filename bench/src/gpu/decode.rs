@@ -23,6 +23,16 @@ pub fn fused_way(way: &str) -> Option<StepLaunch> {
     }
 }
 
+/// A GGUF run's way (`--ways`): the fused step it names, or `None` for `layers`.
+fn gguf_way(way: &str) -> anyhow::Result<Option<StepLaunch>> {
+    match fused_way(way) {
+        None if way != "layers" => {
+            anyhow::bail!("--ways {way:?}: expected layers, step or step-eager")
+        }
+        fused => Ok(fused),
+    }
+}
+
 /// One greedy step at the cache's end: the next token.
 fn step(model: &Llama, cache: &mut Cache, token: u32) -> anyhow::Result<u32> {
     let x = Tensor::new(&[[token]], model.device())?;
@@ -282,10 +292,7 @@ pub fn gguf(
     let mut by_way = serde_json::Map::new();
     let mut first: Option<(Value, Vec<u32>)> = None;
     for way in ways {
-        let fused = fused_way(way);
-        if fused.is_none() && way != "layers" {
-            anyhow::bail!("--ways {way:?}: expected layers, step or step-eager")
-        }
+        let fused = gguf_way(way)?;
         lm.model_mut().set_decode_step(fused);
         lm.generator().generate(&request, &params)?; // warm-up (kernels, allocations, graph)
         let out = profiled(device, || Ok(lm.generator().generate(&request, &params)?))?;
@@ -334,9 +341,7 @@ pub fn gguf_batched(
     let lm = LanguageModel::load(path, device, LoadOptions::default())?;
     let mut by_way = serde_json::Map::new();
     for way in ways {
-        if fused_way(way).is_none() && way != "layers" {
-            anyhow::bail!("--ways {way:?}: expected layers, step or step-eager")
-        }
+        gguf_way(way)?;
         by_way.insert(
             way.clone(),
             batched(lm.model().clone(), contexts, steps, batch, way)?,

@@ -505,9 +505,8 @@ struct GgmlTf32 {
     enum { UNROLL = 2 };
     // A lane's 8 activations of one sequence, TF32 (zeros past the batch).
     static __device__ __forceinline__ void inputs(const float* x, bool live, u32* v) {
-        const float4 zero = {0.f, 0.f, 0.f, 0.f};
-        const float4 p = live ? *(const float4*)x : zero, q = live ? *((const float4*)x + 1) : zero;
-        const float f[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
+        float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (live) load8<F32>(x, f);
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = MmaTf32::round(f[i]);
     }

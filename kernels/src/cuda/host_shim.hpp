@@ -182,6 +182,18 @@ inline T warp_butterfly(T v, Op op) {
     return vals[cur->lane];
 }
 
+// The start of an emulated mma.sync: this lane posts its A (4 words) and B (2 words)
+// fragments, and once every lane has, the warp's are readable in `frag`.
+inline Warp& post_fragments(const uint32_t* a, uint32_t b0, uint32_t b1) {
+    Warp& w = warps[cur->warp];
+    uint32_t* mine = w.frag[cur->lane];
+    for (int i = 0; i < 4; i++) mine[i] = a[i];
+    mine[4] = b0;
+    mine[5] = b1;
+    warp_barrier();
+    return w;
+}
+
 // The end of an emulated mma.sync with 16 x 8 outputs once every lane has posted its fragments:
 // this lane's C elements (c0, c1: row g, cols 2t, 2t+1; c2, c3: row g+8) += sum over k of
 // A(row, k) B(k, col), in f32, k in order; then the warp's fragments are free again.
@@ -207,12 +219,7 @@ inline void mma_finish(float* c, FA A, FB B) {
 // the element of lower index. Products summed in f32, k in order.
 template <typename L>
 inline void mma_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    Warp& w = warps[cur->warp];
-    uint32_t* mine = w.frag[cur->lane];
-    for (int i = 0; i < 4; i++) mine[i] = a[i];
-    mine[4] = b0;
-    mine[5] = b1;
-    warp_barrier();
+    Warp& w = post_fragments(a, b0, b1);
     auto elem = [&](int lane, int reg, int k) {
         return L::ld((unsigned short)(w.frag[lane][reg] >> (16 * (k % 2))));
     };
@@ -238,12 +245,7 @@ inline uint32_t tf32(float f) {
 // t+4, col g); C as m16n8k16's. The hardware reads an operand's upper 19 bits: the low 13 are
 // dropped here too. Products summed in f32, k in order.
 inline void mma_m16n8k8_tf32(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-    Warp& w = warps[cur->warp];
-    uint32_t* mine = w.frag[cur->lane];
-    for (int i = 0; i < 4; i++) mine[i] = a[i];
-    mine[4] = b0;
-    mine[5] = b1;
-    warp_barrier();
+    Warp& w = post_fragments(a, b0, b1);
     auto elem = [&](int lane, int reg) {
         const uint32_t u = w.frag[lane][reg] & 0xffffe000u;
         float f;
