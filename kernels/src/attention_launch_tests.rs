@@ -8,7 +8,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::*;
-use crate::host_kernels::{launch, Params};
+use crate::host_kernels::{launch, with_schedule, Params, Schedule};
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::op_params::AttentionOp;
 use crate::pattern::{scca_rules, SccaKind};
@@ -107,6 +107,13 @@ fn cases(dim: usize, decoding: bool) -> Vec<Case> {
     out
 }
 
+/// Each case runs in these orders of turns, and must compute the same bits in each.
+const SCHEDULES: [Schedule; 3] = [
+    Schedule::InOrder,
+    Schedule::Reversed,
+    Schedule::Shuffled(0x9e37_79b9),
+];
+
 fn randn(shape: (usize, usize, usize, usize), dtype: DType) -> Tensor {
     Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
         .unwrap()
@@ -164,14 +171,28 @@ fn run(c: &Case, dtype: DType, tensor_cores: bool) -> f32 {
     let rules = mem.put(&rules);
     let n = want.len();
     let out = mem.alloc(n * dtype.size_in_bytes());
-    mem.put_floats(t, out, &vec![f32::NAN; n]);
-    let mut p = Params::default();
-    for a in [qa, ka, va, qga, kga, mask, rules, out] {
-        p.push(a);
+    let outputs = SCHEDULES.map(|schedule| {
+        mem.put_floats(t, out, &vec![f32::NAN; n]);
+        let mut p = Params::default();
+        for a in [qa, ka, va, qga, kga, mask, rules, out] {
+            p.push(a);
+        }
+        p.push(l.args);
+        with_schedule(schedule, || {
+            launch(l.module, &l.name, l.grid, l.block, l.shared, &mut p)
+        })
+        .unwrap_or_else(|e| panic!("{}, {schedule:?}: {e}", c.name));
+        mem.read(out, n * dtype.size_in_bytes()).to_vec()
+    });
+    // No atomic sums of floats here: any order of turns computes the same bits (the output
+    // read below is the last schedule's, equal to the others).
+    for (schedule, bytes) in SCHEDULES.iter().zip(&outputs).skip(1) {
+        assert!(
+            *bytes == outputs[0],
+            "{}: the blocks' and threads' order of turns changes the output ({schedule:?}): a race",
+            c.name
+        );
     }
-    p.push(l.args);
-    launch(l.module, &l.name, l.grid, l.block, l.shared, &mut p)
-        .unwrap_or_else(|e| panic!("{}: {e}", c.name));
     let got = mem.floats(t, out, n);
     let scale = want.iter().fold(1e-6f32, |a, x| a.max(x.abs()));
     got.iter().zip(&want).fold(0f32, |worst, (g, w)| {

@@ -5,8 +5,9 @@
 //! runs its plan through it, so the kernels' own indexing, loops and epilogues meet the CPU
 //! oracle without a GPU; reads and writes past a buffer fault on the emulator's guard pages.
 //!
-//! Only x86-64 (the shim switches fibers in assembly); modules with tensor-core `asm`
-//! (`attention_mma`) do not build for the host.
+//! Only x86-64 (the shim switches fibers in assembly). Tensor-core instructions are the
+//! shim's emulations from each warp's fragments. A launch takes its turns in this thread's
+//! [`Schedule`] ([`with_schedule`]): tests compare schedules to find races.
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::HashMap;
@@ -27,9 +28,50 @@ type LaunchFn = unsafe extern "C" fn(
     *const u32,
     u32,
     *mut *mut c_void,
+    u32,
+    u64,
     *mut c_char,
     usize,
 ) -> i32;
+
+/// The order in which a launch's blocks, and a block's threads between barriers, take their
+/// turns on the host. On a GPU they run at once; a kernel whose result depends on the order
+/// has a race (a read of what another thread writes with no barrier between them), which
+/// shows here as different results under different schedules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Schedule {
+    InOrder,
+    Reversed,
+    /// A fresh random order at every round of turns, from this seed.
+    Shuffled(u64),
+}
+
+impl Schedule {
+    /// The shim's spelling: the order, and the seed.
+    fn code(self) -> (u32, u64) {
+        match self {
+            Schedule::InOrder => (0, 0),
+            Schedule::Reversed => (1, 0),
+            Schedule::Shuffled(seed) => (2, seed),
+        }
+    }
+}
+
+thread_local! {
+    static SCHEDULE: std::cell::Cell<Schedule> = const { std::cell::Cell::new(Schedule::InOrder) };
+}
+
+/// Runs `f` with this thread's launches taking their turns in `schedule`'s order.
+pub(crate) fn with_schedule<R>(schedule: Schedule, f: impl FnOnce() -> R) -> R {
+    struct Restore(Schedule);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SCHEDULE.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SCHEDULE.with(|s| s.replace(schedule)));
+    f()
+}
 
 /// Loaded modules. One lock for every launch: a module's scheduler state is global.
 fn modules() -> &'static Mutex<HashMap<String, LaunchFn>> {
@@ -132,9 +174,9 @@ fn build_source(module: &str, src: &str) -> Result<PathBuf, String> {
     unit.push_str(
         "};\nextern \"C\" __attribute__((visibility(\"default\"))) int chost_launch(\
          const char* name, const unsigned* grid, const unsigned* block, unsigned shared, \
-         void** params, char* err, size_t err_len) {\n    return chost::launch(chost_entries, \
-         sizeof chost_entries / sizeof chost_entries[0], name, grid, block, shared, params, \
-         err, err_len);\n}\n",
+         void** params, unsigned order, unsigned long long seed, char* err, size_t err_len) \
+         {\n    return chost::launch(chost_entries, sizeof chost_entries / sizeof \
+         chost_entries[0], name, grid, block, shared, params, order, seed, err, err_len);\n}\n",
     );
     std::fs::write(tmp.join("unit.cu"), unit).map_err(|e| e.to_string())?;
     let mut args: Vec<&str> = BUILD.to_vec();
@@ -221,6 +263,7 @@ fn launch_with(
     let mut ptrs: Vec<*mut c_void> = params.0.iter_mut().map(|v| v.as_mut_ptr().cast()).collect();
     let c_name = CString::new(name).map_err(|e| e.to_string())?;
     let (g, b) = ([grid.0, grid.1, grid.2], [block.0, block.1, block.2]);
+    let (order, seed) = SCHEDULE.with(|s| s.get()).code();
     let mut err = vec![0 as c_char; 1024];
     // SAFETY: the entry point reads `ptrs` as its parameter list (the caller's parameters are
     // its signature, field for field, as the GPU launch passes them), and the memory the
@@ -232,6 +275,8 @@ fn launch_with(
             b.as_ptr(),
             shared,
             ptrs.as_mut_ptr(),
+            order,
+            seed,
             err.as_mut_ptr(),
             err.len(),
         )

@@ -2,7 +2,7 @@
 //! small kernels the GPU has not run since they changed — RMSNorm with the residual add
 //! (rmsnorm.cu, now through common.cuh's block sum) and the merge of two attention passes by
 //! their statistics (attention_merge.cu, SelfExtend on cuDNN) — against the CPU, launched as
-//! `cuda.rs` launches them.
+//! `cuda.rs` launches them, and in other orders of turns (a race shows as another result).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -51,6 +51,19 @@ extern "C" __global__ void tf32_product(float* out) {
     out[g * 8 + 2 * t + 1] = c[1];
     out[(g + 8) * 8 + 2 * t] = c[2];
     out[(g + 8) * 8 + 2 * t + 1] = c[3];
+}
+// Each thread writes its index to shared memory, then reads its neighbour's: `racy` without a
+// barrier between (a race), `synced` with one.
+extern "C" __global__ void racy(float* out) {
+    extern __shared__ float slots[];
+    slots[threadIdx.x] = (float)threadIdx.x;
+    out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
+}
+extern "C" __global__ void synced(float* out) {
+    extern __shared__ float slots[];
+    slots[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    out[threadIdx.x] = slots[(threadIdx.x + 1) % blockDim.x];
 }
 // Dynamic shared memory read before anything is written there.
 extern "C" __global__ void unwritten(float* out) {
@@ -103,6 +116,44 @@ fn the_tf32_mma_multiplies_the_fragments_the_isa_lays_out() {
     assert!((out[15 * 8 + 7] - exact).abs() > 1e-5, "{exact}");
 }
 
+/// A race shows as outputs that differ between orders of turns; a barrier makes them agree.
+#[test]
+fn a_race_changes_the_result_with_the_order_of_turns() {
+    let schedules = [
+        Schedule::InOrder,
+        Schedule::Reversed,
+        Schedule::Shuffled(7),
+        Schedule::Shuffled(8),
+    ];
+    let outputs = |name: &str| {
+        schedules.map(|s| {
+            let mut out = vec![0f32; 64];
+            with_schedule(s, || run(name, 2, 64, 256, &mut out)).unwrap();
+            out
+        })
+    };
+    let want: Vec<f32> = (0..64).map(|i| ((i + 1) % 64) as f32).collect();
+    for out in outputs("synced") {
+        assert_eq!(out, want);
+    }
+    let racy = outputs("racy");
+    // In order, every thread but the last reads its neighbour's slot before the neighbour's
+    // turn (NaN); reversed, after it (but the last, whose neighbour is thread 0); shuffled,
+    // some of each, differently for each seed.
+    assert!(racy[0][..63].iter().all(|x| x.is_nan()), "{:?}", racy[0]);
+    assert_eq!(racy[0][63], 0.0);
+    assert_eq!(racy[1][..63], want[..63]);
+    assert!(racy[1][63].is_nan());
+    for out in &racy[2..] {
+        assert!(out.iter().any(|x| x.is_nan()) && out.iter().any(|x| !x.is_nan()));
+    }
+    assert_ne!(format!("{:?}", racy[2]), format!("{:?}", racy[3]));
+    // The schedule is this thread's for the call only.
+    let mut out = vec![0f32; 64];
+    run("racy", 1, 64, 256, &mut out).unwrap();
+    assert!(out[..63].iter().all(|x| x.is_nan()));
+}
+
 #[test]
 fn what_a_gpu_leaves_undefined_is_an_error() {
     let mut out = vec![0f32; 128];
@@ -149,29 +200,28 @@ fn rms_norm_residual_matches_the_cpu() {
         let mut mem = Memory::new();
         let [xa, ra, wa] = [&x, &r, &w].map(|t| mem.put(&tensor_bytes(t)));
         let out = mem.alloc(want.len() * dtype.size_in_bytes());
-        mem.put_floats(suffix(dtype), out, &vec![f32::NAN; want.len()]);
-        let mut p = Params::default();
-        for a in [xa, ra, wa, out] {
-            p.push(a);
-        }
-        p.push(rows as i32).push(dim as i32).push(eps);
-        let name = format!("capstan_rms_norm_residual_{}", suffix(dtype));
-        launch(
-            "rmsnorm",
-            &name,
-            (rows as u32, 1, 1),
-            (256, 1, 1),
-            0,
-            &mut p,
-        )
-        .unwrap();
-        let got = mem.floats(suffix(dtype), out, want.len());
-        let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            assert!(
-                (g - w).abs() / scale <= tol,
-                "{dtype:?} [{i}]: {g} against {w}"
-            );
+        // The block's sum through shared memory, in any order of turns.
+        for schedule in [Schedule::InOrder, Schedule::Reversed, Schedule::Shuffled(3)] {
+            mem.put_floats(suffix(dtype), out, &vec![f32::NAN; want.len()]);
+            let mut p = Params::default();
+            for a in [xa, ra, wa, out] {
+                p.push(a);
+            }
+            p.push(rows as i32).push(dim as i32).push(eps);
+            let name = format!("capstan_rms_norm_residual_{}", suffix(dtype));
+            let (grid, block) = ((rows as u32, 1, 1), (256, 1, 1));
+            with_schedule(schedule, || {
+                launch("rmsnorm", &name, grid, block, 0, &mut p)
+            })
+            .unwrap();
+            let got = mem.floats(suffix(dtype), out, want.len());
+            let scale = want.iter().fold(1f32, |a, x| a.max(x.abs()));
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() / scale <= tol,
+                    "{dtype:?}, {schedule:?} [{i}]: {g} against {w}"
+                );
+            }
         }
     }
 }

@@ -10,8 +10,12 @@
 // returned counts as arrived, as on a GPU), a full-mask shuffle in a warp one of whose
 // lanes has returned (undefined on a GPU), dynamic shared memory read before it is written (it
 // starts as NaN bytes), and — through the caller's guard pages — reads and writes past a buffer.
-// What it cannot: races between threads (they never run at once), timing, tensor-core `asm`
-// (the kernels' mma wrappers call the emulations below instead).
+// Races between threads cannot happen here (they never run at once), but they show as results
+// that depend on the order of turns: a launch takes a schedule — blocks and a block's threads
+// in order, reversed, or shuffled afresh at every round of turns from a seed — and tests compare
+// what each schedule computes (a thread reading what another writes without a barrier between
+// reads it before the write in one order and after it in another). What it cannot: timing,
+// tensor-core `asm` (the kernels' mma wrappers call the emulations below instead).
 #pragma once
 #include <signal.h>
 #include <sys/mman.h>
@@ -66,6 +70,26 @@ inline void** entry_params = nullptr;
 inline std::vector<unsigned char> dynamic_shared;
 inline char error[512];
 inline bool failed = false;
+
+// The order of turns (host_kernels.rs's `Schedule`): 0 in order, 1 reversed, 2 shuffled at
+// every round by a xorshift generator from `seed`.
+inline unsigned schedule = 0;
+inline uint64_t seed = 1;
+
+inline uint64_t next_random() {
+    seed ^= seed << 13;
+    seed ^= seed >> 7;
+    seed ^= seed << 17;
+    return seed;
+}
+
+// 0 .. n-1 in the schedule's order.
+inline void arrange(std::vector<int>& order, int n) {
+    order.resize(n);
+    for (int i = 0; i < n; i++) order[i] = schedule == 1 ? n - 1 - i : i;
+    if (schedule == 2)
+        for (int i = n - 1; i > 0; i--) std::swap(order[i], order[next_random() % (uint64_t)(i + 1)]);
+}
 
 // Per warp: the values lanes post for a shuffle (as 8 bytes), live and exited lanes, lanes at
 // the warp barrier.
@@ -322,9 +346,12 @@ inline void run_block(int threads) {
         for (int r = 0; r < 6; r++) *--sp = nullptr;
         f.sp = sp;
     }
+    std::vector<int> turns;
     while (live > 0 && !failed) {
         bool ran = false;
-        for (Fiber& f : fibers) {
+        arrange(turns, threads);
+        for (int i : turns) {
+            Fiber& f = fibers[i];
             if (f.state != Fiber::Runnable) continue;
             cur = &f;
             chost_switch(&sched_sp, f.sp);
@@ -374,11 +401,14 @@ inline void on_fault(int sig, siginfo_t* info, void*) {
     raise(sig);
 }
 
-// Runs entry point `name` of `entries` over the grid; 0, or 1 with the reason in `err`.
+// Runs entry point `name` of `entries` over the grid, blocks and threads taking turns in the
+// order `order` (with `order_seed`) says; 0, or 1 with the reason in `err`.
 inline int launch(const Entry* entries, size_t n, const char* name, const unsigned* grid,
-                  const unsigned* block, unsigned shared, void** params, char* err,
-                  size_t err_len) {
+                  const unsigned* block, unsigned shared, void** params, unsigned order,
+                  uint64_t order_seed, char* err, size_t err_len) {
     failed = false;
+    schedule = order;
+    seed = order_seed | 1;
     error[0] = 0;
     const Entry* e = nullptr;
     for (size_t i = 0; i < n; i++)
@@ -413,14 +443,16 @@ inline int launch(const Entry* entries, size_t n, const char* name, const unsign
     entry_params = params;
     block_dim = {block[0], block[1], block[2]};
     grid_dim = {grid[0], grid[1], grid[2]};
-    for (unsigned z = 0; z < grid[2] && !failed; z++)
-        for (unsigned y = 0; y < grid[1] && !failed; y++)
-            for (unsigned x = 0; x < grid[0] && !failed; x++) {
-                block_idx = {x, y, z};
-                // Shared memory is not initialised on a GPU: NaN bytes here.
-                dynamic_shared.assign(shared, 0xff);
-                run_block((int)threads);
-            }
+    const long blocks = (long)grid[0] * grid[1] * grid[2];
+    std::vector<int> order_of_blocks;
+    arrange(order_of_blocks, (int)blocks);
+    for (int i : order_of_blocks) {
+        if (failed) break;
+        block_idx = {i % grid[0], (i / grid[0]) % grid[1], i / (grid[0] * grid[1])};
+        // Shared memory is not initialised on a GPU: NaN bytes here.
+        dynamic_shared.assign(shared, 0xff);
+        run_block((int)threads);
+    }
     sigaction(SIGSEGV, &old_segv, nullptr);
     sigaction(SIGBUS, &old_bus, nullptr);
     if (failed) {

@@ -285,6 +285,37 @@ fn the_cuda_sources_decode_ggml_batches_on_tensor_cores() {
     }
 }
 
+/// The same plans with the blocks and the threads between barriers taking their turns reversed
+/// and shuffled (`host_kernels::Schedule`): a race in the step's kernels — a read of shared or
+/// global memory another thread writes with no barrier between — would read another value
+/// here. Results are compared with the oracle, not bit for bit across schedules: the norms'
+/// sums of squares are atomic adds of floats, whose order moves the last bits.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cuda_sources_compute_the_same_in_any_order_of_turns() {
+    use crate::host_kernels::{with_schedule, Schedule};
+    let grouped = model(DType::F32, RandomModel::GROUPED_FORMATS, false);
+    with_schedule(Schedule::Reversed, || {
+        check(
+            &model(DType::F32, [None; 9], true),
+            2e-5,
+            Runner::CudaSource,
+            0,
+        );
+        check(&grouped, TF32_TOL, Runner::CudaSource, 15);
+    });
+    with_schedule(Schedule::Shuffled(0x5eed), || {
+        let mixed = model(DType::BF16, RandomModel::MIXED_FORMATS, false);
+        check(&mixed, 1e-2, Runner::CudaSource, 15);
+        check(
+            &model(DType::F32, RandomModel::MIXED_FORMATS, false),
+            TF32_TOL,
+            Runner::CudaSource,
+            0,
+        );
+    });
+}
+
 /// SmolLM2-135M's widths and formats (Q4_1 matrices, a Q8_0 embedding tied to the output
 /// layer) through the CUDA sources: 9 query heads over 3 (RoPE pairs and grouped heads not
 /// powers of two), a residual of 18 GGML units; one sequence, then batches on tensor cores.
