@@ -52,12 +52,13 @@ HEADERS = {"decode_step.cu": ["ggml_units.cuh"],
 # A GGML format's module also holds its batched products on tensor cores (TF32, f32 inputs).
 VARIANTS = [(f"decode_step_{w}", "decode_step.cu", f"#define STEP_GGML(F) F({w}, {t}, false)\n",
              [f"capstan_step_gemv{k}_{w}_{x}" for k in ("", "_norm", "_batch") for x in DENSE]
-             + [f"capstan_step_embed_{w}", f"capstan_step_gemv_mma_{w}_f32"],
+             + [f"capstan_step_embed_{w}", f"capstan_step_gemv_mma_{w}_f32",
+                f"capstan_step_gemv_mma_norm_{w}_f32"],
              ["ggml_units.cuh", "mma.cuh"])
             for w, t in GGML.items()]
 # The batched products on tensor cores (sm_80 and up: a module of their own).
 VARIANTS.append(("decode_step_mma", "decode_step.cu", "#define STEP_MMA\n",
-                 [f"capstan_step_gemv_mma_{t}_{t}" for t in ("bf16", "f16")],
+                 [f"capstan_step_gemv_mma{k}_{t}_{t}" for k in ("", "_norm") for t in ("bf16", "f16")],
                  ["ggml_units.cuh", "mma.cuh"]))
 
 

@@ -15,7 +15,9 @@
 // write the residual (the embedding, the output and down products) add up its squares per
 // sequence (`ss`, a slot per norm: a block's sum, one atomic add a block), and the next products
 // normalise the residual as they read it (`capstan_step_gemv_norm_*`), rounding each value to
-// the activation type as the norm's own kernel would: two launches fewer a layer.
+// the activation type as the norm's own kernel would: two launches fewer a layer. A batch's
+// step does the same where its products run on tensor cores (`capstan_step_gemv_mma_norm_*`;
+// the residual's writers then add each sequence's squares to its own entry of the slot).
 //
 // Weights: dense (f32, bf16, f16) or GGML blocks (ggml_units.cuh), read in place.
 #define GEMV_WARPS 8
@@ -470,22 +472,84 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
 //   mma j (j = 0..3). On CUDA cores a batch of 16 costs 16 FMAs a weight, more arithmetic time
 //   than the weight's bytes take to read on an H100; here the tensor cores take it.
 // Needs cols a multiple of 32 and 16-byte aligned rows (dense) and inputs (the plan checks).
-// Same arguments and epilogues as `gemv`; no norm input, no squares (a batch's norms are
-// launches of their own).
+// Same arguments and epilogues as `gemv`, norms folded as one sequence's are: with NORM the
+// inputs are each sequence's f32 residual normalised as it is read (`MmaRow`), and a product
+// adding to the residual adds each sequence's new squares to `ss_out` (one atomic add a warp and
+// sequence), so that a batch's norms need no launches of their own.
 #define MMA_GEMV_WARPS 4
+
+// One sequence's row of the A operand, from this lane's first column (8t): the activations as
+// stored, or (NORM) the f32 residual times its inverse RMS and the norm's weights, rounded to
+// the activation type as the norm's own launch writes it. Zeros past the batch (`live`).
+template <typename L, bool NORM>
+struct MmaRow;
+template <typename L>
+struct MmaRow<L, false> {
+    const typename L::T* x;
+    bool live;
+    __device__ __forceinline__ MmaRow(const void* x_all, const float*, const typename L::T*,
+                                      const GemvArgs& a, int s, int t)
+        : x((const typename L::T*)x_all + (long long)s * a.cols + 8 * t), live(s < a.batch) {}
+    // 8 values from column k (as floats).
+    __device__ __forceinline__ void f8(int k, float* f) const {
+        if (live) {
+            load8<L>(x + k, f);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = 0.f;
+        }
+    }
+    // The same 8 values as stored (16-bit types: two a word, the first in the lower half).
+    __device__ __forceinline__ uint4 half8(int k) const {
+        return live ? *(const uint4*)(x + k) : make_uint4(0, 0, 0, 0);
+    }
+};
+template <typename L>
+struct MmaRow<L, true> {
+    const float* x;
+    const typename L::T* w;
+    float inv;
+    bool live;
+    __device__ __forceinline__ MmaRow(const void* x_all, const float* ss,
+                                      const typename L::T* norm_w, const GemvArgs& a, int s,
+                                      int t)
+        : x((const float*)x_all + (long long)s * a.cols + 8 * t),
+          w(norm_w + 8 * t),
+          inv(s < a.batch ? 1.f / sqrtf(ss[s] / a.cols + a.eps) : 0.f),
+          live(s < a.batch) {}
+    __device__ __forceinline__ void f8(int k, float* f) const {
+        if (!live) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) f[i] = 0.f;
+            return;
+        }
+        float r[8], wv[8];
+        load8<F32>(x + k, r);
+        load8<L>(w + k, wv);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = L::ld(L::st(r[i] * inv * wv[i]));
+    }
+    __device__ __forceinline__ uint4 half8(int k) const {
+        float f[8];
+        f8(k, f);
+        u32 h[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            h[j] = (u32)(u16)L::st(f[2 * j]) | ((u32)(u16)L::st(f[2 * j + 1]) << 16);
+        return make_uint4(h[0], h[1], h[2], h[3]);
+    }
+};
 
 #ifdef STEP_MMA
 template <typename L>
 struct Dense16 {
     enum { UNROLL = 4 };
+    template <typename Row>
     static __device__ __forceinline__ void chunk(float (*c)[4], int products,
-                                                 const u8* const* rb, bool has_b,
-                                                 const typename L::T* xlo,
-                                                 const typename L::T* xhi, bool lo, bool hi,
-                                                 int k, int t) {
+                                                 const u8* const* rb, bool has_b, const Row& lo,
+                                                 const Row& hi, int k, int t) {
         const uint4 zero = make_uint4(0, 0, 0, 0);
-        const uint4 xa = lo ? *(const uint4*)(xlo + k) : zero;
-        const uint4 xb = hi ? *(const uint4*)(xhi + k) : zero;
+        const uint4 xa = lo.half8(k), xb = hi.half8(k);
         const u32 A0[4] = {xa.x, xb.x, xa.y, xb.y}, A1[4] = {xa.z, xb.z, xa.w, xb.w};
 #pragma unroll
         for (int m = 0; m < 2; m++) {
@@ -503,20 +567,21 @@ struct Dense16 {
 template <typename Q>
 struct GgmlTf32 {
     enum { UNROLL = 2 };
-    // A lane's 8 activations of one sequence, TF32 (zeros past the batch).
-    static __device__ __forceinline__ void inputs(const float* x, bool live, u32* v) {
-        float f[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (live) load8<F32>(x, f);
+    // A lane's 8 activations of one sequence from column k, TF32.
+    template <typename Row>
+    static __device__ __forceinline__ void inputs(const Row& row, int k, u32* v) {
+        float f[8];
+        row.f8(k, f);
 #pragma unroll
         for (int i = 0; i < 8; i++) v[i] = MmaTf32::round(f[i]);
     }
+    template <typename Row>
     static __device__ __forceinline__ void chunk(float (*c)[4], int products,
-                                                 const u8* const* rb, bool has_b,
-                                                 const float* xlo, const float* xhi, bool lo,
-                                                 bool hi, int k, int t) {
+                                                 const u8* const* rb, bool has_b, const Row& lo,
+                                                 const Row& hi, int k, int t) {
         u32 xa[8], xb[8];
-        inputs(xlo + k, lo, xa);
-        inputs(xhi + k, hi, xb);
+        inputs(lo, k, xa);
+        inputs(hi, k, xb);
 #pragma unroll
         for (int m = 0; m < 2; m++) {
             if (m < products) {
@@ -533,12 +598,14 @@ struct GgmlTf32 {
 };
 #endif
 
-template <typename L, typename Op>
+template <typename L, typename Op, bool NORM>
 __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
                          const u8* __restrict__ w2, const float* __restrict__ b0,
                          const float* __restrict__ b1, const float* __restrict__ b2,
-                         const typename L::T* __restrict__ x, float* __restrict__ out_f32,
-                         typename L::T* __restrict__ out_t, const RopeArgs& ra, GemvArgs a) {
+                         const void* __restrict__ x, float* __restrict__ out_f32,
+                         typename L::T* __restrict__ out_t, const float* __restrict__ ss_in,
+                         const typename L::T* __restrict__ norm_w, float* __restrict__ ss_out,
+                         const RopeArgs& ra, GemvArgs a) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const long long rows = a.rows0 + a.rows1 + a.rows2;
     const long long total = a.mode == 2 ? a.rows0 : a.mode == 3 ? rows / 2 : rows;
@@ -561,13 +628,12 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
     const int products = a.mode >= 2 ? 2 : 1;
     for (int s0 = 0; s0 < a.batch; s0 += 16) {
         float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-        const bool lo = s0 + g < a.batch, hi = s0 + g + 8 < a.batch;
-        const typename L::T* xlo = x + (long long)(s0 + g) * a.cols + 8 * t;
-        const typename L::T* xhi = x + (long long)(s0 + g + 8) * a.cols + 8 * t;
+        const int slo = s0 + g, shi = s0 + g + 8;
+        const MmaRow<L, NORM> lo(x, ss_in, norm_w, a, slo, t), hi(x, ss_in, norm_w, a, shi, t);
 #pragma unroll(Op::UNROLL)
-        for (int k = 0; k < a.cols; k += 32)
-            Op::chunk(c, products, rb, has_b, xlo, xhi, lo, hi, k, t);
+        for (int k = 0; k < a.cols; k += 32) Op::chunk(c, products, rb, has_b, lo, hi, k, t);
         // C: lane (g, t) holds outputs n0 + 2t and n0 + 2t + 1 of sequences g and g + 8.
+        float sq[2] = {0.f, 0.f};
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             const int s = s0 + g + 8 * (e >> 1);
@@ -578,7 +644,20 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
             long long i;
             output_row(n, half, w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
             const float bias = b ? b[i] : 0.f, bias2 = b && half ? b[i + half] : 0.f;
-            write_output<L>(a, ra, out_f32, out_t, s, n, half, c[0][e] + bias, c[1][e] + bias2);
+            const float y = write_output<L>(a, ra, out_f32, out_t, s, n, half, c[0][e] + bias,
+                                            c[1][e] + bias2);
+            sq[e >> 1] += y * y;
+        }
+        // Each sequence's new squares over the warp's 8 outputs (the four lanes of a row g),
+        // one atomic add each. `ss_out` is uniform: every lane shuffles.
+        if (ss_out) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 1);
+                sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 2);
+            }
+            if (t == 0 && lo.live) atomicAdd(ss_out + slo, sq[0]);
+            if (t == 0 && hi.live) atomicAdd(ss_out + shi, sq[1]);
         }
     }
 }
@@ -587,7 +666,10 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
 #ifdef STEP_MMA
 #define GEMV_MMA_ENTRY(LN, L)                                                                 \
     extern "C" __global__ void capstan_step_gemv_mma_##LN##_##LN(GEMV_PARAMS(L)) {            \
-        gemv_mma<L, Dense16<L>>(w0, w1, w2, b0, b1, b2, (const L::T*)x, out_f32, out_t, ra, a); \
+        gemv_mma<L, Dense16<L>, false>(GEMV_ARGS);                                            \
+    }                                                                                         \
+    extern "C" __global__ void capstan_step_gemv_mma_norm_##LN##_##LN(GEMV_PARAMS(L)) {       \
+        gemv_mma<L, Dense16<L>, true>(GEMV_ARGS);                                             \
     }
 GEMV_MMA_ENTRY(bf16, BF16)
 GEMV_MMA_ENTRY(f16, F16)
@@ -599,14 +681,16 @@ STEP_GGML(GEMV_FORMAT)
 // Its batched products on tensor cores, f32 activations: for compute capability 8.0 and up
 // (older devices get an empty entry point the plan never chooses: Layout::tensor_cores).
 #if defined(CAPSTAN_HOST_KERNELS) || __CUDA_ARCH__ >= 800
-#define GEMV_MMA_GGML_BODY(W) \
-    gemv_mma<F32, GgmlTf32<W>>(w0, w1, w2, b0, b1, b2, (const float*)x, out_f32, out_t, ra, a);
+#define GEMV_MMA_GGML_BODY(W, NORM) gemv_mma<F32, GgmlTf32<W>, NORM>(GEMV_ARGS);
 #else
-#define GEMV_MMA_GGML_BODY(W)
+#define GEMV_MMA_GGML_BODY(W, NORM)
 #endif
 #define GEMV_MMA_GGML(WN, W, DENSE)                                                           \
     extern "C" __global__ void capstan_step_gemv_mma_##WN##_f32(GEMV_PARAMS(F32)) {           \
-        GEMV_MMA_GGML_BODY(W)                                                                 \
+        GEMV_MMA_GGML_BODY(W, false)                                                          \
+    }                                                                                         \
+    extern "C" __global__ void capstan_step_gemv_mma_norm_##WN##_f32(GEMV_PARAMS(F32)) {      \
+        GEMV_MMA_GGML_BODY(W, true)                                                           \
     }
 STEP_GGML(GEMV_MMA_GGML)
 #else

@@ -124,6 +124,7 @@ impl Emulator {
             let a = &l.args;
             let gemv = name
                 .strip_prefix("capstan_step_gemv_batch_")
+                .or_else(|| name.strip_prefix("capstan_step_gemv_mma_norm_"))
                 .or_else(|| name.strip_prefix("capstan_step_gemv_mma_"))
                 .or_else(|| name.strip_prefix("capstan_step_gemv_norm_"))
                 .or_else(|| name.strip_prefix("capstan_step_gemv_"));
@@ -149,13 +150,18 @@ impl Emulator {
                 let Arg::Gemv(g) = a[13] else {
                     panic!("gemv without its arguments")
                 };
-                // The batched entry points serve batches of more than one sequence; those
-                // that normalise their input, one.
-                let batched = name.contains("_batch_") || name.contains("_mma_");
+                // The batched entry points serve batches of more than one sequence; of those
+                // on CUDA cores, only one sequence's normalise their input.
+                let tensor_cores = name.contains("_mma_");
+                let batched = name.contains("_batch_") || tensor_cores;
                 assert_eq!(batched, g.batch > 1, "{name}");
                 let normed = name.contains("_norm_");
                 assert_eq!(normed, ptr(&a[9]) != 0, "{name}: the sums of squares");
-                assert!(!normed || g.batch == 1, "{name}");
+                assert!(!normed || g.batch == 1 || tensor_cores, "{name}");
+                assert!(
+                    g.batch == 1 || tensor_cores || ptr(&a[11]) == 0,
+                    "{name}: a batch's squares on CUDA cores"
+                );
                 for s in 0..g.batch as usize {
                     self.gemv(fmt, t, a, s, normed);
                 }
@@ -229,9 +235,9 @@ impl Emulator {
         let cols = g.cols as usize;
         let elem = elem_bytes(t);
         let x = if normed {
-            let x = self.mem.f32s(ptr(&a[6]), cols);
+            let x = self.mem.f32s(ptr(&a[6]) + (4 * s * cols) as u64, cols);
             let w = self.mem.floats(t, ptr(&a[10]), cols);
-            let ss = self.mem.f32s(ptr(&a[9]), 1)[0];
+            let ss = self.mem.f32s(ptr(&a[9]) + 4 * s as u64, 1)[0];
             let inv = 1.0 / (ss / cols as f32 + g.eps).sqrt();
             x.iter()
                 .zip(&w)

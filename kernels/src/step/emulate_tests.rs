@@ -339,6 +339,7 @@ fn a_batch_of_ggml_products_runs_on_tensor_cores() {
     let l = m.layers.len();
     for x in mma_launches(&layout, 3) {
         let format = x.name.trim_start_matches("capstan_step_gemv_mma_");
+        let format = format.trim_start_matches("norm_");
         assert_eq!(format!("decode_step_{format}"), format!("{}_f32", x.module));
     }
     let mma = |layout: &Layout, batch| mma_launches(layout, batch).len();
@@ -348,21 +349,36 @@ fn a_batch_of_ggml_products_runs_on_tensor_cores() {
     assert_eq!(mma(&layout16, 3), 0);
 }
 
-/// The launches of a step, with q/k/v and gate/up each of one format: one sequence's norms
-/// live in its products, RoPE and the cache append in the q/k/v products' epilogue, and
-/// attention merges its own splits (five a layer); a batch's norms are launches of their own
-/// (seven).
+/// The launches of a step, with q/k/v and gate/up each of one format: the norms live in the
+/// products, RoPE and the cache append in the q/k/v products' epilogue, and attention merges
+/// its own splits (five a layer), for one sequence and for a batch on tensor cores; a batch on
+/// CUDA cores has its norms as launches of their own (seven).
 #[test]
 fn one_sequence_decodes_in_five_launches_a_layer() {
-    let m = model(DType::BF16, [None; 9], false);
-    let mut mem = Memory::new();
-    let layout = lay_out(&m, &mut mem, 3);
-    let l = m.layers.len();
-    for splits in [1, 4] {
-        assert_eq!(layout.plan((1, splits)).len(), 2 + 5 * l);
-        assert_eq!(layout.plan((3, splits)).len(), 3 + 7 * l);
+    for m in [
+        model(DType::BF16, [None; 9], false),
+        model(DType::F32, RandomModel::GROUPED_FORMATS, false),
+    ] {
+        let mut mem = Memory::new();
+        let layout = lay_out(&m, &mut mem, 3);
+        let older = Layout {
+            tensor_cores: false,
+            ..layout.clone()
+        };
+        let l = m.layers.len();
+        for splits in [1, 4] {
+            assert_eq!(layout.plan((1, splits)).len(), 2 + 5 * l);
+            assert_eq!(layout.plan((3, splits)).len(), 2 + 5 * l);
+            assert_eq!(older.plan((3, splits)).len(), 3 + 7 * l);
+        }
+        assert_tensor_cores_for_batches(&layout, l);
+        // Every product reading a norm normalises its batch's inputs.
+        let normed = mma_launches(&layout, 3)
+            .iter()
+            .filter(|x| x.name.starts_with("capstan_step_gemv_mma_norm_"))
+            .count();
+        assert_eq!(normed, 2 * l + 1, "{}", layout.suffix);
     }
-    assert_tensor_cores_for_batches(&layout, l);
 }
 
 /// The tensor-core products of one step of `batch` sequences.

@@ -116,8 +116,8 @@ enum Epilogue {
 enum Input {
     /// Activations at this address.
     Plain(u64),
-    /// The f32 residual at `.0`, normalised as it is read by the sum of squares at `.1` and
-    /// the norm's weights at `.2` (one sequence).
+    /// The f32 residual at `.0`, normalised as it is read by the sums of squares at `.1` (a
+    /// norm's slot: an entry a sequence) and the norm's weights at `.2`.
     Normed(u64, u64, u64),
 }
 
@@ -380,12 +380,12 @@ impl Layout {
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
         let qkv_w = qw + 2 * kvw;
         let mut out = Vec::with_capacity(2 + 10 * self.layers.len());
-        // One sequence's norms are folded into the products (decode_step.cu): slot k of the
-        // sums of squares belongs to the step's k-th norm.
-        let fused = batch == 1;
-        let slots = 2 * self.layers.len() + 1;
+        // Norms folded into the products (decode_step.cu): slot k of the sums of squares
+        // belongs to the step's k-th norm, `batch` entries each.
+        let folded = self.folded_norms(batch);
+        let slots = folded.len();
         let slot = |k: usize| {
-            if fused {
+            if folded[k] {
                 b.ss + 4 * (k * batch) as u64
             } else {
                 0
@@ -405,15 +405,16 @@ impl Layout {
                 Arg::Ptr(b.state),
                 Arg::I32(batch as i32),
                 Arg::Ptr(b.x),
-                Arg::Ptr(slot(0)),
+                // Every slot zeroed for the products that add to them, the first set.
+                Arg::Ptr(if folded.contains(&true) { b.ss } else { 0 }),
                 Arg::I32(slots as i32),
             ],
         });
         for (i, l) in self.layers.iter().enumerate() {
-            // The input of products after a norm: the norm's output, or (fused) the residual
+            // The input of products after norm k: the norm's output, or (folded) the residual
             // with the norm's slot and weights.
             let normed = |k: usize, w: u64| {
-                if fused {
+                if folded[k] {
                     Input::Normed(b.x, slot(k), w)
                 } else {
                     Input::Plain(b.h)
@@ -422,7 +423,7 @@ impl Layout {
             let gemv = |ms: [&Matrix; 3], bias, x, out_f32, out_t, mode, stride| {
                 self.gemv(ms, bias, (x, out_f32, out_t, 0), mode, stride, batch)
             };
-            // A product adding to the residual, adding its squares to slot k (fused).
+            // A product adding to the residual, adding its squares to slot k (folded).
             let add = |m: &Matrix, x, k| {
                 let io = (Input::Plain(x), b.x, 0, slot(k));
                 self.gemv([m; 3], [0; 3], io, Epilogue::Add, d.hidden, batch)
@@ -445,7 +446,7 @@ impl Layout {
                 dim: d.head_dim as i32,
                 factor: self.factor,
             };
-            if !fused {
+            if !folded[2 * i] {
                 out.push(self.norm(b.x, l.attn_norm, b.h, batch));
             }
             let x = normed(2 * i, l.attn_norm);
@@ -467,7 +468,7 @@ impl Layout {
             // The key counts are the state's fourth field.
             out.push(self.attention(tables, b.state + 12 * n, batch, splits));
             out.push(add(&l.o, b.attn, 2 * i + 1));
-            if !fused {
+            if !folded[2 * i + 1] {
                 out.push(self.norm(b.x, l.mlp_norm, b.h, batch));
             }
             let x = normed(2 * i + 1, l.mlp_norm);
@@ -505,7 +506,7 @@ impl Layout {
             out.push(add(&l.down, b.act, 2 * i + 2));
         }
         let last = 2 * self.layers.len();
-        let x = if fused {
+        let x = if folded[last] {
             Input::Normed(b.x, slot(last), self.norm)
         } else {
             out.push(self.norm(b.x, self.norm, b.h, batch));
@@ -515,6 +516,61 @@ impl Layout {
         let io = (x, b.logits, 0, 0);
         out.push(self.gemv(lm_head, [0; 3], io, Epilogue::Write, d.vocab, batch));
         out
+    }
+
+    /// Which of the step's norms (two a layer, then the final one) are folded into the products
+    /// that read them: all of one sequence's; a batch's where the products reading the norm run
+    /// on tensor cores (only their entry points normalise a batch's inputs) and the residual's
+    /// writer adds up each sequence's squares (the embedding, or a product on tensor cores).
+    fn folded_norms(&self, batch: usize) -> Vec<bool> {
+        let n = 2 * self.layers.len() + 1;
+        if batch == 1 {
+            return vec![true; n];
+        }
+        let b = self.buf;
+        let on_tc =
+            |ms: &[&Matrix], x: Input| ms.iter().all(|m| self.on_tensor_cores(m, &x, batch));
+        (0..n)
+            .map(|k| {
+                let normed = |w| Input::Normed(b.x, b.ss, w);
+                let (i, after_attention) = (k / 2, k % 2 == 1);
+                let (readers, writer) = match self.layers.get(i) {
+                    // Layer i's q, k and v after its first norm; written by the embedding or
+                    // the previous layer's down product.
+                    Some(l) if !after_attention => (
+                        on_tc(&[&l.q, &l.k, &l.v], normed(l.attn_norm)),
+                        i == 0 || on_tc(&[&self.layers[i - 1].down], Input::Plain(b.act)),
+                    ),
+                    Some(l) => (
+                        on_tc(&[&l.gate, &l.up], normed(l.mlp_norm)),
+                        on_tc(&[&l.o], Input::Plain(b.attn)),
+                    ),
+                    // The final norm, before the output layer.
+                    None => (
+                        on_tc(&[&self.lm_head], normed(self.norm)),
+                        self.layers
+                            .last()
+                            .is_none_or(|l| on_tc(&[&l.down], Input::Plain(b.act))),
+                    ),
+                };
+                readers && writer
+            })
+            .collect()
+    }
+
+    /// Whether a batch's product of `m` reading `x` runs on tensor cores (decode_step.cu,
+    /// gemv_mma): 16-bit weights in the activations' own type (their module, STEP_MMA) and
+    /// GGML weights on f32 activations (TF32, in the format's module); rows and inputs 16-byte
+    /// aligned, 32 columns at a time.
+    fn on_tensor_cores(&self, m: &Matrix, x: &Input, batch: usize) -> bool {
+        let dense16 = matches!(self.suffix, "bf16" | "f16") && m.format == self.suffix;
+        let ggml_tf32 = self.suffix == "f32" && m.is_ggml();
+        self.tensor_cores
+            && batch > 1
+            && (dense16 || ggml_tf32)
+            && m.vec
+            && x.aligned()
+            && m.cols.is_multiple_of(32)
     }
 
     /// RoPE and the cache append of each sequence's f32 q, k and v (products of different
@@ -566,7 +622,8 @@ impl Layout {
     /// Products of every sequence's input row `x` over the stacked rows of `ms` (one matrix:
     /// `ms` its three times, only the first counted; SwiGLU: `ms[0]` and `ms[1]`), finished by
     /// `epilogue`; each sequence's outputs `out_stride` elements after the one before. Adding
-    /// to the residual, one sequence also adds its squares at `ss_out` (0: nowhere).
+    /// to the residual, it also adds each sequence's squares to its entry at `ss_out` (0:
+    /// nowhere; a batch's only on tensor cores).
     fn gemv(
         &self,
         ms: [&Matrix; 3],
@@ -612,39 +669,36 @@ impl Layout {
         };
         // One sequence's products have entry points of their own (decode_step.cu, PASS 1),
         // and those that normalise the residual as they read it others again.
+        // A batch's products of one format run on tensor cores where they can
+        // ([`Layout::on_tensor_cores`]); only they normalise a batch's inputs.
+        let same_format = ms.iter().all(|m| m.format == m0.format);
+        let mma = same_format && ms.iter().all(|m| self.on_tensor_cores(m, &x, batch));
         let (x, ss_in, norm_w) = match x {
             Input::Plain(x) => (x, 0, 0),
             Input::Normed(x, ss, w) => (x, ss, w),
         };
-        let entry = match (batch, ss_in) {
-            (1, 0) => "gemv",
-            (1, _) => "gemv_norm",
-            _ => "gemv_batch",
-        };
-        // A batch's products run on tensor cores (decode_step.cu, gemv_mma) for 16-bit weights
-        // in the activations' own type (their module, STEP_MMA) and for GGML weights of one
-        // format on f32 activations (TF32, in the format's module): rows and inputs 16-byte
-        // aligned, 32 columns at a time.
-        let same_format = ms.iter().all(|m| m.format == m0.format);
-        let dense16 = matches!(self.suffix, "bf16" | "f16") && m0.format == self.suffix;
-        let ggml_tf32 = self.suffix == "f32" && m0.is_ggml();
-        let mma = self.tensor_cores
-            && batch > 1
-            && same_format
-            && (dense16 || ggml_tf32)
-            && args.vec == 1
-            && m0.cols.is_multiple_of(32);
+        debug_assert!(
+            batch == 1 || ss_in == 0 || mma,
+            "a batch's normed input off tensor cores"
+        );
         // (module, entry point, output rows a block, threads a block)
-        let (module, entry, rows_a_block, threads) = if mma {
-            let warps = MMA_GEMV_WARPS;
-            let module = if dense16 {
-                "decode_step_mma"
-            } else {
-                m0.module
-            };
-            (module, "gemv_mma", 8 * warps, 32 * warps)
-        } else {
-            (m0.module, entry, GEMV_ROWS, 32 * GEMV_ROWS)
+        let (module, entry, rows_a_block, threads) = match (mma, batch, ss_in) {
+            (true, _, _) => {
+                let module = if m0.is_ggml() {
+                    m0.module
+                } else {
+                    "decode_step_mma"
+                };
+                let entry = if ss_in == 0 {
+                    "gemv_mma"
+                } else {
+                    "gemv_mma_norm"
+                };
+                (module, entry, 8 * MMA_GEMV_WARPS, 32 * MMA_GEMV_WARPS)
+            }
+            (false, 1, 0) => (m0.module, "gemv", GEMV_ROWS, 32 * GEMV_ROWS),
+            (false, 1, _) => (m0.module, "gemv_norm", GEMV_ROWS, 32 * GEMV_ROWS),
+            (false, _, _) => (m0.module, "gemv_batch", GEMV_ROWS, 32 * GEMV_ROWS),
         };
         Launch {
             module,
