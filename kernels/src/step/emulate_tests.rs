@@ -7,6 +7,10 @@ use crate::RopeParams;
 /// Largest logit difference, relative to the largest logit, of a step whose products ran on
 /// TF32 tensor cores.
 const TF32_TOL: f32 = 5e-3;
+/// bf16 activations over 16 to 18 sequences and 60 steps through the CUDA sources (random
+/// weights, drawn afresh each run): the worst logit moved by 0.0067–0.0100 of the largest in
+/// four runs before a batch's norms were folded, 0.0078–0.0092 after; 1e-2 failed now and then.
+const BF16_BATCH_TOL: f32 = 1.5e-2;
 
 fn model(dtype: DType, formats: [Option<GgmlDType>; 9], bias: bool) -> StepModel {
     shaped(RandomShape::SMALL, dtype, formats, bias)
@@ -257,13 +261,13 @@ fn the_cuda_sources_decode_a_batch_of_two_passes() {
     );
     check(
         &model(DType::BF16, [None; 9], true),
-        1e-2,
+        BF16_BATCH_TOL,
         Runner::CudaSource,
         15,
     );
     check(
         &model(DType::BF16, RandomModel::MIXED_FORMATS, false),
-        1e-2,
+        BF16_BATCH_TOL,
         Runner::CudaSource,
         15,
     );
@@ -306,7 +310,7 @@ fn the_cuda_sources_compute_the_same_in_any_order_of_turns() {
     });
     with_schedule(Schedule::Shuffled(0x5eed), || {
         let mixed = model(DType::BF16, RandomModel::MIXED_FORMATS, false);
-        check(&mixed, 1e-2, Runner::CudaSource, 15);
+        check(&mixed, BF16_BATCH_TOL, Runner::CudaSource, 15);
         check(
             &model(DType::F32, RandomModel::MIXED_FORMATS, false),
             TF32_TOL,
