@@ -94,9 +94,29 @@ impl RandomModel {
     ];
 }
 
+/// Uniform values from a fixed seed (splitmix64): a random model is the same in every run, so
+/// a test near its tolerance passes or fails every time rather than now and then.
+struct Draws(std::cell::Cell<u64>);
+
+impl Draws {
+    fn uniform(&self, lo: f32, hi: f32, n: usize) -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                let mut z = self.0.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+                self.0.set(z);
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^= z >> 31;
+                lo + (hi - lo) * ((z >> 40) as f32 / (1u64 << 24) as f32)
+            })
+            .collect()
+    }
+}
+
 impl StepModel {
     /// A model of `spec` with uniform random weights (matrices scaled by 1.7 / sqrt(columns),
-    /// norms in [0.8, 1.2), biases in [-0.5, 0.5)), its float tensors on `device`.
+    /// norms in [0.8, 1.2), biases in [-0.5, 0.5)), its float tensors on `device`; the same
+    /// weights for the same `spec` in every run.
     pub fn random(spec: &RandomModel, device: &Device) -> Result<Self> {
         let shape = spec.shape;
         let dims = StepDims {
@@ -108,13 +128,15 @@ impl StepModel {
             vocab: spec.vocab,
             eps: 1e-5,
         };
+        let draws = Draws(std::cell::Cell::new(0x0005_7e90_5eed));
         let float = |lo: f32, hi: f32, n: usize| -> Result<Tensor> {
-            Tensor::rand(lo, hi, n, &Device::Cpu)?
+            Tensor::from_vec(draws.uniform(lo, hi, n), n, &Device::Cpu)?
                 .to_dtype(spec.dtype)?
                 .to_device(device)
         };
         let matrix = |rows: usize, cols: usize, which: usize| -> Result<StepMatrix> {
-            let w = (Tensor::rand(-1f32, 1.0, (rows, cols), &Device::Cpu)?
+            let values = draws.uniform(-1.0, 1.0, rows * cols);
+            let w = (Tensor::from_vec(values, (rows, cols), &Device::Cpu)?
                 * (1.7 / (cols as f64).sqrt()))?;
             Ok(match spec.formats[which] {
                 None => StepMatrix::Dense(w.to_dtype(spec.dtype)?.to_device(device)?),
