@@ -89,6 +89,10 @@ pub fn attention_decode_many(
     })
 }
 
+#[cfg(all(test, target_arch = "x86_64"))]
+#[path = "decode_many_host_tests.rs"]
+mod host_tests;
+
 #[cfg(test)]
 mod tests {
     use candle_core::{Device, Tensor};

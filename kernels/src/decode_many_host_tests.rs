@@ -1,0 +1,136 @@
+//! attention_decode.cu compiled for the host ([`crate::host_kernels`]), launched as
+//! `cuda/decode_many.rs` launches it, against the CPU path of [`crate::attention_decode_many`]:
+//! heads 64, 128 and 256 wide (Llama's 128 among them, which the step's random models, 64 wide,
+//! do not reach), one to eight query heads a key head, caches of different lengths in buffers of
+//! larger capacity, keys in one range or split (merged by the last split to finish, which sets
+//! its counter back to zero), in three orders of turns that must agree bit for bit.
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::host_kernels::{launch, with_schedule, Params, Schedule};
+use crate::host_memory::{f32_values, tensor_bytes, Memory};
+use crate::step::plan::{DecodeArgs, DECODE_WARPS};
+
+const SCHEDULES: [Schedule; 3] = [
+    Schedule::InOrder,
+    Schedule::Reversed,
+    Schedule::Shuffled(0xdec0de),
+];
+
+/// The largest difference of the kernel's output from the CPU path's, relative to the CPU
+/// path's largest value, for `groups` query heads over each of 2 key heads.
+fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -> f32 {
+    let (kv_heads, n) = (2, lens.len());
+    let heads = kv_heads * groups;
+    let dev = Device::Cpu;
+    let randn = |shape: (usize, usize, usize, usize)| {
+        Tensor::randn(0f32, 1.0, shape, &dev)
+            .unwrap()
+            .to_dtype(dtype)
+            .unwrap()
+    };
+    let q = randn((n, heads, 1, dim));
+    let bufs: Vec<(Tensor, Tensor)> = lens
+        .iter()
+        .map(|&len| {
+            let cap = len + 5;
+            (
+                randn((1, kv_heads, cap, dim)),
+                randn((1, kv_heads, cap, dim)),
+            )
+        })
+        .collect();
+    let kvs: Vec<(Tensor, Tensor)> = bufs
+        .iter()
+        .zip(lens)
+        .map(|((k, v), &len)| (k.narrow(2, 0, len).unwrap(), v.narrow(2, 0, len).unwrap()))
+        .collect();
+    let want = f32_values(&crate::attention_decode_many(&q, &kvs, None).unwrap());
+
+    let t = match dtype {
+        DType::F32 => "f32",
+        DType::BF16 => "bf16",
+        _ => "f16",
+    };
+    let elem = dtype.size_in_bytes();
+    let mut mem = Memory::new();
+    let qa = mem.put(&tensor_bytes(&q));
+    let caches: Vec<(u64, u64)> = bufs
+        .iter()
+        .map(|(k, v)| (mem.put(&tensor_bytes(k)), mem.put(&tensor_bytes(v))))
+        .collect();
+    let table = |f: &dyn Fn(usize) -> Vec<u8>| -> Vec<u8> { (0..n).flat_map(f).collect() };
+    let kptr = mem.put(&table(&|s| caches[s].0.to_le_bytes().to_vec()));
+    let vptr = mem.put(&table(&|s| caches[s].1.to_le_bytes().to_vec()));
+    let lens_at = mem.put(&table(&|s| (lens[s] as i32).to_le_bytes().to_vec()));
+    let caps = mem.put(&table(&|s| (lens[s] as i32 + 5).to_le_bytes().to_vec()));
+    let out = mem.alloc(n * heads * dim * elem);
+    let partial = mem.alloc(4 * n * heads * splits * (2 + dim));
+    let counters = mem.alloc(4 * n * heads);
+    let args = DecodeArgs {
+        heads: heads as i32,
+        kv_heads: kv_heads as i32,
+        dim: dim as i32,
+        scale: 1.0 / (dim as f32).sqrt(),
+        splits: splits as i32,
+    };
+    let name = format!("capstan_attention_decode_{t}");
+    let outputs = SCHEDULES.map(|schedule| {
+        mem.put_floats(t, out, &vec![f32::NAN; n * heads * dim]);
+        let mut p = Params::default();
+        for a in [qa, kptr, vptr, lens_at, caps, out, partial, counters] {
+            p.push(a);
+        }
+        p.push(args);
+        let grid = (heads as u32, n as u32, splits as u32);
+        let block = (32 * DECODE_WARPS as u32, 1, 1);
+        let shared = (DECODE_WARPS * (2 + dim) * 4) as u32;
+        with_schedule(schedule, || {
+            launch("attention_decode", &name, grid, block, shared, &mut p)
+        })
+        .unwrap_or_else(|e| panic!("{schedule:?}: {e}"));
+        // Zero again for the next launch (the step's graph replays it as it stands).
+        assert!(
+            mem.read(counters, 4 * n * heads).iter().all(|&b| b == 0),
+            "{t}, d {dim}, {groups} a group, {splits} splits, {schedule:?}: counters left"
+        );
+        mem.read(out, n * heads * dim * elem).to_vec()
+    });
+    for (schedule, bytes) in SCHEDULES.iter().zip(&outputs).skip(1) {
+        assert!(
+            *bytes == outputs[0],
+            "{t}, d {dim}, {groups} a group, {splits} splits: the order of turns changes the \
+             output ({schedule:?}): a race"
+        );
+    }
+    let got = mem.floats(t, out, n * heads * dim);
+    let scale = want.iter().fold(1e-6f32, |a, x| a.max(x.abs()));
+    got.iter().zip(&want).fold(0f32, |worst, (g, w)| {
+        let diff = (g - w).abs() / scale;
+        if diff.is_nan() {
+            f32::INFINITY
+        } else {
+            worst.max(diff)
+        }
+    })
+}
+
+#[test]
+fn the_cuda_source_decodes_as_the_cpu_path() {
+    // One key, a few, and more than the warps' unrolled loop takes in one pass.
+    let lens = [1, 37, 300];
+    for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+        for dim in [64, 128, 256] {
+            for groups in [1, 3, 4, 8] {
+                // Keys in one range; split (some ranges of the shortest cache empty).
+                for splits in [1, 3, 8] {
+                    let diff = run(dtype, dim, groups, &lens, splits);
+                    assert!(
+                        diff <= tol,
+                        "{dtype:?}, d {dim}, {groups} a group, {splits} splits: {diff} of the largest"
+                    );
+                }
+            }
+        }
+    }
+}
