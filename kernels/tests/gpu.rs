@@ -456,7 +456,7 @@ fn step_model(
         layers: 3,
         vocab: 1000,
         qkv_bias: false,
-        rope: capstan_kernels::RopeParams::from_base(500_000.0, 64, 1.0),
+        rope: capstan_kernels::RopeParams::from_base(500_000.0, shape.head_dim, 1.0),
     };
     capstan_kernels::step::StepModel::random(&spec, dev).unwrap()
 }
@@ -499,14 +499,16 @@ fn decode_step_matches_its_cpu_reference() {
             ("mixed GGML", RandomShape::SMALL, mixed),
             ("Q4_K", RandomShape::SMALL, same),
             ("SmolLM2's", RandomShape::SMOLLM2, smollm2),
+            ("Llama 3's heads", RandomShape::LLAMA3_HEADS, [None; 9]),
         ] {
             for launch in [StepLaunch::Graph, StepLaunch::Eager] {
                 let model = step_model(&dev, shape, dtype, formats);
                 let reference = ReferenceStep::new(&model).unwrap();
                 let mut step = DecodeStep::new(&model, &dev, launch).unwrap();
                 let mut host = vec![StepKvHost::default(); 3];
-                let zeros =
-                    |cap: usize| Tensor::zeros((1, shape.kv_heads, cap, 64), dtype, &dev).unwrap();
+                let zeros = |cap: usize| {
+                    Tensor::zeros((1, shape.kv_heads, cap, shape.head_dim), dtype, &dev).unwrap()
+                };
                 let mut caches: Vec<(Tensor, Tensor)> =
                     (0..3).map(|_| (zeros(40), zeros(40))).collect();
                 for pos in 0..70usize {

@@ -30,7 +30,7 @@ fn shaped(
         layers: 2,
         vocab: 300,
         qkv_bias: bias,
-        rope: RopeParams::from_base(10_000.0, 64, 2.0),
+        rope: RopeParams::from_base(10_000.0, shape.head_dim, 2.0),
     };
     StepModel::random(&spec, &Device::Cpu).unwrap()
 }
@@ -332,6 +332,16 @@ fn the_cuda_sources_decode_a_smollm2_shaped_model() {
     let formats = [q, q, q, q, q, q, q, e, e];
     let m = shaped(RandomShape::SMOLLM2, DType::F32, formats, false);
     check(&m, TF32_TOL, Runner::CudaSource, 0);
+}
+
+/// Heads 128 wide, four query heads over one key head (Llama 3's), bf16 through the CUDA
+/// sources: RoPE pairs 64 apart, attention's lanes four values each, one sequence and batches
+/// on tensor cores (16 to 18 sequences: two passes).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_cuda_sources_decode_heads_128_wide() {
+    let m = shaped(RandomShape::LLAMA3_HEADS, DType::BF16, [None; 9], false);
+    check(&m, BF16_BATCH_TOL, Runner::CudaSource, 15);
 }
 
 /// A batch's GGML products on f32 activations run on tensor cores, each in its format's

@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use super::{StepDims, StepLayer, StepMatrix, StepModel};
 use crate::RopeParams;
 
-/// A random model's widths (heads 64 wide).
+/// A random model's widths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RandomShape {
     /// The residual's width.
@@ -18,6 +18,8 @@ pub struct RandomShape {
     pub heads: usize,
     /// Key and value heads.
     pub kv_heads: usize,
+    /// A head's width.
+    pub head_dim: usize,
     /// The MLP's width.
     pub intermediate: usize,
 }
@@ -28,6 +30,7 @@ impl RandomShape {
         hidden: 256,
         heads: 4,
         kv_heads: 2,
+        head_dim: 64,
         intermediate: 512,
     };
     /// SmolLM2-135M's widths: hidden 576 (18 GGML units, not a multiple of 256), 9 query heads
@@ -36,7 +39,17 @@ impl RandomShape {
         hidden: 576,
         heads: 9,
         kv_heads: 3,
+        head_dim: 64,
         intermediate: 1536,
+    };
+    /// Llama-3-8B's heads in a small model: 128 wide, 4 query heads over one key head (Llama 3's
+    /// grouping), hidden 512, MLP 1024.
+    pub const LLAMA3_HEADS: Self = Self {
+        hidden: 512,
+        heads: 4,
+        kv_heads: 1,
+        head_dim: 128,
+        intermediate: 1024,
     };
 }
 
@@ -123,7 +136,7 @@ impl StepModel {
             hidden: shape.hidden,
             heads: shape.heads,
             kv_heads: shape.kv_heads,
-            head_dim: 64,
+            head_dim: shape.head_dim,
             intermediate: shape.intermediate,
             vocab: spec.vocab,
             eps: 1e-5,
@@ -150,8 +163,8 @@ impl StepModel {
         };
         let (h, q, kv, i) = (
             shape.hidden,
-            64 * shape.heads,
-            64 * shape.kv_heads,
+            shape.head_dim * shape.heads,
+            shape.head_dim * shape.kv_heads,
             shape.intermediate,
         );
         let layers = (0..spec.layers)
