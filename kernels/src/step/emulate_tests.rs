@@ -334,14 +334,19 @@ fn the_cuda_sources_decode_a_smollm2_shaped_model() {
     check(&m, TF32_TOL, Runner::CudaSource, 0);
 }
 
-/// Heads 128 wide, four query heads over one key head (Llama 3's), bf16 through the CUDA
-/// sources: RoPE pairs 64 apart, attention's lanes four values each, one sequence and batches
-/// on tensor cores (16 to 18 sequences: two passes).
+/// Heads 128 wide, four query heads over one key head (Llama 3's), through the CUDA sources:
+/// RoPE pairs 64 apart, attention's lanes four values each, one sequence and batches on tensor
+/// cores (16 to 18 sequences: two passes); bf16, and a Q4_K_M file's formats (Q4_K, with v and
+/// down in Q6_K, the output layer Q6_K) on f32 activations.
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn the_cuda_sources_decode_heads_128_wide() {
     let m = shaped(RandomShape::LLAMA3_HEADS, DType::BF16, [None; 9], false);
     check(&m, BF16_BATCH_TOL, Runner::CudaSource, 15);
+    let (k4, k6) = (Some(GgmlDType::Q4K), Some(GgmlDType::Q6K));
+    let q4_k_m = [k4, k4, k6, k4, k4, k4, k6, k4, k6];
+    let m = shaped(RandomShape::LLAMA3_HEADS, DType::F32, q4_k_m, false);
+    check(&m, TF32_TOL, Runner::CudaSource, 15);
 }
 
 /// A batch's GGML products on f32 activations run on tensor cores, each in its format's
