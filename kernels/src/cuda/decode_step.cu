@@ -517,21 +517,27 @@ struct MmaRow<L, true> {
           w(norm_w + 8 * t),
           inv(s < a.batch ? 1.f / sqrtf(ss[s] / a.cols + a.eps) : 0.f),
           live(s < a.batch) {}
-    __device__ __forceinline__ void f8(int k, float* f) const {
+    // The 8 normalised values from column k, before their rounding to the activation type.
+    __device__ __forceinline__ void normed8(int k, float* f) const {
         if (!live) {
 #pragma unroll
             for (int i = 0; i < 8; i++) f[i] = 0.f;
             return;
         }
-        float r[8], wv[8];
-        load8<F32>(x + k, r);
+        float wv[8];
+        load8<F32>(x + k, f);
         load8<L>(w + k, wv);
 #pragma unroll
-        for (int i = 0; i < 8; i++) f[i] = L::ld(L::st(r[i] * inv * wv[i]));
+        for (int i = 0; i < 8; i++) f[i] *= inv * wv[i];
+    }
+    __device__ __forceinline__ void f8(int k, float* f) const {
+        normed8(k, f);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = L::ld(L::st(f[i]));
     }
     __device__ __forceinline__ uint4 half8(int k) const {
         float f[8];
-        f8(k, f);
+        normed8(k, f);
         u32 h[4];
 #pragma unroll
         for (int j = 0; j < 4; j++)

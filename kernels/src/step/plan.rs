@@ -667,19 +667,21 @@ impl Layout {
             3 => rows.iter().sum::<usize>() / 2,
             _ => rows.iter().sum(),
         };
-        // One sequence's products have entry points of their own (decode_step.cu, PASS 1),
-        // and those that normalise the residual as they read it others again.
         // A batch's products of one format run on tensor cores where they can
-        // ([`Layout::on_tensor_cores`]); only they normalise a batch's inputs.
+        // ([`Layout::on_tensor_cores`]); only they normalise a batch's inputs. One sequence's
+        // products have entry points of their own (decode_step.cu, PASS 1), and those that
+        // normalise the residual as they read it others again.
         let same_format = ms.iter().all(|m| m.format == m0.format);
         let mma = same_format && ms.iter().all(|m| self.on_tensor_cores(m, &x, batch));
         let (x, ss_in, norm_w) = match x {
             Input::Plain(x) => (x, 0, 0),
             Input::Normed(x, ss, w) => (x, ss, w),
         };
-        debug_assert!(
+        // `folded_norms` folds a batch's norm only into products on tensor cores: the
+        // CUDA-core batched products would read the f32 residual as activations.
+        assert!(
             batch == 1 || ss_in == 0 || mma,
-            "a batch's normed input off tensor cores"
+            "decode step plan: a batch's normed input off tensor cores"
         );
         // (module, entry point, output rows a block, threads a block)
         let (module, entry, rows_a_block, threads) = match (mma, batch, ss_in) {
