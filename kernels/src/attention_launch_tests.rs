@@ -8,7 +8,9 @@
 use candle_core::{DType, Device, Tensor};
 
 use super::*;
-use crate::host_kernels::{launch, with_schedule, Params, Schedule};
+use crate::host_kernels::{
+    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, Schedule,
+};
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::op_params::AttentionOp;
 use crate::pattern::{scca_rules, SccaKind};
@@ -186,24 +188,8 @@ fn run(c: &Case, dtype: DType, tensor_cores: bool) -> f32 {
     });
     // No atomic sums of floats here: any order of turns computes the same bits (the output
     // read below is the last schedule's, equal to the others).
-    for (schedule, bytes) in SCHEDULES.iter().zip(&outputs).skip(1) {
-        assert!(
-            *bytes == outputs[0],
-            "{}: the blocks' and threads' order of turns changes the output ({schedule:?}): a race",
-            c.name
-        );
-    }
-    let got = mem.floats(t, out, n);
-    let scale = want.iter().fold(1e-6f32, |a, x| a.max(x.abs()));
-    got.iter().zip(&want).fold(0f32, |worst, (g, w)| {
-        let diff = (g - w).abs() / scale;
-        // NaN (a row never written) counts as the worst.
-        if diff.is_nan() {
-            f32::INFINITY
-        } else {
-            worst.max(diff)
-        }
-    })
+    assert_same_in_every_schedule(&SCHEDULES, &outputs, c.name);
+    worst_relative_diff(&mem.floats(t, out, n), &want)
 }
 
 #[test]

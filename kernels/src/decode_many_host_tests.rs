@@ -7,7 +7,9 @@
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::host_kernels::{launch, with_schedule, Params, Schedule};
+use crate::host_kernels::{
+    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, Schedule,
+};
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::step::plan::{DecodeArgs, DECODE_WARPS};
 
@@ -96,23 +98,9 @@ fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -
         );
         mem.read(out, n * heads * dim * elem).to_vec()
     });
-    for (schedule, bytes) in SCHEDULES.iter().zip(&outputs).skip(1) {
-        assert!(
-            *bytes == outputs[0],
-            "{t}, d {dim}, {groups} a group, {splits} splits: the order of turns changes the \
-             output ({schedule:?}): a race"
-        );
-    }
-    let got = mem.floats(t, out, n * heads * dim);
-    let scale = want.iter().fold(1e-6f32, |a, x| a.max(x.abs()));
-    got.iter().zip(&want).fold(0f32, |worst, (g, w)| {
-        let diff = (g - w).abs() / scale;
-        if diff.is_nan() {
-            f32::INFINITY
-        } else {
-            worst.max(diff)
-        }
-    })
+    let what = format!("{t}, d {dim}, {groups} a group, {splits} splits");
+    assert_same_in_every_schedule(&SCHEDULES, &outputs, &what);
+    worst_relative_diff(&mem.floats(t, out, n * heads * dim), &want)
 }
 
 #[test]

@@ -61,6 +61,36 @@ thread_local! {
     static SCHEDULE: std::cell::Cell<Schedule> = const { std::cell::Cell::new(Schedule::InOrder) };
 }
 
+/// Panics unless every schedule's output bytes equal the first schedule's: where no float is
+/// summed by atomics, a kernel without races computes the same bits in any order of turns.
+pub(crate) fn assert_same_in_every_schedule(
+    schedules: &[Schedule],
+    outputs: &[Vec<u8>],
+    what: &str,
+) {
+    for (schedule, bytes) in schedules.iter().zip(outputs).skip(1) {
+        assert!(
+            *bytes == outputs[0],
+            "{what}: the blocks' and threads' order of turns changes the output ({schedule:?}): \
+             a race"
+        );
+    }
+}
+
+/// The largest difference of `got` from `want`, relative to `want`'s largest magnitude; a NaN
+/// (a value the kernel never wrote) counts as infinitely far.
+pub(crate) fn worst_relative_diff(got: &[f32], want: &[f32]) -> f32 {
+    let scale = want.iter().fold(1e-6f32, |a, x| a.max(x.abs()));
+    got.iter().zip(want).fold(0f32, |worst, (g, w)| {
+        let diff = (g - w).abs() / scale;
+        if diff.is_nan() {
+            f32::INFINITY
+        } else {
+            worst.max(diff)
+        }
+    })
+}
+
 /// Runs `f` with this thread's launches taking their turns in `schedule`'s order.
 pub(crate) fn with_schedule<R>(schedule: Schedule, f: impl FnOnce() -> R) -> R {
     struct Restore(Schedule);
