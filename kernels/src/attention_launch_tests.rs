@@ -9,7 +9,7 @@ use candle_core::{DType, Device, Tensor};
 
 use super::*;
 use crate::host_kernels::{
-    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, Schedule,
+    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, SCHEDULES,
 };
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::op_params::AttentionOp;
@@ -109,13 +109,6 @@ fn cases(dim: usize, decoding: bool) -> Vec<Case> {
     out
 }
 
-/// Each case runs in these orders of turns, and must compute the same bits in each.
-const SCHEDULES: [Schedule; 3] = [
-    Schedule::InOrder,
-    Schedule::Reversed,
-    Schedule::Shuffled(0x9e37_79b9),
-];
-
 fn randn(shape: (usize, usize, usize, usize), dtype: DType) -> Tensor {
     Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
         .unwrap()
@@ -188,7 +181,7 @@ fn run(c: &Case, dtype: DType, tensor_cores: bool) -> f32 {
     });
     // No atomic sums of floats here: any order of turns computes the same bits (the output
     // read below is the last schedule's, equal to the others).
-    assert_same_in_every_schedule(&SCHEDULES, &outputs, c.name);
+    assert_same_in_every_schedule(&outputs, c.name);
     worst_relative_diff(&mem.floats(t, out, n), &want)
 }
 

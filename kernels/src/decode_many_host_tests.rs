@@ -8,16 +8,10 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::host_kernels::{
-    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, Schedule,
+    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, SCHEDULES,
 };
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::step::plan::{DecodeArgs, DECODE_WARPS};
-
-const SCHEDULES: [Schedule; 3] = [
-    Schedule::InOrder,
-    Schedule::Reversed,
-    Schedule::Shuffled(0xdec0de),
-];
 
 /// The largest difference of the kernel's output from the CPU path's, relative to the CPU
 /// path's largest value, for `groups` query heads over each of 2 key heads.
@@ -99,7 +93,7 @@ fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -
         mem.read(out, n * heads * dim * elem).to_vec()
     });
     let what = format!("{t}, d {dim}, {groups} a group, {splits} splits");
-    assert_same_in_every_schedule(&SCHEDULES, &outputs, &what);
+    assert_same_in_every_schedule(&outputs, &what);
     worst_relative_diff(&mem.floats(t, out, n * heads * dim), &want)
 }
 

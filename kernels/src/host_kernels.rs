@@ -61,14 +61,18 @@ thread_local! {
     static SCHEDULE: std::cell::Cell<Schedule> = const { std::cell::Cell::new(Schedule::InOrder) };
 }
 
-/// Panics unless every schedule's output bytes equal the first schedule's: where no float is
-/// summed by atomics, a kernel without races computes the same bits in any order of turns.
-pub(crate) fn assert_same_in_every_schedule(
-    schedules: &[Schedule],
-    outputs: &[Vec<u8>],
-    what: &str,
-) {
-    for (schedule, bytes) in schedules.iter().zip(outputs).skip(1) {
+/// The orders of turns the kernels' tests compare: in order, reversed, and one shuffle.
+pub(crate) const SCHEDULES: [Schedule; 3] = [
+    Schedule::InOrder,
+    Schedule::Reversed,
+    Schedule::Shuffled(0x9e37_79b9),
+];
+
+/// Panics unless the output bytes of every one of [`SCHEDULES`] equal the first's: where no
+/// float is summed by atomics, a kernel without races computes the same bits in any order of
+/// turns.
+pub(crate) fn assert_same_in_every_schedule(outputs: &[Vec<u8>; SCHEDULES.len()], what: &str) {
+    for (schedule, bytes) in SCHEDULES.iter().zip(outputs).skip(1) {
         assert!(
             *bytes == outputs[0],
             "{what}: the blocks' and threads' order of turns changes the output ({schedule:?}): \

@@ -201,7 +201,7 @@ fn rms_norm_residual_matches_the_cpu() {
         let [xa, ra, wa] = [&x, &r, &w].map(|t| mem.put(&tensor_bytes(t)));
         let out = mem.alloc(want.len() * dtype.size_in_bytes());
         // The block's sum through shared memory, in any order of turns.
-        for schedule in [Schedule::InOrder, Schedule::Reversed, Schedule::Shuffled(3)] {
+        for schedule in SCHEDULES {
             mem.put_floats(suffix(dtype), out, &vec![f32::NAN; want.len()]);
             let mut p = Params::default();
             for a in [xa, ra, wa, out] {
