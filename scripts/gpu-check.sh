@@ -236,10 +236,14 @@ for total in $CAPE_TOTALS; do
 done
 # Where the time goes, for the goals a run may miss (issue 39: "missed with the profile"): each
 # kernel's duration under Nsight Compute over what the benchmark times (scripts/gpu-profile.sh;
-# reported as not run where ncu is not): decoding tokens of the fused step at 1K, the first
+# reported as not run where ncu is not): decoding tokens of the fused step at 1K and at the
+# longest context (32K: where the keys and values weigh a quarter of a step's bytes), the first
 # layers' kernels of the model's 8K prefill, SmolLM2's fused step.
 step "profile_decode_$SHAPE" env $KERNEL scripts/gpu-profile.sh "$W/profile_decode.csv" 600 -- \
   "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --steps 2 --full-attention step \
+  --device "$DEV" --dtype "$DT"
+step "profile_decode_long_$SHAPE" env $KERNEL scripts/gpu-profile.sh "$W/profile_decode_long.csv" 400 -- \
+  "$BENCH" gpu decode --shape "$SHAPE" --contexts "${CONTEXTS##*,}" --steps 1 --full-attention step \
   --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step profile_prefill env $KERNEL scripts/gpu-profile.sh "$W/profile_prefill.csv" 400 -- \
