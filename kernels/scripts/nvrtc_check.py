@@ -26,7 +26,8 @@ SOURCES = {
         for t in ("bf16", "f16")
         for d in (64, 128)
     ],
-    "attention_decode.cu": [f"capstan_attention_decode_{t}" for t in ("f32", "bf16", "f16")],
+    "attention_decode.cu": [f"capstan_attention_decode_{g}{t}" for g in ("", "gqa_")
+                           for t in ("f32", "bf16", "f16")],
     "attention_merge.cu": [
         "capstan_attention_merge_f32",
         "capstan_attention_merge_bf16",

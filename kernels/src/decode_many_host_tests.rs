@@ -1,9 +1,11 @@
-//! attention_decode.cu compiled for the host ([`crate::host_kernels`]), launched as
-//! `cuda/decode_many.rs` launches it, against the CPU path of [`crate::attention_decode_many`]:
+//! attention_decode.cu compiled for the host ([`crate::host_kernels`]), both its kernels
+//! ([`DecodeKernel`]) launched as `cuda/decode_many.rs` launches them, against the CPU path of
+//! [`crate::attention_decode_many`]:
 //! heads 64, 128 and 256 wide (Llama's 128 among them, which the step's random models, 64 wide,
 //! do not reach), one to eight query heads a key head, caches of different lengths in buffers of
 //! larger capacity, keys in one range or split (merged by the last split to finish, which sets
-//! its counter back to zero), in three orders of turns that must agree bit for bit.
+//! its counter back to zero), in three orders of turns that must agree bit for bit; the grouped
+//! kernel also with caches that are not 16-byte aligned (read an element at a time).
 
 use candle_core::{DType, Device, Tensor};
 
@@ -11,11 +13,20 @@ use crate::host_kernels::{
     assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, SCHEDULES,
 };
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
-use crate::step::plan::{DecodeArgs, DECODE_WARPS};
+use crate::step::decode_grid::{DecodeArgs, DecodeKernel, DECODE_WARPS};
 
-/// The largest difference of the kernel's output from the CPU path's, relative to the CPU
-/// path's largest value, for `groups` query heads over each of 2 key heads.
-fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -> f32 {
+/// The largest difference of `kernel`'s output from the CPU path's, relative to the CPU
+/// path's largest value, for `groups` query heads over each of 2 key heads (`skew`: the caches
+/// placed that many bytes past 16-byte alignment).
+fn run(
+    kernel: DecodeKernel,
+    dtype: DType,
+    dim: usize,
+    groups: usize,
+    lens: &[usize],
+    splits: usize,
+    skew: usize,
+) -> f32 {
     let (kv_heads, n) = (2, lens.len());
     let heads = kv_heads * groups;
     let dev = Device::Cpu;
@@ -51,10 +62,12 @@ fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -
     let elem = dtype.size_in_bytes();
     let mut mem = Memory::new();
     let qa = mem.put(&tensor_bytes(&q));
-    let caches: Vec<(u64, u64)> = bufs
-        .iter()
-        .map(|(k, v)| (mem.put(&tensor_bytes(k)), mem.put(&tensor_bytes(v))))
-        .collect();
+    let mut put = |t: &Tensor| {
+        let mut bytes = vec![0u8; skew];
+        bytes.extend(tensor_bytes(t));
+        mem.put(&bytes) + skew as u64
+    };
+    let caches: Vec<(u64, u64)> = bufs.iter().map(|(k, v)| (put(k), put(v))).collect();
     let table = |f: &dyn Fn(usize) -> Vec<u8>| -> Vec<u8> { (0..n).flat_map(f).collect() };
     let kptr = mem.put(&table(&|s| caches[s].0.to_le_bytes().to_vec()));
     let vptr = mem.put(&table(&|s| caches[s].1.to_le_bytes().to_vec()));
@@ -70,7 +83,7 @@ fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -
         scale: 1.0 / (dim as f32).sqrt(),
         splits: splits as i32,
     };
-    let name = format!("capstan_attention_decode_{t}");
+    let name = kernel.entry(t);
     let outputs = SCHEDULES.map(|schedule| {
         mem.put_floats(t, out, &vec![f32::NAN; n * heads * dim]);
         let mut p = Params::default();
@@ -78,9 +91,13 @@ fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -
             p.push(a);
         }
         p.push(args);
-        let grid = (heads as u32, n as u32, splits as u32);
+        let grid = (
+            kernel.blocks(heads, kv_heads) as u32,
+            n as u32,
+            splits as u32,
+        );
         let block = (32 * DECODE_WARPS as u32, 1, 1);
-        let shared = (DECODE_WARPS * (2 + dim) * 4) as u32;
+        let shared = kernel.shared_bytes(dim);
         with_schedule(schedule, || {
             launch("attention_decode", &name, grid, block, shared, &mut p)
         })
@@ -88,11 +105,12 @@ fn run(dtype: DType, dim: usize, groups: usize, lens: &[usize], splits: usize) -
         // Zero again for the next launch (the step's graph replays it as it stands).
         assert!(
             mem.read(counters, 4 * n * heads).iter().all(|&b| b == 0),
-            "{t}, d {dim}, {groups} a group, {splits} splits, {schedule:?}: counters left"
+            "{kernel:?}, {t}, d {dim}, {groups} a group, {splits} splits, {schedule:?}: \
+             counters left"
         );
         mem.read(out, n * heads * dim * elem).to_vec()
     });
-    let what = format!("{t}, d {dim}, {groups} a group, {splits} splits");
+    let what = format!("{kernel:?}, {t}, d {dim}, {groups} a group, {splits} splits, skew {skew}");
     assert_same_in_every_schedule(&outputs, &what);
     worst_relative_diff(&mem.floats(t, out, n * heads * dim), &want)
 }
@@ -102,15 +120,27 @@ fn the_cuda_source_decodes_as_the_cpu_path() {
     // One key, a few, and more than the warps' unrolled loop takes in one pass.
     let lens = [1, 37, 300];
     for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+        let elem = dtype.size_in_bytes();
         for dim in [64, 128, 256] {
-            for groups in [1, 3, 4, 8] {
+            // Groups of 5 and 8: a key head's query heads over two blocks of the grouped kernel.
+            for groups in [1, 3, 4, 5, 8] {
                 // Keys in one range; split (some ranges of the shortest cache empty).
                 for splits in [1, 3, 8] {
-                    let diff = run(dtype, dim, groups, &lens, splits);
-                    assert!(
-                        diff <= tol,
-                        "{dtype:?}, d {dim}, {groups} a group, {splits} splits: {diff} of the largest"
-                    );
+                    let mut kernels = vec![(DecodeKernel::PerHead, 0)];
+                    if (dim * elem).is_power_of_two() && dim * elem <= 512 {
+                        kernels.push((DecodeKernel::Grouped, 0));
+                        if splits == 3 {
+                            kernels.push((DecodeKernel::Grouped, elem));
+                        }
+                    }
+                    for (kernel, skew) in kernels {
+                        let diff = run(kernel, dtype, dim, groups, &lens, splits, skew);
+                        assert!(
+                            diff <= tol,
+                            "{kernel:?}, {dtype:?}, d {dim}, {groups} a group, {splits} splits, \
+                             skew {skew}: {diff} of the largest"
+                        );
+                    }
                 }
             }
         }

@@ -55,6 +55,7 @@ pub use pattern::{
     effective_shift, key_range, scca_rules, visible, HeadRule, Pattern, SccaKind, TILE,
 };
 pub use qmatmul_op::{qmatmul, qmatmul_amx};
+pub use step::decode_grid::{decode_kernel, set_decode_kernel, DecodeKernel};
 
 /// How CUDA attention runs where there is a choice (no effect on the CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,6 +10,13 @@
 // (sequence, head) to finish — counted in `counters`, which it sets back to 0 — combines them:
 // no second launch.
 // Keys and values are read in place, head kh at rows kh * capacity.
+//
+// Two kernels: `attention_decode` takes one query head a block, its lanes reading a key row an
+// element each; `attention_decode_gqa` takes up to GQA_HEADS query heads of one key head a
+// block (grouped-query attention: Llama 3's 4 query heads a key head), so that each key and
+// value row is read once for all of them, in 16-byte pieces (a row of `dim` elements split over
+// `dim / N` lanes, N elements of 16 bytes each: a warp reads 32 / (dim / N) rows at once).
+// Both write the same partial rows and counters, per (sequence, query head, split).
 #define DEC_MAXD 256
 
 // Keys a warp takes at once.
@@ -71,6 +78,48 @@ __device__ void merge_splits(const float* p, typename L::T* __restrict__ out, De
     parts_stats(ld, a.splits, a.dim, &big, &total);
     const float inv = total > 0.f ? 1.f / total : 0.f;
     for (int d = lane; d < a.dim; d += 32) out[d] = L::st(parts_value(ld, a.splits, a.dim, d, big) * inv);
+}
+
+// One query head's end, by one warp: the block's `count` parts (max, sum, accumulators, `2 +
+// dim` floats apart in shared memory) combined; with one split, the output row; with more, this
+// split's partial row (sequence s, head h), counted, and the last split of (s, h) to finish
+// merges them all and sets the counter back to 0.
+template <typename L>
+__device__ void finish_head(const float* parts, int count, int s, int h, int split,
+                            typename L::T* __restrict__ out, float* __restrict__ partial,
+                            int* __restrict__ counters, DecodeArgs a, int lane) {
+    const size_t qoff = ((size_t)s * a.heads + h) * a.dim;
+    const auto ld = [&](int i) { return parts[i]; };
+    float big, total;
+    parts_stats(ld, count, a.dim, &big, &total);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    // This split's partial result: (max, sum, accumulators) at row (s, h, split).
+    float* mine_out = partial + (((size_t)s * a.heads + h) * a.splits + split) * (2 + a.dim);
+    if (a.splits > 1 && lane == 0) {
+        mine_out[0] = big;
+        mine_out[1] = total;
+    }
+    for (int d = lane; d < a.dim; d += 32) {
+        const float sum = parts_value(ld, count, a.dim, d, big);
+        if (a.splits > 1) {
+            mine_out[2 + d] = sum;
+        } else {
+            out[qoff + d] = L::st(sum * inv);
+        }
+    }
+    if (a.splits == 1) return;
+    // This split's row is written (every lane's part visible device-wide before lane 0
+    // counts it): count it; the last split of (s, h) merges them all.
+    __threadfence();
+    __syncwarp();
+    int ticket = 0;
+    if (lane == 0) ticket = atomicAdd(&counters[s * a.heads + h], 1);
+    ticket = __shfl_sync(0xffffffffu, ticket, 0);
+    if (ticket != a.splits - 1) return;
+    __threadfence();
+    merge_splits<L>(partial + ((size_t)s * a.heads + h) * a.splits * (2 + a.dim), out + qoff, a,
+                    lane);
+    if (lane == 0) counters[s * a.heads + h] = 0;
 }
 
 template <typename L>
@@ -165,41 +214,179 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
         if (t < per_lane && d < a.dim) mine[2 + d] = acc[t];
     }
     __syncthreads();
-    if (warp != 0) return;
-    // The warps' parts of this split, combined.
-    const auto ld = [&](int i) { return part[i]; };
-    float big, total;
-    parts_stats(ld, warps, a.dim, &big, &total);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    // This split's partial result: (max, sum, accumulators) at row (s, h, split).
-    float* mine_out = partial + (((size_t)s * a.heads + h) * a.splits + split) * (2 + a.dim);
-    if (a.splits > 1 && lane == 0) {
-        mine_out[0] = big;
-        mine_out[1] = total;
+    if (warp == 0) finish_head<L>(part, warps, s, h, split, out, partial, counters, a, lane);
+}
+// Query heads a block of attention_decode_gqa takes (of one key head).
+#define GQA_HEADS 4
+// Keys a slot (the lanes sharing a row) takes at once: their loads are in flight together.
+#define GQA_KEYS 2
+
+// N elements in 16 bytes: loaded as they are (one 16-byte load where `wide`, the address
+// 16-byte aligned, else N loads), converted to f32 one at a time as they are used (the loads'
+// registers are half those of floats for 16-bit types).
+template <typename L>
+struct Row16 {
+    static constexpr int N = 16 / (int)sizeof(typename L::T);
+    static __device__ __forceinline__ uint4 load(const typename L::T* p, bool wide) {
+        if (wide) return *(const uint4*)p;
+        u32 w[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            if constexpr (N == 4) {
+                w[i] = __float_as_uint(p[i]);
+            } else {
+                w[i] = (u32)p[2 * i] | ((u32)p[2 * i + 1] << 16);
+            }
+        }
+        return make_uint4(w[0], w[1], w[2], w[3]);
     }
-    for (int t = 0; t < per_lane; t++) {
-        int d = lane + 32 * t;
-        if (d >= a.dim) continue;
-        const float sum = parts_value(ld, warps, a.dim, d, big);
-        if (a.splits > 1) {
-            mine_out[2 + d] = sum;
+    // Element e (a constant once unrolled) of `u`.
+    static __device__ __forceinline__ float at(const uint4& u, int e) {
+        const int i = N == 4 ? e : e / 2;
+        const u32 w = i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+        if constexpr (N == 4) {
+            return __uint_as_float(w);
         } else {
-            out[qoff + d] = L::st(sum * inv);
+            return L::ld((u16)(e % 2 ? w >> 16 : w & 0xffffu));
         }
     }
-    if (a.splits == 1) return;
-    // This split's row is written (every lane's part visible device-wide before lane 0
-    // counts it): count it; the last split of (s, h) merges them all.
-    __threadfence();
-    __syncwarp();
-    int ticket = 0;
-    if (lane == 0) ticket = atomicAdd(&counters[s * a.heads + h], 1);
-    ticket = __shfl_sync(0xffffffffu, ticket, 0);
-    if (ticket != a.splits - 1) return;
-    __threadfence();
-    merge_splits<L>(partial + ((size_t)s * a.heads + h) * a.splits * (2 + a.dim), out + qoff, a,
-                    lane);
-    if (lane == 0) counters[s * a.heads + h] = 0;
+};
+
+// Up to GQA_HEADS query heads of key head kh (block x: kh's chunk of its group), one sequence
+// (y), one range of keys (z). A row's `dim / N` lanes (a slot) read it in 16-byte pieces and
+// sum their dot products by shuffles; each slot keeps its own online softmax per head, the
+// slots of a warp are combined by shuffles, the warps through shared memory (a region per
+// head), and warp g finishes head g as attention_decode does.
+template <typename L>
+__device__ void attention_decode_gqa(const typename L::T* __restrict__ q,
+                                     const unsigned long long* __restrict__ kptr,
+                                     const unsigned long long* __restrict__ vptr,
+                                     const int* __restrict__ lens, const int* __restrict__ caps,
+                                     typename L::T* __restrict__ out, float* __restrict__ partial,
+                                     int* __restrict__ counters, DecodeArgs a) {
+    constexpr int N = Row16<L>::N;
+    extern __shared__ float part[];  // per head, per warp: m, l, then dim accumulators
+    const int group = a.heads / a.kv_heads;
+    const int chunks = (group + GQA_HEADS - 1) / GQA_HEADS;
+    const int kh = blockIdx.x / chunks;
+    const int h0 = kh * group + (blockIdx.x % chunks) * GQA_HEADS;
+    const int nh = min(GQA_HEADS, (kh + 1) * group - h0);
+    const int s = blockIdx.y, split = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int lanes = a.dim / N;  // a row's lanes: a power of two up to 32 (the host's choice)
+    const int slots = 32 / lanes;
+    const int slot = lane / lanes, sub = lane % lanes;
+    const int len = lens[s];
+    const int chunk = (len + a.splits - 1) / a.splits;
+    const int first = split * chunk;
+    const int n = min(len, first + chunk);
+    const size_t head = (size_t)kh * caps[s] * a.dim;
+    const typename L::T* k = (const typename L::T*)kptr[s] + head + sub * N;
+    const typename L::T* v = (const typename L::T*)vptr[s] + head + sub * N;
+    // Rows are dim * sizeof(T) bytes, a multiple of 16: every row is as aligned as the first.
+    const bool wide = ((kptr[s] | vptr[s]) & 15) == 0;
+
+    float qv[GQA_HEADS][N], acc[GQA_HEADS][N], m[GQA_HEADS], l[GQA_HEADS];
+#pragma unroll
+    for (int g = 0; g < GQA_HEADS; g++) {
+        const size_t qoff = ((size_t)s * a.heads + h0 + g) * a.dim + sub * N;
+#pragma unroll
+        for (int e = 0; e < N; e++) {
+            qv[g][e] = g < nh ? L::ld(q[qoff + e]) * a.scale : 0.f;
+            acc[g][e] = 0.f;
+        }
+        m[g] = NEG_INF;
+        l[g] = 0.f;
+    }
+    // Rows base + u * stride + warp * slots + slot for u < GQA_KEYS, the block's rows
+    // GQA_KEYS * stride at a time (the loop's bound is the warp's, for the shuffles).
+    const int stride = warps * slots;
+    for (int base = first; base < n; base += GQA_KEYS * stride) {
+        uint4 kw[GQA_KEYS], vw[GQA_KEYS];
+        bool ok[GQA_KEYS];
+#pragma unroll
+        for (int u = 0; u < GQA_KEYS; u++) {
+            const int j = base + u * stride + warp * slots + slot;
+            ok[u] = j < n;
+            if (ok[u]) {
+                kw[u] = Row16<L>::load(k + (size_t)j * a.dim, wide);
+                vw[u] = Row16<L>::load(v + (size_t)j * a.dim, wide);
+            } else {
+                kw[u] = vw[u] = make_uint4(0, 0, 0, 0);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GQA_HEADS; g++) {
+            if (g >= nh) break;
+            float sc[GQA_KEYS];
+#pragma unroll
+            for (int u = 0; u < GQA_KEYS; u++) {
+                float dot = 0.f;
+#pragma unroll
+                for (int e = 0; e < N; e++) dot += qv[g][e] * Row16<L>::at(kw[u], e);
+                for (int o = lanes >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+                sc[u] = ok[u] ? dot : NEG_INF;
+            }
+            float m_new = m[g];
+#pragma unroll
+            for (int u = 0; u < GQA_KEYS; u++) m_new = fmaxf(m_new, sc[u]);
+            if (m_new == NEG_INF) continue;  // this slot has seen no key yet
+            const float corr = __expf(m[g] - m_new);
+            float e[GQA_KEYS], sum = 0.f;
+#pragma unroll
+            for (int u = 0; u < GQA_KEYS; u++) {
+                e[u] = __expf(sc[u] - m_new);
+                sum += e[u];
+            }
+            l[g] = l[g] * corr + sum;
+#pragma unroll
+            for (int x = 0; x < N; x++) {
+                float y = acc[g][x] * corr;
+#pragma unroll
+                for (int u = 0; u < GQA_KEYS; u++) y += e[u] * Row16<L>::at(vw[u], x);
+                acc[g][x] = y;
+            }
+            m[g] = m_new;
+        }
+    }
+    // The warp's slots combined: lanes `o` apart hold the same dimensions of other rows.
+    for (int o = lanes; o < 32; o <<= 1) {
+#pragma unroll
+        for (int g = 0; g < GQA_HEADS; g++) {
+            if (g >= nh) break;
+            const float mo = __shfl_xor_sync(0xffffffffu, m[g], o);
+            const float lo = __shfl_xor_sync(0xffffffffu, l[g], o);
+            float ao[N];
+#pragma unroll
+            for (int x = 0; x < N; x++) ao[x] = __shfl_xor_sync(0xffffffffu, acc[g][x], o);
+            const float big = fmaxf(m[g], mo);
+            if (big == NEG_INF) continue;
+            const float wa = m[g] == NEG_INF ? 0.f : __expf(m[g] - big);
+            const float wb = mo == NEG_INF ? 0.f : __expf(mo - big);
+            l[g] = l[g] * wa + lo * wb;
+#pragma unroll
+            for (int x = 0; x < N; x++) acc[g][x] = acc[g][x] * wa + ao[x] * wb;
+            m[g] = big;
+        }
+    }
+    if (slot == 0) {
+#pragma unroll
+        for (int g = 0; g < GQA_HEADS; g++) {
+            if (g >= nh) break;
+            float* mine = part + (g * warps + warp) * (2 + a.dim);
+            if (sub == 0) {
+                mine[0] = m[g];
+                mine[1] = l[g];
+            }
+#pragma unroll
+            for (int x = 0; x < N; x++) mine[2 + sub * N + x] = acc[g][x];
+        }
+    }
+    __syncthreads();
+    for (int g = warp; g < nh; g += warps) {
+        finish_head<L>(part + g * warps * (2 + a.dim), warps, s, h0 + g, split, out, partial,
+                       counters, a, lane);
+    }
 }
 
 #define DECODE_ENTRY(NAME, L)                                                                 \
@@ -212,3 +399,16 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
 DECODE_ENTRY(capstan_attention_decode_f32, F32)
 DECODE_ENTRY(capstan_attention_decode_bf16, BF16)
 DECODE_ENTRY(capstan_attention_decode_f16, F16)
+
+// Blocks of 4 warps (DECODE_WARPS of step/decode_grid.rs), 4 of them on a multiprocessor: at
+// most 128 registers a thread.
+#define DECODE_GQA_ENTRY(NAME, L)                                                             \
+    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const L::T* q, const unsigned long long* kptr,             \
+                                    const unsigned long long* vptr, const int* lens,           \
+                                    const int* caps, L::T* out, float* partial, int* counters, \
+                                    DecodeArgs a) {                                            \
+        attention_decode_gqa<L>(q, kptr, vptr, lens, caps, out, partial, counters, a);        \
+    }
+DECODE_GQA_ENTRY(capstan_attention_decode_gqa_f32, F32)
+DECODE_GQA_ENTRY(capstan_attention_decode_gqa_bf16, BF16)
+DECODE_GQA_ENTRY(capstan_attention_decode_gqa_f16, F16)

@@ -1,5 +1,6 @@
 //! The launch of attention_decode.cu: per-sequence tables of key and value pointers, lengths
-//! and capacities, one block per (query head, sequence, range of keys), and the merge of the
+//! and capacities, one block per (query head, or group of query heads sharing a key head;
+//! sequence; range of keys: [`DecodeKernel`]), and the merge of the
 //! ranges when the keys are split. Used by [`crate::attention_decode_many`] and, for one
 //! sequence's decoding row, by [`crate::attention`] on CUDA.
 
@@ -11,7 +12,7 @@ use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Shape, Tensor, 
 
 use super::launch::{cuda_of, func, offsets, output, suffix};
 use crate::op_params::kv_rows;
-use crate::step::plan::{splits, DecodeArgs, DECODE_WARPS as WARPS};
+use crate::step::decode_grid::{splits, DecodeArgs, DecodeKernel, DECODE_WARPS as WARPS};
 
 /// Largest head width (`DEC_MAXD`).
 pub(super) const MAXD: usize = 256;
@@ -50,7 +51,9 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
     let lens = dev.clone_htod(&seqs.iter().map(|s| s.len as i32).collect::<Vec<_>>())?;
     let caps = dev.clone_htod(&seqs.iter().map(|s| s.cap as i32).collect::<Vec<_>>())?;
     let longest = seqs.iter().map(|s| s.len).max().unwrap_or(0);
-    let splits = splits(n * heads, longest);
+    let kernel = DecodeKernel::choose(dim, std::mem::size_of::<T>());
+    let blocks = kernel.blocks(heads, kv_heads);
+    let splits = splits(n * blocks, longest);
     let out = output::<T>(dev, n * heads * dim)?;
     // SAFETY: every split writes its whole partial row before the merge reads it.
     let partial = unsafe {
@@ -70,15 +73,11 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
         splits: splits as i32,
     };
     let stream = dev.cuda_stream();
-    let f = func(
-        dev,
-        "attention_decode",
-        &format!("capstan_attention_decode_{suffix}"),
-    )?;
+    let f = func(dev, "attention_decode", &kernel.entry(suffix))?;
     let cfg = LaunchConfig {
-        grid_dim: (heads as u32, n as u32, splits as u32),
+        grid_dim: (blocks as u32, n as u32, splits as u32),
         block_dim: (32 * WARPS as u32, 1, 1),
-        shared_mem_bytes: (WARPS * (2 + dim) * 4) as u32,
+        shared_mem_bytes: kernel.shared_bytes(dim),
     };
     let mut b = stream.launch_builder(&f);
     b.arg(q);
@@ -90,7 +89,8 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
     b.arg(&partial);
     b.arg(&counters);
     b.arg(&args);
-    // SAFETY: argument list and types match capstan_attention_decode_* in attention_decode.cu;
+    // SAFETY: argument list and types match capstan_attention_decode_{,gqa_}* in
+    // attention_decode.cu;
     // every pointer in the tables is a live cache of `len` rows a head, heads `cap` rows apart;
     // `partial` and `counters` hold a row and a count for every (sequence, head).
     unsafe { b.launch(cfg) }.w()?;

@@ -267,7 +267,7 @@ impl DecodeStep {
             });
             caches.push(layers);
         }
-        let tables = CacheTables::new(caches, d.heads);
+        let tables = CacheTables::new(caches, self.layout.decode_blocks());
         let mut rows: Vec<u64> = tables.seqs.iter().map(|s| s[0].0).collect();
         rows.sort_unstable();
         if rows.windows(2).any(|w| w[0] == w[1]) {

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
 
+use super::decode_grid::DecodeKernel;
 use super::plan::{
     f32_bytes, Arg, BufferAddrs, CacheTables, DecodeArgs, Launch, Layout, RopeArgs, SeqState,
 };
@@ -181,6 +182,25 @@ impl Emulator {
                     .collect();
                 self.mem.put_floats(t, ptr(&a[2]), &out);
             } else if let Some(t) = name.strip_prefix("capstan_attention_decode_") {
+                // Both kernels compute the same rows; the grid says which blocks take them.
+                let Arg::Decode(d) = a[8] else {
+                    panic!("{name} without its arguments")
+                };
+                let (heads, kv_heads) = (d.heads as usize, d.kv_heads as usize);
+                let (kernel, t) = match t.strip_prefix("gqa_") {
+                    Some(t) => (DecodeKernel::Grouped, t),
+                    None => (DecodeKernel::PerHead, t),
+                };
+                assert_eq!(
+                    l.grid.0 as usize,
+                    kernel.blocks(heads, kv_heads),
+                    "{name}: grid x"
+                );
+                assert_eq!(
+                    l.shared,
+                    kernel.shared_bytes(d.dim as usize),
+                    "{name}: shared"
+                );
                 for s in 0..rows {
                     self.attention(t, a, l.grid.2 as usize, s);
                 }

@@ -120,7 +120,7 @@ fn check(m: &StepModel, tol: f32, runner: Runner, extra: usize) {
             seqs.iter()
                 .map(|s| s.caches.iter().map(|&(k, v)| (k, v, s.cap)).collect())
                 .collect(),
-            d.heads,
+            layout.decode_blocks(),
         );
         seen.insert(tables.shape());
         let token = |s: &Seq| ((s.len * 7919 + 5 + 131 * s.id) % d.vocab) as u32;
@@ -195,7 +195,10 @@ fn a_wrong_argument_in_the_plan_is_caught() {
     let vc = emu.mem.alloc(2 * 64 * 64 * 4);
     let kc2 = emu.mem.alloc(2 * 64 * 64 * 4);
     let vc2 = emu.mem.alloc(2 * 64 * 64 * 4);
-    let tables = CacheTables::new(vec![vec![(kc, vc, 64), (kc2, vc2, 64)]], d.heads);
+    let tables = CacheTables::new(
+        vec![vec![(kc, vc, 64), (kc2, vc2, 64)]],
+        layout.decode_blocks(),
+    );
     assert_eq!(tables.shape(), (1, 1));
     let b = layout.buf;
     let mut host = vec![StepKvHost::default(); 2];

@@ -13,6 +13,7 @@
 //! GPU test compares against, and itself checked against the model's forward pass in the
 //! reader.
 
+pub(crate) mod decode_grid;
 #[cfg(test)]
 mod emulate;
 // Without the `cuda` feature only the emulator's tests run the plan.

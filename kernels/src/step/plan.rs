@@ -6,6 +6,8 @@
 
 use candle_core::{bail, DType, Result, Tensor};
 
+pub(crate) use super::decode_grid::DecodeArgs;
+use super::decode_grid::{splits, DecodeKernel, DECODE_WARPS};
 use super::{StepDims, StepMatrix, StepModel};
 
 /// `GEMV_WARPS` of decode_step.cu: output rows a block.
@@ -14,23 +16,6 @@ pub(crate) const GEMV_ROWS: u32 = 8;
 const MMA_GEMV_WARPS: u32 = 4;
 /// `STEP_NORM_THREADS`.
 pub(crate) const NORM_THREADS: u32 = 1024;
-/// Warps a block of attention_decode.cu.
-pub(crate) const DECODE_WARPS: usize = 4;
-/// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
-/// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
-const TARGET_BLOCKS: usize = 528;
-const MIN_SPLIT_KEYS: usize = 256;
-const MAX_SPLITS: usize = 32;
-
-/// How many ranges attention_decode.cu splits each sequence's keys into: enough blocks for the
-/// device, ranges of at least `MIN_SPLIT_KEYS`.
-pub(crate) fn splits(blocks: usize, longest: usize) -> usize {
-    TARGET_BLOCKS
-        .div_ceil(blocks.max(1))
-        .min(longest.div_ceil(MIN_SPLIT_KEYS))
-        .clamp(1, MAX_SPLITS)
-}
-
 /// `GemvArgs` of decode_step.cu, field for field.
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -62,17 +47,6 @@ pub(crate) struct RopeArgs {
     pub(crate) kv_heads: i32,
     pub(crate) dim: i32,
     pub(crate) factor: f32,
-}
-
-/// `DecodeArgs` of attention_decode.cu, field for field.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DecodeArgs {
-    pub(crate) heads: i32,
-    pub(crate) kv_heads: i32,
-    pub(crate) dim: i32,
-    pub(crate) scale: f32,
-    pub(crate) splits: i32,
 }
 
 /// One kernel argument.
@@ -222,7 +196,9 @@ impl BufferAddrs {
     pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 16] {
         let d = dims;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-        let max_splits = splits(d.heads, usize::MAX / 2);
+        // One sequence splits its keys the most, on the kernel of the fewest blocks.
+        let fewest = DecodeKernel::Grouped.blocks(d.heads, d.kv_heads);
+        let max_splits = splits(fewest, usize::MAX / 2);
         let (l, n) = (layers.max(1), batch.max(1));
         [
             4 * d.hidden * n,
@@ -284,11 +260,12 @@ pub(crate) struct CacheTables {
 }
 
 impl CacheTables {
-    /// The caches of every sequence's layers, for a model of `heads` query heads.
-    pub(crate) fn new(seqs: Vec<Vec<LayerCache>>, heads: usize) -> Self {
+    /// The caches of every sequence's layers, for decoding attention of `blocks` blocks a
+    /// sequence and range of keys ([`Layout::decode_blocks`]).
+    pub(crate) fn new(seqs: Vec<Vec<LayerCache>>, blocks: usize) -> Self {
         let smallest = seqs.iter().flatten().map(|l| l.2).min().unwrap_or(1);
         Self {
-            splits: splits(heads * seqs.len().max(1), smallest),
+            splits: splits(blocks * seqs.len().max(1), smallest),
             seqs,
         }
     }
@@ -370,6 +347,18 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
+    /// The decoding-attention kernel of this model's heads.
+    pub(crate) fn decode_kernel(&self) -> DecodeKernel {
+        let elem = if self.suffix == "f32" { 4 } else { 2 };
+        DecodeKernel::choose(self.dims.head_dim, elem)
+    }
+
+    /// Blocks of decoding attention a sequence and range of keys.
+    pub(crate) fn decode_blocks(&self) -> usize {
+        self.decode_kernel()
+            .blocks(self.dims.heads, self.dims.kv_heads)
+    }
+
     /// Every launch of one step of `batch` sequences, in order, attention splitting the keys
     /// `splits` ways ([`CacheTables::shape`]).
     pub(crate) fn plan(&self, (batch, splits): (usize, usize)) -> Vec<Launch> {
@@ -740,12 +729,13 @@ impl Layout {
             scale: 1.0 / (d.head_dim as f32).sqrt(),
             splits: splits as i32,
         };
+        let kernel = self.decode_kernel();
         Launch {
             module: "attention_decode",
-            name: format!("capstan_attention_decode_{}", self.suffix),
-            grid: (d.heads as u32, batch as u32, splits as u32),
+            name: kernel.entry(self.suffix),
+            grid: (self.decode_blocks() as u32, batch as u32, splits as u32),
             block: (32 * DECODE_WARPS as u32, 1, 1),
-            shared: (DECODE_WARPS * (2 + d.head_dim) * 4) as u32,
+            shared: kernel.shared_bytes(d.head_dim),
             args: vec![
                 Arg::Ptr(b.q),
                 Arg::Ptr(tables.0),

@@ -1,0 +1,154 @@
+//! Where attention_decode.cu's blocks go: which of its two kernels runs for a model's heads,
+//! the grid and shared memory it takes, and how many ranges each sequence's keys are split
+//! into. Shared by the decoding step's plan and by `attention_decode_many` on CUDA.
+
+/// `DecodeArgs` of attention_decode.cu, field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DecodeArgs {
+    pub(crate) heads: i32,
+    pub(crate) kv_heads: i32,
+    pub(crate) dim: i32,
+    pub(crate) scale: f32,
+    pub(crate) splits: i32,
+}
+
+/// Warps a block of attention_decode.cu.
+pub(crate) const DECODE_WARPS: usize = 4;
+/// `GQA_HEADS`: query heads (of one key head) a block of the grouped kernel takes.
+const GQA_HEADS: usize = 4;
+/// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
+/// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
+const TARGET_BLOCKS: usize = 528;
+const MIN_SPLIT_KEYS: usize = 256;
+/// The most ranges: one sequence of Llama 3's 8 key heads on the grouped kernel takes 8
+/// blocks a range, so 64 ranges for a device's 528 blocks.
+pub(crate) const MAX_SPLITS: usize = 64;
+
+/// How many ranges attention_decode.cu splits each sequence's keys into, for `blocks` blocks a
+/// range ([`DecodeKernel::blocks`] times the sequences): enough blocks for the device, ranges
+/// of at least `MIN_SPLIT_KEYS`.
+pub(crate) fn splits(blocks: usize, longest: usize) -> usize {
+    TARGET_BLOCKS
+        .div_ceil(blocks.max(1))
+        .min(longest.div_ceil(MIN_SPLIT_KEYS))
+        .clamp(1, MAX_SPLITS)
+}
+
+/// The two kernels of attention_decode.cu.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeKernel {
+    /// `attention_decode`: a block per query head, each lane reading a key's elements one at a
+    /// time: any head width up to 256.
+    PerHead,
+    /// `attention_decode_gqa`: a block per (up to) four query heads of one key head, each key
+    /// and value row read once for all of them, in 16-byte pieces. Where a row is 16 to 512
+    /// bytes, a power of two (bf16 or f16 heads 8 to 256 wide; f32 up to 128).
+    Grouped,
+}
+
+impl DecodeKernel {
+    /// The kernel for heads `dim` wide of `elem`-byte values: grouped where it fits, unless
+    /// [`set_decode_kernel`] (or `CAPSTAN_DECODE_ATTENTION=per-head`) asked for the other.
+    pub(crate) fn choose(dim: usize, elem: usize) -> Self {
+        let row = dim * elem;
+        let fits = row.is_power_of_two() && (16..=512).contains(&row);
+        if fits && decode_kernel() == DecodeKernel::Grouped {
+            DecodeKernel::Grouped
+        } else {
+            DecodeKernel::PerHead
+        }
+    }
+
+    /// The entry point for activations of type `suffix` (`f32`, `bf16`, `f16`).
+    pub(crate) fn entry(self, suffix: &str) -> String {
+        match self {
+            DecodeKernel::PerHead => format!("capstan_attention_decode_{suffix}"),
+            DecodeKernel::Grouped => format!("capstan_attention_decode_gqa_{suffix}"),
+        }
+    }
+
+    /// Blocks a sequence and range of keys: the grid's x.
+    pub(crate) fn blocks(self, heads: usize, kv_heads: usize) -> usize {
+        match self {
+            DecodeKernel::PerHead => heads,
+            DecodeKernel::Grouped => kv_heads * (heads / kv_heads.max(1)).div_ceil(GQA_HEADS),
+        }
+    }
+
+    /// Dynamic shared memory a block: a part (max, sum, accumulators) per warp, per head.
+    pub(crate) fn shared_bytes(self, dim: usize) -> u32 {
+        let heads = match self {
+            DecodeKernel::PerHead => 1,
+            DecodeKernel::Grouped => GQA_HEADS,
+        };
+        (heads * DECODE_WARPS * (2 + dim) * 4) as u32
+    }
+}
+
+/// The decoding-attention kernel where both fit: chosen by [`set_decode_kernel`], else by
+/// `CAPSTAN_DECODE_ATTENTION` (`per-head`; anything else, or nothing, is grouped) when first
+/// asked.
+pub fn decode_kernel() -> DecodeKernel {
+    use std::sync::atomic::Ordering::Relaxed;
+    match DECODE_KERNEL.load(Relaxed) {
+        1 => DecodeKernel::PerHead,
+        2 => DecodeKernel::Grouped,
+        _ => {
+            let kernel = match std::env::var("CAPSTAN_DECODE_ATTENTION").as_deref() {
+                Ok("per-head") => DecodeKernel::PerHead,
+                _ => DecodeKernel::Grouped,
+            };
+            set_decode_kernel(kernel);
+            kernel
+        }
+    }
+}
+
+/// Chooses the decoding-attention kernel for the process (before a model's decoding step is
+/// built: a captured step replays the kernel it was captured with).
+pub fn set_decode_kernel(kernel: DecodeKernel) {
+    let code = match kernel {
+        DecodeKernel::PerHead => 1,
+        DecodeKernel::Grouped => 2,
+    };
+    DECODE_KERNEL.store(code, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// 0: not chosen yet (read the environment), else [`set_decode_kernel`]'s code.
+static DECODE_KERNEL: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grouped_where_a_row_is_a_power_of_two_of_16_to_512_bytes() {
+        for (dim, elem, grouped) in [
+            (64, 2, true),
+            (128, 2, true),
+            (256, 2, true),
+            (128, 4, true),
+            (256, 4, false),
+            (80, 2, false),
+            (96, 2, false),
+            (4, 2, false),
+        ] {
+            let k = DecodeKernel::choose(dim, elem);
+            assert_eq!(
+                k == DecodeKernel::Grouped,
+                grouped && decode_kernel() == DecodeKernel::Grouped,
+                "{dim} x {elem} bytes"
+            );
+        }
+        // Llama 3 8B: 32 query heads over 8 key heads, a block per key head; 7 a group (Qwen2
+        // 0.5B's 14 over 2): two blocks a key head.
+        assert_eq!(DecodeKernel::Grouped.blocks(32, 8), 8);
+        assert_eq!(DecodeKernel::Grouped.blocks(14, 2), 4);
+        assert_eq!(DecodeKernel::Grouped.blocks(9, 9), 9);
+        assert_eq!(DecodeKernel::PerHead.blocks(32, 8), 32);
+        // One sequence at 32K on the grouped kernel: 64 ranges (the cap), 512 blocks.
+        assert_eq!(splits(8, 32_768), 64);
+        assert_eq!(splits(32, 32_768), 17);
+    }
+}
