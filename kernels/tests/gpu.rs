@@ -9,7 +9,7 @@
 
 use candle_core::{DType, Device, Tensor};
 use capstan_kernels::{
-    attention, scca_rules, AttentionKernel, AttentionOptions, Pattern, SccaKind,
+    attention, scca_rules, AttentionKernel, AttentionOptions, DecodeKernel, Pattern, SccaKind,
 };
 
 fn gpu() -> Option<Device> {
@@ -363,44 +363,48 @@ fn cudnn_attention_matches_the_cpu_reference() {
 
 /// Decoding rows of many sequences in one launch (attention_decode.cu) against each sequence's
 /// CPU attention: caches of different lengths (one key to 1,030) and capacities read in place,
-/// grouped-query heads, head widths 64, 80 (not a multiple of 32) and 128, every type.
+/// grouped-query heads (7 a key head: two blocks of the grouped kernel), head widths 64, 80
+/// (not a multiple of 32: the per-head kernel) and 128, every type, both kernels.
 #[test]
 fn decoding_many_sequences_in_one_launch_matches_the_cpu_reference() {
     let Some(dev) = gpu() else { return };
     let on = |t: &Tensor| t.to_device(&dev).unwrap();
-    for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
-        for (h, kvh, d) in [(8, 2, 128), (4, 4, 64), (6, 3, 80)] {
-            let lens = [1usize, 17, 300, 1030, 77];
-            let rand = |shape: (usize, usize, usize, usize)| {
-                Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
-                    .unwrap()
-                    .to_dtype(dtype)
-                    .unwrap()
-            };
-            let q = rand((lens.len(), h, 1, d));
-            let caches: Vec<(Tensor, Tensor)> = lens
-                .iter()
-                .map(|&n| (rand((1, kvh, n + 64, d)), rand((1, kvh, n + 64, d))))
-                .collect();
-            let view = |t: &Tensor, n: usize| t.narrow(2, 0, n).unwrap();
-            let cpu_kvs: Vec<_> = caches
-                .iter()
-                .zip(lens)
-                .map(|((k, v), n)| (view(k, n), view(v, n)))
-                .collect();
-            let gpu_kvs: Vec<_> = caches
-                .iter()
-                .zip(lens)
-                .map(|((k, v), n)| (view(&on(k), n), view(&on(v), n)))
-                .collect();
-            let cpu = capstan_kernels::attention_decode_many(&q, &cpu_kvs, None).unwrap();
-            let g = capstan_kernels::attention_decode_many(&on(&q), &gpu_kvs, None).unwrap();
-            let diff = max_diff_beyond_step(&g, &cpu, dtype);
-            assert!(
-                diff <= tol,
-                "decode many {dtype:?} {:?}: {diff}",
-                (h, kvh, d)
-            );
+    for kernel in [DecodeKernel::PerHead, DecodeKernel::Grouped] {
+        capstan_kernels::set_decode_kernel(kernel);
+        for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
+            for (h, kvh, d) in [(8, 2, 128), (4, 4, 64), (6, 3, 80), (14, 2, 64)] {
+                let lens = [1usize, 17, 300, 1030, 77];
+                let rand = |shape: (usize, usize, usize, usize)| {
+                    Tensor::randn(0f32, 1.0, shape, &Device::Cpu)
+                        .unwrap()
+                        .to_dtype(dtype)
+                        .unwrap()
+                };
+                let q = rand((lens.len(), h, 1, d));
+                let caches: Vec<(Tensor, Tensor)> = lens
+                    .iter()
+                    .map(|&n| (rand((1, kvh, n + 64, d)), rand((1, kvh, n + 64, d))))
+                    .collect();
+                let view = |t: &Tensor, n: usize| t.narrow(2, 0, n).unwrap();
+                let cpu_kvs: Vec<_> = caches
+                    .iter()
+                    .zip(lens)
+                    .map(|((k, v), n)| (view(k, n), view(v, n)))
+                    .collect();
+                let gpu_kvs: Vec<_> = caches
+                    .iter()
+                    .zip(lens)
+                    .map(|((k, v), n)| (view(&on(k), n), view(&on(v), n)))
+                    .collect();
+                let cpu = capstan_kernels::attention_decode_many(&q, &cpu_kvs, None).unwrap();
+                let g = capstan_kernels::attention_decode_many(&on(&q), &gpu_kvs, None).unwrap();
+                let diff = max_diff_beyond_step(&g, &cpu, dtype);
+                assert!(
+                    diff <= tol,
+                    "decode many {kernel:?} {dtype:?} {:?}: {diff}",
+                    (h, kvh, d)
+                );
+            }
         }
     }
 }
