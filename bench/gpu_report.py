@@ -285,6 +285,17 @@ def main():
               "packed_vs_alone_max_rel_diff": r.get("contexts", {}).get("1k", {}).get("packed_vs_alone_max_rel_diff"),
               "decode_step": r.get("decode_step")}
         for way, r in (gb.get("by_way") or {}).items()}
+    # Decoding attention alone on both of attention_decode.cu's kernels: the decoding step's
+    # kernel chosen by measurement.
+    da = load(raw, "decoding_attention") or {}
+    res["decoding_attention"] = {f: da.get(f) for f in ("heads", "kv_heads", "dim", "dtype")}
+    res["decoding_attention"]["cases"] = {
+        c["case"]: {"per_head_us": 1e6 * c["per_head"]["seconds"],
+                    "grouped_us": 1e6 * c["grouped"]["seconds"],
+                    "per_head_of_copy_bandwidth": c["per_head"]["of_copy_bandwidth"],
+                    "grouped_of_copy_bandwidth": c["grouped"]["of_copy_bandwidth"],
+                    "grouped_speedup": c["grouped_speedup"], "max_abs_diff": c["max_abs_diff"]}
+        for c in da.get("cases", [])}
     # Where the time went (scripts/gpu-profile.sh: each kernel's duration under Nsight Compute).
     res["profile"] = {os.path.basename(p)[len("profile_"):-5]: load(raw, os.path.basename(p)[:-5])
                       for p in sorted(glob.glob(os.path.join(raw, "profile_*.json")))}
@@ -393,6 +404,17 @@ def main():
            f"| CAPE / full context at 128K, throughput | {f3(v['cape_128k']['throughput_ratio'])} |",
            f"| SmolLM2 GGUF decode, tokens/s | {f3(v['smollm2_tokens_per_s'])} |",
            f"| SmolLM2 GGUF decode through the fused step, tokens/s | {f3(v['smollm2_step_tokens_per_s'])} |"]
+    da = res["decoding_attention"]
+    if da["cases"]:
+        md += ["", f"Decoding attention alone ({da['heads']} query heads over {da['kv_heads']}, "
+               f"{da['dim']} wide, {da['dtype']}; µs a call, and the caches' bytes a second over the "
+               "copy bandwidth):", "",
+               "| batch x context | per head | grouped | grouped speed-up | max abs diff |",
+               "|---|---|---|---|---|"]
+        md += [f"| {k} | {r['per_head_us']:.1f} µs ({100 * r['per_head_of_copy_bandwidth']:.0f}%) | "
+               f"{r['grouped_us']:.1f} µs ({100 * r['grouped_of_copy_bandwidth']:.0f}%) | "
+               f"{f3(r['grouped_speedup'])} | {r['max_abs_diff']:.2g} |"
+               for k, r in da["cases"].items()]
     for name, prof in res["profile"].items():
         prof = prof or {}
         if "top" not in prof:

@@ -18,6 +18,13 @@ with tempfile.TemporaryDirectory() as out:
 
 for key in ("device", "date", "parity", "decode", "prefill", "cape", "encoder", "goals", "steps"):
     assert key in r, key
+# Decoding attention on both kernels: every case, both timings, the two kernels' outputs compared.
+da = r["decoding_attention"]
+assert da["heads"] == 8 and da["kv_heads"] == 2 and list(da["cases"]) == ["1x1k", "4x300"], da
+for row in da["cases"].values():
+    assert row["per_head_us"] > 0 and row["grouped_us"] > 0 and row["grouped_speedup"] > 0, row
+    assert row["max_abs_diff"] == 0.0, row
+assert "| batch x context | per head | grouped |" in md, md
 assert r["parity"]["fixtures_equal"] == r["parity"]["fixtures_total"] == 16, r["parity"]
 assert r["parity"]["kernels_ok"] is True
 for shape in ("llama2-tiny", "llama3-tiny"):

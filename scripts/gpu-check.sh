@@ -3,8 +3,9 @@
 # issue 39's comparisons with PyTorch on the same card: every attention pattern (causal at 8K,
 # 32K and 128K; Zebra, SCCA_fixed, SelfExtend against flex_attention and CAPE's cross-attention
 # against SDPA at 32K), a Llama-3-8B-shaped model's prefill (against PyTorch eager with SDPA)
-# and decoding (against PyTorch under a CUDA graph; 16 sequences together against one), a GGUF
-# model's decoding and CAPE against full context at 32K and 128K; then, while the budget lasts,
+# and decoding (against PyTorch under a CUDA graph; 16 sequences together against one; its
+# decoding attention alone on both kernels), a GGUF model's decoding and CAPE against full
+# context at 32K and 128K; then, while the budget lasts,
 # issue 10's rows: CUDA parity (reader fixtures in f32 and bf16, every kernel against its CPU
 # reference with outputs filled with NaN first; these run first), the encoder against the CPU
 # path and sentence-transformers, the Llama-2-7B shape's decoding against transformers.
@@ -85,6 +86,7 @@ if [ "$CPU" = 1 ]; then
   ATTN="$ATTN --kv-heads 2 --dim 32 --window 64 --chunk 256 --neighbor 64 --cross-queries 128"
   ATTN_LONG="--cases causal:2048 --heads 4 --kv-heads 2 --dim 32"
   SHAPE=llama3-tiny BATCH_CONTEXTS=64,1024 GGUF_BATCH="--contexts 1024 --steps 2"
+  DECODE_ATTN="--cases 1x1024,4x300 --heads 8 --kv-heads 2 --dim 64"
   ENC_N=200 TIMEOUT=900 BUDGET=${CAPSTAN_GPU_CHECK_SECONDS:-1800}
   [ -x "${PYTHON:-}" ] || PY="$CAPSTAN_HOME/bench-venv/bin/python3"
 else
@@ -111,6 +113,8 @@ else
   ATTN="--cases causal:8192,causal:32768,zebra:32768,scca:32768,selfextend:32768,cross:32768"
   ATTN_LONG="--cases causal:131072"
   SHAPE=llama3-8b BATCH_CONTEXTS=1024 GGUF_BATCH="--contexts 1024 --steps 64"
+  # Decoding attention alone, Llama 3's heads: one sequence at 32K and 128K, 16 at 8K.
+  DECODE_ATTN="--cases 1x32768,1x131072,16x8192"
   ENC_N=5000 TIMEOUT=180
   # The CUDA 13 libraries (cuBLAS, cuRAND, NVRTC, runtime) of the machine's PyTorch wheels and
   # toolkit; the driver's libcuda is on the loader's path already.
@@ -214,6 +218,10 @@ step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --context
 # for all of them), checked against each sequence alone through the layers.
 step "fused_batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" \
   --batch 16 --full-attention step --steps "$STEPS" --device "$DEV" --dtype "$DT"
+# Decoding attention alone on both kernels (per query head; grouped, the default): the choice
+# by measurement.
+# shellcheck disable=SC2086
+step decoding_attention "$BENCH" gpu decode-attention $DECODE_ATTN --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --ways layers,step,step-eager \
     --device "$DEV"

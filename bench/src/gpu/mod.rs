@@ -9,6 +9,7 @@ use clap::Subcommand;
 mod attention;
 mod cape;
 mod decode;
+mod decode_attention;
 mod device;
 mod encode;
 mod parity;
@@ -70,6 +71,26 @@ pub enum GpuCommand {
         /// Only the model's prefill (no attention-kernel timings).
         #[arg(long)]
         model_only: bool,
+        #[arg(long, default_value = "cuda")]
+        device: String,
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+    },
+    /// Decoding attention alone on both of attention_decode.cu's kernels (per query head,
+    /// grouped): seconds a call and the caches' bytes a second at `BATCHxCONTEXT` cases.
+    DecodeAttention {
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "1x32768,1x131072,16x8192"
+        )]
+        cases: Vec<decode_attention::Case>,
+        #[arg(long, default_value_t = 32)]
+        heads: usize,
+        #[arg(long, default_value_t = 8)]
+        kv_heads: usize,
+        #[arg(long, default_value_t = 128)]
+        dim: usize,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -249,6 +270,21 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
             dim,
             shape.as_deref(),
             &model_contexts,
+            &device::open(&device)?,
+            device::dtype(&dtype)?,
+        ),
+        GpuCommand::DecodeAttention {
+            cases,
+            heads,
+            kv_heads,
+            dim,
+            device,
+            dtype,
+        } => decode_attention::run(
+            &cases,
+            heads,
+            kv_heads,
+            dim,
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),

@@ -1,0 +1,123 @@
+//! Decoding attention alone, on both of attention_decode.cu's kernels
+//! ([`capstan_kernels::DecodeKernel`]): each sequence's query row per head against its own
+//! cache, every sequence in one launch (`attention_decode_many`), at `BATCHxCONTEXT` cases.
+//! Reports seconds a call and the caches' bytes read a second against the copy bandwidth, so
+//! that the kernel the decoding step uses is chosen by measurement. A call also copies four
+//! small tables to the device and allocates its partial rows (the fused step keeps them in
+//! static buffers): the same cost on both kernels, which weighs most where the caches are
+//! small.
+
+use anyhow::{bail, Context};
+use candle_core::{DType, Device, Tensor};
+use capstan_kernels::{attention_decode_many, set_decode_kernel, DecodeKernel};
+use serde_json::{json, Value};
+
+use super::decode::context_key;
+use super::device::{copy_bandwidth, describe, timed};
+
+/// One case: `BATCHxCONTEXT`, e.g. `1x32768`, `16x8192`.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub batch: usize,
+    pub context: usize,
+}
+
+impl std::str::FromStr for Case {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let (b, c) = s
+            .split_once('x')
+            .with_context(|| format!("case {s:?}: expected BATCHxCONTEXT, e.g. 16x8192"))?;
+        let parse = |x: &str, what: &str| -> anyhow::Result<usize> {
+            match x.parse::<usize>() {
+                Ok(n) if n > 0 => Ok(n),
+                _ => bail!("case {s:?}: the {what} {x:?} is not a positive whole number"),
+            }
+        };
+        Ok(Case {
+            batch: parse(b, "batch")?,
+            context: parse(c, "context")?,
+        })
+    }
+}
+
+/// Calls timed a case and kernel (after one untimed).
+const CALLS: usize = 20;
+
+pub fn run(
+    cases: &[Case],
+    heads: usize,
+    kv_heads: usize,
+    dim: usize,
+    device: &Device,
+    dtype: DType,
+) -> anyhow::Result<Value> {
+    if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
+        bail!("--heads {heads} is not a multiple of --kv-heads {kv_heads}")
+    }
+    let probe = if device.is_cuda() { 1 << 30 } else { 64 << 20 };
+    let bandwidth = copy_bandwidth(device, probe)?;
+    let elem = dtype.size_in_bytes();
+    let mut rows = Vec::new();
+    for case in cases {
+        let (n, len) = (case.batch, case.context);
+        let q = Tensor::randn(0f32, 1.0, (n, heads, 1, dim), device)?.to_dtype(dtype)?;
+        let kvs: Vec<(Tensor, Tensor)> = (0..n)
+            .map(|_| -> anyhow::Result<_> {
+                let k = Tensor::randn(0f32, 1.0, (1, kv_heads, len, dim), device)?;
+                let v = Tensor::randn(0f32, 1.0, (1, kv_heads, len, dim), device)?;
+                Ok((k.to_dtype(dtype)?, v.to_dtype(dtype)?))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let bytes = (2 * n * kv_heads * len * dim * elem) as f64;
+        let mut row = json!({
+            "case": format!("{n}x{}", context_key(len)),
+            "batch": n,
+            "context": len,
+            "cache_bytes": bytes,
+        });
+        let mut outputs = Vec::new();
+        for (name, kernel) in [
+            ("per_head", DecodeKernel::PerHead),
+            ("grouped", DecodeKernel::Grouped),
+        ] {
+            set_decode_kernel(kernel);
+            outputs.push(attention_decode_many(&q, &kvs, None)?);
+            let ((), seconds) = timed(device, || {
+                for _ in 0..CALLS {
+                    attention_decode_many(&q, &kvs, None)?;
+                }
+                Ok(())
+            })?;
+            let per_call = seconds / CALLS as f64;
+            row[name] = json!({
+                "seconds": per_call,
+                "bytes_per_s": bytes / per_call,
+                "of_copy_bandwidth": bytes / per_call / bandwidth,
+            });
+        }
+        // The two kernels sum in different orders: equal to rounding.
+        let diff = (outputs[0].to_dtype(DType::F32)? - outputs[1].to_dtype(DType::F32)?)?
+            .abs()?
+            .max_all()?
+            .to_scalar::<f32>()?;
+        row["max_abs_diff"] = json!(diff);
+        row["grouped_speedup"] = json!(
+            row["per_head"]["seconds"].as_f64().unwrap_or(0.0)
+                / row["grouped"]["seconds"].as_f64().unwrap_or(f64::INFINITY)
+        );
+        rows.push(row);
+    }
+    set_decode_kernel(DecodeKernel::Grouped);
+    Ok(json!({
+        "device": describe(device),
+        "dtype": format!("{dtype:?}").to_lowercase(),
+        "heads": heads,
+        "kv_heads": kv_heads,
+        "dim": dim,
+        "copy_bandwidth_bytes_per_s": bandwidth,
+        "calls": CALLS,
+        "cases": rows,
+    }))
+}
