@@ -4,7 +4,7 @@
 
 use candle_core::{DType, Tensor};
 
-use crate::step::plan::f32_bytes;
+use crate::step::buffers::f32_bytes;
 
 /// Device memory on the host (a kernel run by `crate::host_kernels` reading or writing past a
 /// buffer faults).

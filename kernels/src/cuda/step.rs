@@ -14,10 +14,10 @@ use candle_core::{bail, CudaDevice, CudaStorage, DType, Device, Result, Storage,
 use super::decode_many::MAXD;
 use super::launch::{cuda_of, func};
 use crate::op_params::kv_rows;
-use crate::step::plan::{
-    f32_bytes, state_bytes, Arg, BufferAddrs, CacheTables, GemvArgs, LayerCache, Layout, RopeArgs,
-    SeqState,
+use crate::step::buffers::{
+    f32_bytes, state_bytes, BufferAddrs, CacheTables, LayerCache, SeqState,
 };
+use crate::step::plan::{Arg, GemvArgs, Layout, RopeArgs};
 use crate::step::{StepKv, StepLaunch, StepMatrix, StepModel, StepSeq};
 
 // SAFETY: plain-old-data with the C layout of the kernel's struct.

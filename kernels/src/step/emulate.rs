@@ -11,10 +11,9 @@ use std::collections::HashMap;
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{DType, Device};
 
+use super::buffers::{f32_bytes, state_bytes, BufferAddrs, CacheTables, SeqState};
 use super::decode_grid::DecodeKernel;
-use super::plan::{
-    f32_bytes, Arg, BufferAddrs, CacheTables, DecodeArgs, Launch, Layout, RopeArgs, SeqState,
-};
+use super::plan::{Arg, DecodeArgs, Launch, Layout, RopeArgs};
 use super::{StepMatrix, StepModel};
 use crate::host_memory::{elem_bytes, round_to, tensor_bytes, Memory};
 
@@ -85,7 +84,7 @@ impl Emulator {
         for (at, bytes) in [b.kptr, b.vptr, b.caps].into_iter().zip(tables.tables()) {
             self.mem.write(at, &bytes);
         }
-        self.mem.write(b.state, &super::plan::state_bytes(seqs));
+        self.mem.write(b.state, &state_bytes(seqs));
     }
 
     /// `rows` rows of `cols` values of a matrix of `format` at `addr`, `row_bytes` apart.

@@ -13,6 +13,9 @@
 //! GPU test compares against, and itself checked against the model's forward pass in the
 //! reader.
 
+// Without the `cuda` feature only the emulator's tests use the buffers.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) mod buffers;
 pub(crate) mod decode_grid;
 #[cfg(test)]
 mod emulate;
