@@ -4,7 +4,7 @@
 //! `1_Pooling/config.json` ask for.
 //!
 //! Reference: sentence-transformers' `Transformer` -> `Pooling` -> `Normalize`
-//! modules. On the CPU the BERT is Capstan's own (`bert.rs`: packed sequences,
+//! modules. On the CPU the BERT is Capstan's own (`bert/`: packed sequences,
 //! no padding, fused kernels); on other devices candle-transformers'
 //! `BertModel`. Both mirror HF transformers' `BertModel`.
 
