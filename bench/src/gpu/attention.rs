@@ -14,7 +14,8 @@ use capstan_kernels::{attention, key_range, scca_rules, visible, AttentionOption
 use serde_json::{json, Value};
 
 use super::decode::context_key;
-use super::device::{describe, timed};
+use super::device::timed;
+use super::Heads;
 
 /// The parameters of the patterns, as the papers' long-context settings use them.
 #[derive(Debug, Clone, Copy)]
@@ -100,13 +101,16 @@ pub fn visible_pairs(pattern: &Pattern, heads: usize, queries: usize, kv: usize)
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     cases: &[Case],
-    heads: usize,
-    kv_heads: usize,
-    dim: usize,
+    head_shape: Heads,
     params: &PatternParams,
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
+    let Heads {
+        query: heads,
+        kv_heads,
+        dim,
+    } = head_shape;
     let mut rows = serde_json::Map::new();
     for case in cases {
         let s = case.context;
@@ -170,23 +174,22 @@ pub fn run(
             }),
         );
     }
-    Ok(json!({
-        "device": describe(device),
-        "dtype": format!("{dtype:?}").to_lowercase(),
-        "tensor_core_attention": capstan_kernels::tensor_core_attention(),
-        "attention_kernel": format!("{:?}", capstan_kernels::attention_kernel()),
-        "cudnn_version": capstan_kernels::cudnn_version().ok(),
-        "cudnn_refusals": capstan_kernels::cudnn_stats().refusals,
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "dim": dim,
-        "window": params.window,
-        "chunk": params.chunk,
-        "neighbor": params.neighbor,
-        "group": params.group,
-        "cross_queries": params.cross_queries,
-        "cases": rows,
-    }))
+    Ok(head_shape.result(
+        device,
+        dtype,
+        json!({
+            "tensor_core_attention": capstan_kernels::tensor_core_attention(),
+            "attention_kernel": format!("{:?}", capstan_kernels::attention_kernel()),
+            "cudnn_version": capstan_kernels::cudnn_version().ok(),
+            "cudnn_refusals": capstan_kernels::cudnn_stats().refusals,
+            "window": params.window,
+            "chunk": params.chunk,
+            "neighbor": params.neighbor,
+            "group": params.group,
+            "cross_queries": params.cross_queries,
+            "cases": rows,
+        }),
+    ))
 }
 
 #[cfg(test)]

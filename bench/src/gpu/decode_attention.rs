@@ -13,7 +13,8 @@ use capstan_kernels::{attention_decode_many, set_decode_kernel, DecodeKernel};
 use serde_json::{json, Value};
 
 use super::decode::context_key;
-use super::device::{copy_bandwidth, describe, timed};
+use super::device::{copy_bandwidth, timed};
+use super::Heads;
 
 /// One case: `BATCHxCONTEXT`, e.g. `1x32768`, `16x8192`.
 #[derive(Debug, Clone)]
@@ -47,12 +48,15 @@ const CALLS: usize = 20;
 
 pub fn run(
     cases: &[Case],
-    heads: usize,
-    kv_heads: usize,
-    dim: usize,
+    head_shape: Heads,
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
+    let Heads {
+        query: heads,
+        kv_heads,
+        dim,
+    } = head_shape;
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         bail!("--heads {heads} is not a multiple of --kv-heads {kv_heads}")
     }
@@ -110,14 +114,9 @@ pub fn run(
         rows.push(row);
     }
     set_decode_kernel(DecodeKernel::Grouped);
-    Ok(json!({
-        "device": describe(device),
-        "dtype": format!("{dtype:?}").to_lowercase(),
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "dim": dim,
-        "copy_bandwidth_bytes_per_s": bandwidth,
-        "calls": CALLS,
-        "cases": rows,
-    }))
+    Ok(head_shape.result(
+        device,
+        dtype,
+        json!({"copy_bandwidth_bytes_per_s": bandwidth, "calls": CALLS, "cases": rows}),
+    ))
 }

@@ -17,6 +17,41 @@ mod passage_cache;
 mod prefill;
 mod shapes;
 
+/// The attention heads a benchmark runs (Llama 3 8B's by default).
+#[derive(clap::Args, Debug, Clone, Copy)]
+pub struct Heads {
+    /// Query heads.
+    #[arg(long = "heads", default_value_t = 32)]
+    pub query: usize,
+    #[arg(long, default_value_t = 8)]
+    pub kv_heads: usize,
+    /// Head width.
+    #[arg(long, default_value_t = 128)]
+    pub dim: usize,
+}
+
+impl Heads {
+    /// A run's result: the device, the type and these heads, then `fields` (an object).
+    pub fn result(
+        &self,
+        device: &candle_core::Device,
+        dtype: candle_core::DType,
+        fields: serde_json::Value,
+    ) -> serde_json::Value {
+        let mut out = serde_json::json!({
+            "device": device::describe(device),
+            "dtype": format!("{dtype:?}").to_lowercase(),
+            "heads": self.query,
+            "kv_heads": self.kv_heads,
+            "dim": self.dim,
+        });
+        if let (Some(o), serde_json::Value::Object(f)) = (out.as_object_mut(), fields) {
+            o.extend(f);
+        }
+        out
+    }
+}
+
 #[derive(Subcommand)]
 pub enum GpuCommand {
     /// The reader's parity fixtures on the device, in f32 and bf16.
@@ -58,12 +93,8 @@ pub enum GpuCommand {
     Prefill {
         #[arg(long, value_delimiter = ',', default_value = "8192,32768")]
         contexts: Vec<usize>,
-        #[arg(long, default_value_t = 32)]
-        heads: usize,
-        #[arg(long, default_value_t = 8)]
-        kv_heads: usize,
-        #[arg(long, default_value_t = 128)]
-        dim: usize,
+        #[command(flatten)]
+        heads: Heads,
         #[arg(long)]
         shape: Option<String>,
         #[arg(long, value_delimiter = ',', default_value = "8192")]
@@ -85,12 +116,8 @@ pub enum GpuCommand {
             default_value = "1x32768,1x131072,16x8192"
         )]
         cases: Vec<decode_attention::Case>,
-        #[arg(long, default_value_t = 32)]
-        heads: usize,
-        #[arg(long, default_value_t = 8)]
-        kv_heads: usize,
-        #[arg(long, default_value_t = 128)]
-        dim: usize,
+        #[command(flatten)]
+        heads: Heads,
         #[arg(long, default_value = "cuda")]
         device: String,
         #[arg(long, default_value = "bf16")]
@@ -106,12 +133,8 @@ pub enum GpuCommand {
             default_value = "causal:8192,causal:32768,causal:131072,zebra:32768,scca:32768,selfextend:32768,cross:32768"
         )]
         cases: Vec<attention::Case>,
-        #[arg(long, default_value_t = 32)]
-        heads: usize,
-        #[arg(long, default_value_t = 8)]
-        kv_heads: usize,
-        #[arg(long, default_value_t = 128)]
-        dim: usize,
+        #[command(flatten)]
+        heads: Heads,
         #[arg(long, default_value_t = 512)]
         window: u32,
         #[arg(long, default_value_t = 2048)]
@@ -256,8 +279,6 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
         GpuCommand::Prefill {
             contexts,
             heads,
-            kv_heads,
-            dim,
             shape,
             model_contexts,
             model_only,
@@ -266,8 +287,6 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
         } => prefill::run(
             if model_only { &[] } else { &contexts },
             heads,
-            kv_heads,
-            dim,
             shape.as_deref(),
             &model_contexts,
             &device::open(&device)?,
@@ -276,23 +295,17 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
         GpuCommand::DecodeAttention {
             cases,
             heads,
-            kv_heads,
-            dim,
             device,
             dtype,
         } => decode_attention::run(
             &cases,
             heads,
-            kv_heads,
-            dim,
             &device::open(&device)?,
             device::dtype(&dtype)?,
         ),
         GpuCommand::Attention {
             cases,
             heads,
-            kv_heads,
-            dim,
             window,
             chunk,
             neighbor,
@@ -303,8 +316,6 @@ pub fn run(command: GpuCommand) -> anyhow::Result<serde_json::Value> {
         } => attention::run(
             &cases,
             heads,
-            kv_heads,
-            dim,
             &attention::PatternParams {
                 window,
                 chunk,

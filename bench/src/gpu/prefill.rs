@@ -7,8 +7,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
 use super::decode::context_key;
-use super::device::{describe, timed, timed_without_plans};
+use super::device::{timed, timed_without_plans};
 use super::shapes::random_model;
+use super::Heads;
 
 /// Causal attention FLOPs at `s` positions (both products, the causal half).
 fn causal_flops(heads: usize, dim: usize, s: usize) -> f64 {
@@ -18,14 +19,17 @@ fn causal_flops(heads: usize, dim: usize, s: usize) -> f64 {
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     contexts: &[usize],
-    heads: usize,
-    kv_heads: usize,
-    dim: usize,
+    head_shape: Heads,
     shape: Option<&str>,
     model_contexts: &[usize],
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
+    let Heads {
+        query: heads,
+        kv_heads,
+        dim,
+    } = head_shape;
     let mut kernel = serde_json::Map::new();
     for &s in contexts {
         let rand = |h: usize| -> anyhow::Result<Tensor> {
@@ -77,14 +81,9 @@ pub fn run(
             model_rows.insert(context_key(s), row);
         }
     }
-    Ok(json!({
-        "device": describe(device),
-        "dtype": format!("{dtype:?}").to_lowercase(),
-        "heads": heads,
-        "kv_heads": kv_heads,
-        "dim": dim,
-        "kernel": kernel,
-        "model_shape": shape,
-        "model": model_rows,
-    }))
+    Ok(head_shape.result(
+        device,
+        dtype,
+        json!({"kernel": kernel, "model_shape": shape, "model": model_rows}),
+    ))
 }

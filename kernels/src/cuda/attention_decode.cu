@@ -389,26 +389,18 @@ __device__ void attention_decode_gqa(const typename L::T* __restrict__ q,
     }
 }
 
-#define DECODE_ENTRY(NAME, L)                                                                 \
-    extern "C" __global__ void NAME(const L::T* q, const unsigned long long* kptr,             \
-                                    const unsigned long long* vptr, const int* lens,           \
-                                    const int* caps, L::T* out, float* partial, int* counters, \
-                                    DecodeArgs a) {                                            \
-        attention_decode<L>(q, kptr, vptr, lens, caps, out, partial, counters, a);            \
+// Blocks of 4 warps (DECODE_WARPS of step/decode_grid.rs); the grouped kernel's 4 to a
+// multiprocessor (BOUNDS): at most 128 registers a thread.
+#define DECODE_ENTRY(NAME, KERNEL, L, BOUNDS)                                                 \
+    extern "C" __global__ void BOUNDS NAME(const L::T* q, const unsigned long long* kptr,      \
+                                           const unsigned long long* vptr, const int* lens,    \
+                                           const int* caps, L::T* out, float* partial,         \
+                                           int* counters, DecodeArgs a) {                      \
+        KERNEL<L>(q, kptr, vptr, lens, caps, out, partial, counters, a);                      \
     }
-DECODE_ENTRY(capstan_attention_decode_f32, F32)
-DECODE_ENTRY(capstan_attention_decode_bf16, BF16)
-DECODE_ENTRY(capstan_attention_decode_f16, F16)
-
-// Blocks of 4 warps (DECODE_WARPS of step/decode_grid.rs), 4 of them on a multiprocessor: at
-// most 128 registers a thread.
-#define DECODE_GQA_ENTRY(NAME, L)                                                             \
-    extern "C" __global__ void __launch_bounds__(128, 4) NAME(const L::T* q, const unsigned long long* kptr,             \
-                                    const unsigned long long* vptr, const int* lens,           \
-                                    const int* caps, L::T* out, float* partial, int* counters, \
-                                    DecodeArgs a) {                                            \
-        attention_decode_gqa<L>(q, kptr, vptr, lens, caps, out, partial, counters, a);        \
-    }
-DECODE_GQA_ENTRY(capstan_attention_decode_gqa_f32, F32)
-DECODE_GQA_ENTRY(capstan_attention_decode_gqa_bf16, BF16)
-DECODE_GQA_ENTRY(capstan_attention_decode_gqa_f16, F16)
+DECODE_ENTRY(capstan_attention_decode_f32, attention_decode, F32, )
+DECODE_ENTRY(capstan_attention_decode_bf16, attention_decode, BF16, )
+DECODE_ENTRY(capstan_attention_decode_f16, attention_decode, F16, )
+DECODE_ENTRY(capstan_attention_decode_gqa_f32, attention_decode_gqa, F32, __launch_bounds__(128, 4))
+DECODE_ENTRY(capstan_attention_decode_gqa_bf16, attention_decode_gqa, BF16, __launch_bounds__(128, 4))
+DECODE_ENTRY(capstan_attention_decode_gqa_f16, attention_decode_gqa, F16, __launch_bounds__(128, 4))
