@@ -101,16 +101,15 @@ pub fn visible_pairs(pattern: &Pattern, heads: usize, queries: usize, kv: usize)
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     cases: &[Case],
-    head_shape: Heads,
+    run_heads @ Heads {
+        query: heads,
+        kv_heads,
+        dim,
+    }: Heads,
     params: &PatternParams,
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
-    let Heads {
-        query: heads,
-        kv_heads,
-        dim,
-    } = head_shape;
     let mut rows = serde_json::Map::new();
     for case in cases {
         let s = case.context;
@@ -174,7 +173,7 @@ pub fn run(
             }),
         );
     }
-    Ok(head_shape.result(
+    Ok(run_heads.result(
         device,
         dtype,
         json!({

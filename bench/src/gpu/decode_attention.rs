@@ -48,15 +48,14 @@ const CALLS: usize = 20;
 
 pub fn run(
     cases: &[Case],
-    head_shape: Heads,
-    device: &Device,
-    dtype: DType,
-) -> anyhow::Result<Value> {
-    let Heads {
+    run_heads @ Heads {
         query: heads,
         kv_heads,
         dim,
-    } = head_shape;
+    }: Heads,
+    device: &Device,
+    dtype: DType,
+) -> anyhow::Result<Value> {
     if kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         bail!("--heads {heads} is not a multiple of --kv-heads {kv_heads}")
     }
@@ -114,7 +113,7 @@ pub fn run(
         rows.push(row);
     }
     set_decode_kernel(DecodeKernel::Grouped);
-    Ok(head_shape.result(
+    Ok(run_heads.result(
         device,
         dtype,
         json!({"copy_bandwidth_bytes_per_s": bandwidth, "calls": CALLS, "cases": rows}),

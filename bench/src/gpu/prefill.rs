@@ -19,17 +19,16 @@ fn causal_flops(heads: usize, dim: usize, s: usize) -> f64 {
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     contexts: &[usize],
-    head_shape: Heads,
+    run_heads @ Heads {
+        query: heads,
+        kv_heads,
+        dim,
+    }: Heads,
     shape: Option<&str>,
     model_contexts: &[usize],
     device: &Device,
     dtype: DType,
 ) -> anyhow::Result<Value> {
-    let Heads {
-        query: heads,
-        kv_heads,
-        dim,
-    } = head_shape;
     let mut kernel = serde_json::Map::new();
     for &s in contexts {
         let rand = |h: usize| -> anyhow::Result<Tensor> {
@@ -81,7 +80,7 @@ pub fn run(
             model_rows.insert(context_key(s), row);
         }
     }
-    Ok(head_shape.result(
+    Ok(run_heads.result(
         device,
         dtype,
         json!({"kernel": kernel, "model_shape": shape, "model": model_rows}),
