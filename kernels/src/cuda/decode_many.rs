@@ -46,10 +46,20 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
         bail!("decoding attention: head width {dim} > {MAXD}")
     }
     let n = seqs.len();
-    let kptr = dev.clone_htod(&seqs.iter().map(|s| s.k).collect::<Vec<_>>())?;
-    let vptr = dev.clone_htod(&seqs.iter().map(|s| s.v).collect::<Vec<_>>())?;
-    let lens = dev.clone_htod(&seqs.iter().map(|s| s.len as i32).collect::<Vec<_>>())?;
-    let caps = dev.clone_htod(&seqs.iter().map(|s| s.cap as i32).collect::<Vec<_>>())?;
+    // Two uploads a call (each a host-to-device copy the launch waits on), not four: the key
+    // then value pointers in one buffer, the lengths then capacities in another.
+    let ptrs: Vec<u64> = seqs
+        .iter()
+        .map(|s| s.k)
+        .chain(seqs.iter().map(|s| s.v))
+        .collect();
+    let ptrs = dev.clone_htod(&ptrs)?;
+    let sizes: Vec<i32> = (seqs.iter().map(|s| s.len as i32))
+        .chain(seqs.iter().map(|s| s.cap as i32))
+        .collect();
+    let sizes = dev.clone_htod(&sizes)?;
+    let (kptr, vptr) = (ptrs.slice(0..n), ptrs.slice(n..2 * n));
+    let (lens, caps) = (sizes.slice(0..n), sizes.slice(n..2 * n));
     let longest = seqs.iter().map(|s| s.len).max().unwrap_or(0);
     let kernel = DecodeKernel::choose(dim, std::mem::size_of::<T>());
     let blocks = kernel.blocks(heads, kv_heads);
