@@ -2,10 +2,10 @@
 // sequence's step): each sequence's one new query row per head, against all the keys of its own
 // KV cache (it is their last position, so every key is visible). Caches are separate buffers of
 // different lengths and capacities, found through per-sequence tables of device pointers. A
-// block takes one query head of one sequence and one of `splits` equal ranges of its keys (split
-// over keys, so that few sequences at long contexts still fill the device); its warps split the
-// range (warp w: keys w, w + warps, ..., DEC_KEYS at a time), each with its own online softmax in
-// f32, merged at the end through shared memory. With one split the block writes the output; with
+// block takes one query head (or, below, a group) of one sequence and one of `splits` equal
+// ranges of its keys (split over keys, so that few sequences at long contexts still fill the
+// device); its warps split the range (warp w: keys w, w + warps, ..., DEC_KEYS at a time), each
+// with its own online softmax in f32, merged at the end through shared memory. With one split the block writes the output; with
 // more it writes its (max, sum, accumulators) to `partial`, and the last of the splits of its
 // (sequence, head) to finish — counted in `counters`, which it sets back to 0 — combines them:
 // no second launch.
@@ -15,7 +15,7 @@
 // element each; `attention_decode_gqa` takes up to GQA_HEADS query heads of one key head a
 // block (grouped-query attention: Llama 3's 4 query heads a key head), so that each key and
 // value row is read once for all of them, in 16-byte pieces (a row of `dim` elements split over
-// `dim / N` lanes, N elements of 16 bytes each: a warp reads 32 / (dim / N) rows at once).
+// `dim / N` lanes, each reading 16 bytes, N elements: a warp reads 32 / (dim / N) rows at once).
 // Both write the same partial rows and counters, per (sequence, query head, split).
 #define DEC_MAXD 256
 
