@@ -98,7 +98,6 @@ pub fn visible_pairs(pattern: &Pattern, heads: usize, queries: usize, kv: usize)
     pairs
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn run(
     cases: &[Case],
     run_heads @ Heads {

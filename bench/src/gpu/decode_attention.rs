@@ -2,14 +2,14 @@
 //! ([`capstan_kernels::DecodeKernel`]): each sequence's query row per head against its own
 //! cache, every sequence in one launch (`attention_decode_many`), at `BATCHxCONTEXT` cases.
 //! Reports seconds a call and the caches' bytes read a second against the copy bandwidth, so
-//! that the kernel the decoding step uses is chosen by measurement. A call also copies four
+//! that the kernel the decoding step uses is chosen by measurement. A call also copies two
 //! small tables to the device and allocates its partial rows (the fused step keeps them in
 //! static buffers): the same cost on both kernels, which weighs most where the caches are
 //! small.
 
 use anyhow::{bail, Context};
 use candle_core::{DType, Device, Tensor};
-use capstan_kernels::{attention_decode_many, set_decode_kernel, DecodeKernel};
+use capstan_kernels::{attention_decode_many, decode_kernel, set_decode_kernel, DecodeKernel};
 use serde_json::{json, Value};
 
 use super::decode::context_key;
@@ -62,6 +62,8 @@ pub fn run(
     let probe = if device.is_cuda() { 1 << 30 } else { 64 << 20 };
     let bandwidth = copy_bandwidth(device, probe)?;
     let elem = dtype.size_in_bytes();
+    // The process's choice, restored at the end.
+    let chosen = decode_kernel();
     let mut rows = Vec::new();
     for case in cases {
         let (n, len) = (case.batch, case.context);
@@ -80,7 +82,7 @@ pub fn run(
             "context": len,
             "cache_bytes": bytes,
         });
-        let mut outputs = Vec::new();
+        let (mut outputs, mut per_call) = (Vec::new(), Vec::new());
         for (name, kernel) in [
             ("per_head", DecodeKernel::PerHead),
             ("grouped", DecodeKernel::Grouped),
@@ -93,12 +95,13 @@ pub fn run(
                 }
                 Ok(())
             })?;
-            let per_call = seconds / CALLS as f64;
+            let s = seconds / CALLS as f64;
             row[name] = json!({
-                "seconds": per_call,
-                "bytes_per_s": bytes / per_call,
-                "of_copy_bandwidth": bytes / per_call / bandwidth,
+                "seconds": s,
+                "bytes_per_s": bytes / s,
+                "of_copy_bandwidth": bytes / s / bandwidth,
             });
+            per_call.push(s);
         }
         // The two kernels sum in different orders: equal to rounding.
         let diff = (outputs[0].to_dtype(DType::F32)? - outputs[1].to_dtype(DType::F32)?)?
@@ -106,13 +109,10 @@ pub fn run(
             .max_all()?
             .to_scalar::<f32>()?;
         row["max_abs_diff"] = json!(diff);
-        row["grouped_speedup"] = json!(
-            row["per_head"]["seconds"].as_f64().unwrap_or(0.0)
-                / row["grouped"]["seconds"].as_f64().unwrap_or(f64::INFINITY)
-        );
+        row["grouped_speedup"] = json!(per_call[0] / per_call[1]);
         rows.push(row);
     }
-    set_decode_kernel(DecodeKernel::Grouped);
+    set_decode_kernel(chosen);
     Ok(run_heads.result(
         device,
         dtype,

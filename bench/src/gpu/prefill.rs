@@ -16,7 +16,6 @@ fn causal_flops(heads: usize, dim: usize, s: usize) -> f64 {
     4.0 * heads as f64 * dim as f64 * s as f64 * s as f64 / 2.0
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn run(
     contexts: &[usize],
     run_heads @ Heads {

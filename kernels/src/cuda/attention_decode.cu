@@ -5,10 +5,10 @@
 // block takes one query head (or, below, a group) of one sequence and one of `splits` equal
 // ranges of its keys (split over keys, so that few sequences at long contexts still fill the
 // device); its warps split the range (warp w: keys w, w + warps, ..., DEC_KEYS at a time), each
-// with its own online softmax in f32, merged at the end through shared memory. With one split the block writes the output; with
-// more it writes its (max, sum, accumulators) to `partial`, and the last of the splits of its
-// (sequence, head) to finish — counted in `counters`, which it sets back to 0 — combines them:
-// no second launch.
+// with its own online softmax in f32, merged at the end through shared memory. With one split
+// the block writes the output; with more it writes its (max, sum, accumulators) to `partial`,
+// and the last of the splits of its (sequence, head) to finish — counted in `counters`, which it
+// sets back to 0 — combines them: no second launch.
 // Keys and values are read in place, head kh at rows kh * capacity.
 //
 // Two kernels: `attention_decode` takes one query head a block, its lanes reading a key row an
@@ -80,6 +80,20 @@ __device__ void merge_splits(const float* p, typename L::T* __restrict__ out, De
     for (int d = lane; d < a.dim; d += 32) out[d] = L::st(parts_value(ld, a.splits, a.dim, d, big) * inv);
 }
 
+// The keys a block reads: range `split` of sequence s's (rows [first, end) of `splits` equal
+// ranges), key head kh's rows starting `head` elements into the sequence's buffers.
+struct DecodeKeys {
+    int first, end;
+    size_t head;
+};
+__device__ __forceinline__ DecodeKeys decode_keys(const int* lens, const int* caps, int s, int kh,
+                                                  int split, const DecodeArgs& a) {
+    const int len = lens[s];
+    const int chunk = (len + a.splits - 1) / a.splits;
+    const int first = split * chunk;
+    return {first, min(len, first + chunk), (size_t)kh * caps[s] * a.dim};
+}
+
 // One query head's end, by one warp: the block's `count` parts (max, sum, accumulators, `2 +
 // dim` floats apart in shared memory) combined; with one split, the output row; with more, this
 // split's partial row (sequence s, head h), counted, and the last split of (s, h) to finish
@@ -134,13 +148,10 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int kh = h / (a.heads / a.kv_heads);
     const int per_lane = (a.dim + 31) / 32;
-    const int len = lens[s];
-    const int chunk = (len + a.splits - 1) / a.splits;
-    const int first = split * chunk;
-    const int n = min(len, first + chunk);
-    const size_t head = (size_t)kh * caps[s] * a.dim;
-    const typename L::T* k = (const typename L::T*)kptr[s] + head;
-    const typename L::T* v = (const typename L::T*)vptr[s] + head;
+    const DecodeKeys keys = decode_keys(lens, caps, s, kh, split, a);
+    const int first = keys.first, n = keys.end;
+    const typename L::T* k = (const typename L::T*)kptr[s] + keys.head;
+    const typename L::T* v = (const typename L::T*)vptr[s] + keys.head;
     const size_t qoff = ((size_t)s * a.heads + h) * a.dim;
 
     // Unrolled to DEC_MAXD / 32 with a guard, so that q and the accumulators stay in registers
@@ -216,6 +227,7 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
     __syncthreads();
     if (warp == 0) finish_head<L>(part, warps, s, h, split, out, partial, counters, a, lane);
 }
+
 // Query heads a block of attention_decode_gqa takes (of one key head).
 #define GQA_HEADS 4
 // Keys a slot (the lanes sharing a row) takes at once: their loads are in flight together.
@@ -276,13 +288,10 @@ __device__ void attention_decode_gqa(const typename L::T* __restrict__ q,
     const int lanes = a.dim / N;  // a row's lanes: a power of two up to 32 (the host's choice)
     const int slots = 32 / lanes;
     const int slot = lane / lanes, sub = lane % lanes;
-    const int len = lens[s];
-    const int chunk = (len + a.splits - 1) / a.splits;
-    const int first = split * chunk;
-    const int n = min(len, first + chunk);
-    const size_t head = (size_t)kh * caps[s] * a.dim;
-    const typename L::T* k = (const typename L::T*)kptr[s] + head + sub * N;
-    const typename L::T* v = (const typename L::T*)vptr[s] + head + sub * N;
+    const DecodeKeys keys = decode_keys(lens, caps, s, kh, split, a);
+    const int first = keys.first, n = keys.end;
+    const typename L::T* k = (const typename L::T*)kptr[s] + keys.head + sub * N;
+    const typename L::T* v = (const typename L::T*)vptr[s] + keys.head + sub * N;
     // Rows are dim * sizeof(T) bytes, a multiple of 16: every row is as aligned as the first.
     const bool wide = ((kptr[s] | vptr[s]) & 15) == 0;
 

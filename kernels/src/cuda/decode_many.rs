@@ -54,7 +54,9 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
         .chain(seqs.iter().map(|s| s.v))
         .collect();
     let ptrs = dev.clone_htod(&ptrs)?;
-    let sizes: Vec<i32> = (seqs.iter().map(|s| s.len as i32))
+    let sizes: Vec<i32> = seqs
+        .iter()
+        .map(|s| s.len as i32)
         .chain(seqs.iter().map(|s| s.cap as i32))
         .collect();
     let sizes = dev.clone_htod(&sizes)?;
@@ -100,8 +102,8 @@ pub(super) fn launch<T: CudaDType + DeviceRepr + WithDType>(
     b.arg(&counters);
     b.arg(&args);
     // SAFETY: argument list and types match capstan_attention_decode_{,gqa_}* in
-    // attention_decode.cu;
-    // every pointer in the tables is a live cache of `len` rows a head, heads `cap` rows apart;
+    // attention_decode.cu; every pointer in the tables is a live cache of `len` rows a head,
+    // heads `cap` rows apart;
     // `partial` and `counters` hold a row and a count for every (sequence, head).
     unsafe { b.launch(cfg) }.w()?;
     Ok(out)

@@ -547,7 +547,11 @@ impl Layout {
         Launch {
             module: "attention_decode",
             name: kernel.entry(self.suffix),
-            grid: (self.decode_blocks() as u32, batch as u32, splits as u32),
+            grid: (
+                kernel.blocks(d.heads, d.kv_heads) as u32,
+                batch as u32,
+                splits as u32,
+            ),
             block: (32 * DECODE_WARPS as u32, 1, 1),
             shared: kernel.shared_bytes(d.head_dim),
             args: vec![
