@@ -84,10 +84,14 @@ impl Asks {
         if has(&["who"]) || has(&["whom"]) || has(&["whose"]) || asked(AGENT_NOUNS) {
             return Asks::Who;
         }
-        if has(&["when"]) {
+        // "When" and "where" ask for a time or a place where they are the question's first
+        // question word; after "what", "which" or "how" they open a clause of their own ("what
+        // value does it use when none is given?").
+        let first = words.iter().find(|w| QUESTION_WORDS.contains(w));
+        if first == Some(&"when") {
             return Asks::When;
         }
-        if has(&["where"]) {
+        if first == Some(&"where") {
             return Asks::Where;
         }
         Asks::Other
@@ -228,6 +232,54 @@ const AGENT_NOUNS: &[&str] = &[
     "developer",
 ];
 
+/// Whether `question` asks for a part of a document rather than a document: the noun its
+/// "which"/"what" (or an opening "name the") asks about, among the next three words, is one
+/// of [`MEMBER_NOUNS`] ("which method of the Future class", "in the math module, which
+/// function", "name the lint that", "what flag adds"). A program has options, a module
+/// functions, a class methods: a document's title names the whole, not the part asked for.
+pub fn asks_for_a_member(question: &str) -> bool {
+    let q = question.to_lowercase();
+    let words = words_of(&q);
+    words.iter().enumerate().any(|(i, w)| {
+        (matches!(*w, "which" | "what") || (i == 0 && *w == "name"))
+            && words[i + 1..]
+                .iter()
+                .take(3)
+                .any(|n| MEMBER_NOUNS.contains(n))
+    })
+}
+
+/// Nouns of the parts of a document a question asks for by kind: a program's options and
+/// flags, a module's functions, classes and constants, a type's methods and fields, a
+/// configuration's keys and settings.
+const MEMBER_NOUNS: &[&str] = &[
+    "method",
+    "function",
+    "class",
+    "attribute",
+    "field",
+    "option",
+    "flag",
+    "switch",
+    "lint",
+    "keyword",
+    "variable",
+    "parameter",
+    "argument",
+    "property",
+    "constant",
+    "exception",
+    "macro",
+    "key",
+    "setting",
+    "subcommand",
+];
+
+/// The words that open an English question (or a clause of one).
+const QUESTION_WORDS: &[&str] = &[
+    "what", "which", "who", "whom", "whose", "when", "where", "how", "why",
+];
+
 /// The words of a question already in lower case, punctuation dropped ("Gore's" as "gore",
 /// "s"): what the question's analyses match their word lists against.
 fn words_of(lowered: &str) -> Vec<&str> {
@@ -311,6 +363,33 @@ mod tests {
         assert_eq!(Asks::of("Who is the crate's author?"), Asks::Who);
         // A term asked for by what it is used for is not a purpose.
         assert_eq!(Asks::of("What term is used for the fn type?"), Asks::Other);
+        // "When" or "where" after another question word opens a clause of its own.
+        assert_eq!(
+            Asks::of("What value does register use for mask when none is given?"),
+            Asks::Other
+        );
+        assert_eq!(
+            Asks::of("Which file holds the paths where it looks?"),
+            Asks::Other
+        );
+        assert_eq!(Asks::of("Where did it start when it began?"), Asks::Where);
+        for member in [
+            "Which method of the Future class would I call to return True?",
+            "In Python's math module, which function returns the arc sine of x?",
+            "Name the lint that warns by default.",
+            "What flag adds the SPARC V8 instructions?",
+            "Which hmac function would I call to make a hashing object?",
+        ] {
+            assert!(asks_for_a_member(member), "{member}");
+        }
+        for whole in [
+            "Which standard Python module reads resources?",
+            "What is the name of the program that modifies the depth?",
+            "Which application manages disks?",
+            "Who wrote the function library?",
+        ] {
+            assert!(!asks_for_a_member(whole), "{whole}");
+        }
         assert_eq!(
             governing_preposition("For which company did Grace Hopper work?"),
             Some("for")

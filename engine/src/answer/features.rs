@@ -9,8 +9,9 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::asks::{governing_preposition, Asks};
+use super::asks::{asks_for_a_member, governing_preposition, Asks};
 use super::candidates::{words, Candidate, RangeEnd};
+use super::layout::{self, LineRole};
 use super::shape::{Shape, SHAPES};
 use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS, NOT_AGENTS};
 
@@ -119,6 +120,12 @@ pub fn names() -> Vec<String> {
     n.push("question_predicate_just_after".into());
     n.push("holds_a_clause".into());
     n.push("cuts_a_phrase".into());
+    n.push("on_a_term_line".into());
+    n.push("starts_a_term_line".into());
+    n.push("question_words_in_definition".into());
+    n.push("heads_a_list".into());
+    n.push("title_when_the_question_asks_a_member".into());
+    n.push("after_default_when_asked".into());
     n
 }
 
@@ -184,6 +191,32 @@ const CLAUSE: usize = BESIDE + 2;
 /// goes on from, one space away ("lighting" of "lighting mine galleries", "cheaper" of
 /// "cheaper alternatives"): the phrase goes on past it, as a name does past a cut name.
 const CUT_PHRASE: usize = CLAUSE + 1;
+/// Index of `on_a_term_line`, `starts_a_term_line`, `question_words_in_definition`, then
+/// `heads_a_list` ([`layout`]): the span's line is a term of a definition list (the lines
+/// below it, indented deeper, define it), the span starts that line ("isreadable" of
+/// "isreadable(object)", "-a" or "--all" of "-a, --all"), the share of the question's words
+/// in the first [`DEFINITION_WORDS`] words of its definition ("Which function decides if
+/// saferepr is readable by eval?"), and the line heads a list of terms instead ("FUNCTIONS",
+/// "OPTIONS").
+pub(crate) const DEFINITION: usize = CUT_PHRASE + 1;
+
+/// Index of `title_when_the_question_asks_a_member`: a document's title as the answer to a
+/// question asking for a part of a document ([`asks_for_a_member`]: "which method of the
+/// Unpickler class", where the title is the module "pickle").
+const MEMBER_TITLE: usize = DEFINITION + 4;
+
+/// Index of `after_default_when_asked`: the question asks for a default ("what is the default
+/// value of -g", "what does --interval default to") and the span follows "default" closely in
+/// its sentence ("Default is 48.", "(default: 5)", "defaults to 1.0", "the default value is
+/// 2.0"): documentation states a default in those words.
+const DEFAULT: usize = MEMBER_TITLE + 1;
+
+/// Bytes before a span within which "default" states it.
+const DEFAULT_REACH: usize = 24;
+
+/// Words of a term's definition its question-word share reads: a definition's first
+/// sentence or two says what the term does.
+const DEFINITION_WORDS: usize = 30;
 
 /// Words passed over to the nearest content word beside a span (function words: "worked for
 /// the [X]" reaches "worked").
@@ -211,6 +244,10 @@ pub struct Question {
     asks: Asks,
     /// The question asks when or how something ended ("when did she die", "until when").
     asks_an_end: bool,
+    /// It asks for a part of a document ([`asks_for_a_member`]).
+    asks_a_member: bool,
+    /// It asks for a default ("default", "defaults", "defaulted").
+    asks_a_default: bool,
     /// The words that introduce its answer in a statement: the preposition its wh-phrase
     /// hangs from where it has one, else its kind's ([`governing_preposition`], [`Asks::cues`]).
     cues: Vec<&'static str>,
@@ -227,6 +264,8 @@ impl Question {
             text: question.to_string(),
             stems,
             asks,
+            asks_a_member: asks_for_a_member(question),
+            asks_a_default: question.to_lowercase().contains("default"),
             cues: match governing_preposition(question) {
                 Some(p) => vec![p],
                 None => asks.cues().to_vec(),
@@ -404,6 +443,8 @@ pub fn features(
         .iter()
         .any(|h| super::spelled_in(&question.text, &h.title));
     let n = names().len();
+    // Each candidate's line's role, computed once a line.
+    let mut roles: std::collections::HashMap<(usize, usize), (LineRole, f32)> = Default::default();
     candidates
         .iter()
         .zip(&texts)
@@ -515,7 +556,38 @@ pub fn features(
             f[CLAUSE] = holds_a_clause(c.text(hits)) as u8 as f32;
             f[CUT_PHRASE] =
                 (shape == Shape::Words as usize && cuts_a_phrase(source, c.end)) as u8 as f32;
-            debug_assert_eq!(CUT_PHRASE + 1, n);
+            if !c.in_title {
+                let line = layout::line_at(&hit.text, c.start);
+                let (role, share) = roles.entry((c.hit, line.start)).or_insert_with(|| {
+                    let role = layout::role(&hit.text, line.clone());
+                    let share = match &role {
+                        LineRole::Term { definition } => {
+                            let words: Vec<String> = view
+                                .words
+                                .iter()
+                                .filter(|w| definition.start <= w.start && w.end <= definition.end)
+                                .take(DEFINITION_WORDS)
+                                .map(|w| w.stem.clone())
+                                .collect();
+                            question.share_in(&words)
+                        }
+                        _ => 0.0,
+                    };
+                    (role, share)
+                });
+                if let LineRole::Term { .. } = role {
+                    f[DEFINITION] = 1.0;
+                    f[DEFINITION + 1] =
+                        layout::starts_the_line(&hit.text, line, c.start) as u8 as f32;
+                    f[DEFINITION + 2] = *share;
+                }
+                f[DEFINITION + 3] = (*role == LineRole::Heading) as u8 as f32;
+            }
+            f[MEMBER_TITLE] = (c.in_title && question.asks_a_member) as u8 as f32;
+            f[DEFAULT] = (question.asks_a_default
+                && !c.in_title
+                && follows_default(&hit.text, c.start)) as u8 as f32;
+            debug_assert_eq!(DEFAULT + 1, n);
             f
         })
         .collect()
@@ -556,6 +628,21 @@ fn is_agent_noun(text: &str) -> bool {
                 && AGENT_SUFFIXES.iter().any(|s| w.ends_with(s))
                 && !NOT_AGENTS.contains(&w)
         })
+}
+
+/// Whether "default" (or "defaults", "Default") stands within [`DEFAULT_REACH`] bytes before
+/// byte `start` of `text`, with no sentence's end or line break between ("Default is 48",
+/// "(default: 5)", "defaults to 1.0"; not "default. 5" nor a default on the line above).
+fn follows_default(text: &str, start: usize) -> bool {
+    let mut from = start.saturating_sub(DEFAULT_REACH);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let before = text[from..start].to_lowercase();
+    before.rfind("default").is_some_and(|at| {
+        let between = &before[at + "default".len()..];
+        !between.contains(['.', ';', '\n', '!', '?'])
+    })
 }
 
 /// Whether `text` has a copula inside it, past its first word and before its last ("Brinve

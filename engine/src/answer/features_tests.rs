@@ -151,9 +151,15 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 13
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 19
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
+    assert_eq!(names()[DEFINITION], "on_a_term_line");
+    assert_eq!(names()[DEFINITION + 3], "heads_a_list");
+    assert_eq!(
+        names()[MEMBER_TITLE],
+        "title_when_the_question_asks_a_member"
+    );
     assert_eq!(names()[BESIDE], "question_predicate_just_before");
     assert_eq!(names()[CLAUSE], "holds_a_clause");
     assert_eq!(names()[CUT_NAME], "cuts_a_name");
@@ -177,4 +183,22 @@ fn shapes_of_answers() {
     assert_eq!(names()[CUE], "cue_fits_question");
     assert_eq!(names()[IN_CONTEXT], "in_context");
     assert_eq!(names()[LM_FEATURES.start], "lm_mean");
+}
+
+#[test]
+fn a_default_is_stated_closely_after_default() {
+    let at = |text: &str, span: &str| follows_default(text, text.find(span).unwrap());
+    assert!(at("-height The height of the image. Default is 48.", "48"));
+    assert!(at("Polling interval in seconds (default: 60).", "60"));
+    assert!(at("The gamma defaults to 1.0 for all images.", "1.0"));
+    assert!(at("The default value is 2.0.", "2.0"));
+    assert!(
+        !at("Sets the default. Use 5 for more.", "5"),
+        "another sentence"
+    );
+    assert!(!at("Default options.\n-g 1.0", "1.0"), "another line");
+    assert!(
+        !at("The default mode, set by the administrator to 7", "7"),
+        "too far"
+    );
 }

@@ -10,6 +10,7 @@
 pub mod asks;
 pub mod candidates;
 pub mod features;
+pub mod layout;
 pub mod relation;
 mod shape;
 
@@ -406,6 +407,41 @@ mod tests {
         assert!(n_after > c_after, "-n {n_after} against -c {c_after}");
         // Before "-n" stands "-c"'s help, which shares the question's words too.
         assert!(n_before > c_before, "{n_before} {c_before}");
+    }
+
+    /// A term of a definition list is read with its definition, however far below it the
+    /// question's words stand, and the heading over the list is told apart.
+    #[test]
+    fn a_term_is_read_with_its_definition() {
+        let text = "FUNCTIONS\n    isreadable(object)\n        Determine if saferepr(object) is \
+                    readable by eval().\n\n    isrecursive(object)\n        Determine if object \
+                    requires a recursive representation.\n";
+        let hits = [hit("pydoc:pprint", "pprint", text, 10.0)];
+        let ranked = one_sentence(text);
+        let s = Shortlist::new(
+            "Which function of pprint decides if saferepr is readable by eval?",
+            &hits,
+            &ranked,
+            |_| true,
+            &|_| 0.0,
+        );
+        let d = features::DEFINITION;
+        let of = |t: &str| {
+            let i = (0..s.candidates.len())
+                .find(|&i| s.candidates[i].text(&hits) == t)
+                .unwrap_or_else(|| panic!("no candidate {t}"));
+            s.features[i][d..d + 4].to_vec()
+        };
+        let readable = of("isreadable");
+        let recursive = of("isrecursive");
+        assert_eq!(readable[..2], [1.0, 1.0], "a term, first on its line");
+        assert_eq!(recursive[..2], [1.0, 1.0]);
+        assert!(readable[2] > recursive[2], "{readable:?} {recursive:?}");
+        assert_eq!(of("FUNCTIONS"), [0.0, 0.0, 0.0, 1.0], "a heading");
+        assert_eq!(of("object")[1], 0.0, "not first on its line");
+        // With the built-in weights, the term the definition describes wins.
+        let best = s.best_lexical().unwrap();
+        assert_eq!(s.candidates[best].text(&hits), "isreadable");
     }
 
     /// Another document's title is flagged as the answer only where the question names a

@@ -1,0 +1,197 @@
+//! Definition lists as plain text lays them out: a term on a line of its own and its
+//! definition on the lines below, indented deeper (a manual page's options and environment
+//! variables, pydoc's functions and methods, reStructuredText's and Markdown's definition
+//! lists, a glossary). A question asking which term does something is answered by the term
+//! whose definition says it, which may lie further from the term than the words around a span
+//! reach; and a heading over such a list ("FUNCTIONS", "OPTIONS") is a term of none.
+
+use std::ops::Range;
+
+/// What a line is in a definition list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LineRole {
+    /// A term: the lines below it, indented deeper, define it.
+    Term {
+        /// The bytes of those lines.
+        definition: Range<usize>,
+    },
+    /// A heading: a line of capitals at the margin ("NAME", "SEE ALSO"), or one over a list
+    /// of terms (the line below it, indented deeper, is a term itself).
+    Heading,
+    /// Anything else.
+    Plain,
+}
+
+/// The indentation of `line`: its leading spaces and tabs, and the bars some formats draw down
+/// a margin (pydoc's `" |  "`), counted as columns.
+fn indent(line: &str) -> usize {
+    line.chars()
+        .take_while(|c| matches!(c, ' ' | '\t' | '|'))
+        .map(|c| if c == '\t' { 8 } else { 1 })
+        .sum()
+}
+
+/// Whether `line` holds nothing but margin.
+fn blank(line: &str) -> bool {
+    line.chars().all(|c| matches!(c, ' ' | '\t' | '|' | '\r'))
+}
+
+/// Whether `line` is words of capital letters only ("NAME", "SEE ALSO"; not "LC_ALL", "I/O").
+fn in_capitals(line: &str) -> bool {
+    let line = line.trim_end();
+    line.chars().filter(char::is_ascii_uppercase).count() >= 2
+        && line.chars().all(|c| c.is_ascii_uppercase() || c == ' ')
+}
+
+/// The lines of `text` from byte `from` on, each with its byte offset.
+fn lines_from(text: &str, from: usize) -> impl Iterator<Item = (usize, &str)> {
+    text[from..].split('\n').scan(from, |at, line| {
+        let start = *at;
+        *at += line.len() + 1;
+        Some((start, line))
+    })
+}
+
+/// The byte range of the line of `text` holding byte `pos`, without its line break.
+pub fn line_at(text: &str, pos: usize) -> Range<usize> {
+    let start = text[..pos].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[pos..].find('\n').map_or(text.len(), |i| pos + i);
+    start..end
+}
+
+/// The first line after the one ending at byte `line_end` that is not blank, with its offset.
+fn next_filled(text: &str, line_end: usize) -> Option<(usize, &str)> {
+    if line_end >= text.len() {
+        return None;
+    }
+    lines_from(text, line_end + 1).find(|(_, l)| !blank(l))
+}
+
+/// What the line `line` (a byte range of `text`, as [`line_at`] gives) is.
+pub fn role(text: &str, line: Range<usize>) -> LineRole {
+    let here = &text[line.clone()];
+    if blank(here) {
+        return LineRole::Plain;
+    }
+    let depth = indent(here);
+    if depth == 0 && in_capitals(here) {
+        return LineRole::Heading;
+    }
+    let Some((first_start, first)) = next_filled(text, line.end) else {
+        return LineRole::Plain;
+    };
+    let first_depth = indent(first);
+    if first_depth <= depth {
+        return LineRole::Plain;
+    }
+    // The first line below is itself a term when the line below it is deeper still.
+    let first_end = first_start + first.len();
+    if next_filled(text, first_end).is_some_and(|(_, l)| indent(l) > first_depth) {
+        return LineRole::Heading;
+    }
+    // The definition runs on while its lines (or blank ones) are deeper than the term.
+    let mut end = first_end;
+    for (start, l) in lines_from(text, first_start) {
+        if blank(l) {
+            continue;
+        }
+        if indent(l) <= depth {
+            break;
+        }
+        end = start + l.len();
+    }
+    LineRole::Term {
+        definition: first_start..end,
+    }
+}
+
+/// Whether the span starting at byte `start` of `line` (a byte range of `text`) starts the
+/// line's text or follows one word only ("class Popen(…)", "def run(…)"): a term line names its
+/// term first.
+pub fn starts_the_line(text: &str, line: Range<usize>, start: usize) -> bool {
+    let before = text[line.start..start.max(line.start)].trim_start_matches([' ', '\t', '|']);
+    before.is_empty() || (before.ends_with(' ') && before.split_whitespace().count() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PYDOC: &str = "FUNCTIONS\n    isreadable(object)\n        Determine if saferepr(object) \
+                         is readable by eval().\n\n    isrecursive(object)\n        Determine if \
+                         object requires\n        a recursive representation.\n\nDATA\n    \
+                         __all__ = ['pprint']\n";
+    const CLASS: &str = "    class Filter(builtins.object)\n     |  Filter(name='')\n     |\n     \
+                         |  Filter instances filter records.\n     |\n     |  Methods defined \
+                         here:\n     |\n     |  filter(self, record)\n     |      Determine if \
+                         the record is logged.\n     |\n";
+    const MANPAGE: &str = "OPTIONS\n       -a, --all\n              do not ignore entries \
+                           starting with .\n\n       -A, --almost-all\n              do not \
+                           list implied . and ..\n";
+
+    fn role_of(text: &str, needle: &str) -> LineRole {
+        role(text, line_at(text, text.find(needle).unwrap()))
+    }
+
+    fn definition_of<'a>(text: &'a str, needle: &str) -> &'a str {
+        match role_of(text, needle) {
+            LineRole::Term { definition } => &text[definition],
+            other => panic!("{needle}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_term_is_defined_by_the_deeper_lines_below_it() {
+        assert_eq!(
+            definition_of(PYDOC, "isreadable"),
+            "        Determine if saferepr(object) is readable by eval()."
+        );
+        assert_eq!(
+            definition_of(PYDOC, "isrecursive"),
+            "        Determine if object requires\n        a recursive representation."
+        );
+        assert_eq!(
+            definition_of(MANPAGE, "--all"),
+            "              do not ignore entries starting with ."
+        );
+        // Across a margin's bars and blank lines of bars.
+        assert_eq!(
+            definition_of(CLASS, "filter(self"),
+            "     |      Determine if the record is logged."
+        );
+        assert!(definition_of(CLASS, "class Filter").contains("Filter instances filter"));
+    }
+
+    #[test]
+    fn a_heading_over_terms_is_no_term_and_plain_lines_are_neither() {
+        assert_eq!(role_of(PYDOC, "FUNCTIONS"), LineRole::Heading);
+        assert_eq!(role_of(MANPAGE, "OPTIONS"), LineRole::Heading);
+        // Capitals at the margin head a section, over a list or not.
+        let section = "NAME\n    pyclbr - Parse a Python module.\n\nSEE ALSO\n    pydoc\n\nLC_ALL\n    The locale.\n";
+        assert_eq!(role_of(section, "NAME"), LineRole::Heading);
+        assert_eq!(role_of(section, "SEE ALSO"), LineRole::Heading);
+        assert_ne!(role_of(section, "LC_ALL"), LineRole::Heading);
+        // A definition's own lines, a line followed by one no deeper, the last line.
+        assert_eq!(role_of(PYDOC, "Determine if saferepr"), LineRole::Plain);
+        assert_eq!(role_of(PYDOC, "__all__"), LineRole::Plain);
+        assert_eq!(role_of(CLASS, "Methods defined"), LineRole::Plain);
+        let prose = "A paragraph of prose\nwraps at the margin\nand goes on.";
+        assert_eq!(role_of(prose, "wraps"), LineRole::Plain);
+        assert_eq!(role_of("one line", "line"), LineRole::Plain);
+    }
+
+    #[test]
+    fn a_term_line_names_its_term_first() {
+        let at = |text: &str, line: &str, span: &str| {
+            let l = line_at(text, text.find(line).unwrap());
+            starts_the_line(text, l.clone(), l.start + text[l].find(span).unwrap())
+        };
+        assert!(at(PYDOC, "isreadable", "isreadable"));
+        assert!(!at(PYDOC, "isreadable", "object"));
+        assert!(at(CLASS, "class Filter", "Filter"));
+        assert!(at(CLASS, "filter(self", "filter"));
+        assert!(at(MANPAGE, "--all", "-a"));
+        assert!(at(MANPAGE, "--all", "--all"), "after one word");
+        assert!(!at(CLASS, "Filter instances", "filter records"));
+    }
+}
