@@ -15,6 +15,12 @@ probability maximised; L2-regularised), fitted twice:
 The regularisation is chosen by 5-fold cross-validation over questions (folds by question
 order, which the dev files shuffled by document), then the weights are fitted on all of it.
 
+A questions file may come with several dumps, each made under other weights (its shortlist,
+the candidates the reader scored, is chosen by the lexical weights of the build that dumped
+it): they are pooled per question, so that the full weights learn from the competitors every
+shortlist brought, not only the last one's (a refit on its own last round's dumps alone can
+forget what an earlier shortlist taught it).
+
 Only dev splits go in: the test splits are never read here.
 
 A kind of text the ranker was not fitted to is what a user's corpus is: --leave-one-out also
@@ -42,7 +48,10 @@ def normalize(s):
 
 
 def load(pairs):
-    groups = []  # (X_all, y_all, scored_mask)
+    """One group a question: (X_all, y_all, scored_mask). Dumps of the same questions file
+    (several rounds, each shortlisted by other weights) are pooled: a question's candidates
+    from every round, a candidate dumped twice with the same features kept once."""
+    merged = {}  # (questions, question) -> {(text, features): (features, right, scored)}
     for dump, questions in pairs:
         gold = {}
         for line in open(questions):
@@ -53,23 +62,30 @@ def load(pairs):
             answers = gold.get(d["question"])
             if answers is None:
                 continue
-            X = np.array([c["f"] for c in d["candidates"]], dtype=np.float64)
-            y = np.array([normalize(c["text"]) in answers for c in d["candidates"]])
-            scored = np.array([c["scored"] for c in d["candidates"]])
-            groups.append((X, y, scored))
+            rows = merged.setdefault((questions, d["question"]), {})
+            for c in d["candidates"]:
+                key = (c["text"], tuple(c["f"]))
+                right = normalize(c["text"]) in answers
+                scored = c["scored"] or (key in rows and rows[key][2])
+                rows[key] = (c["f"], right, scored)
+    groups = []
+    for rows in merged.values():
+        f, y, scored = zip(*rows.values())
+        groups.append((np.array(f, dtype=np.float64), np.array(y), np.array(scored)))
     return groups
 
 
-def fit(groups, mask, lam, iters=600, lr=0.05):
+def fit(groups, mask, lam, iters=600, lr=0.05, start=None):
+    """Weights of `mask`'s features fitted; the others stay as `start` gives them (zeros)."""
     d = groups[0][0].shape[1]
-    w = np.zeros(d)
+    w = np.zeros(d) if start is None else start.copy()
     m = np.zeros(d)
     v = np.zeros(d)
-    usable = [(X[:, mask], y) for X, y, *_ in groups if y.any() and not y.all()]
+    usable = [(X, X[:, mask], y) for X, y, *_ in groups if y.any() and not y.all()]
     for t in range(1, iters + 1):
         g = lam * w[mask] * 2
-        for X, y in usable:
-            s = X @ w[mask]
+        for X_all, X, y in usable:
+            s = X_all @ w
             s -= s.max()
             p = np.exp(s)
             p /= p.sum()
@@ -81,7 +97,10 @@ def fit(groups, mask, lam, iters=600, lr=0.05):
         m[mask] += 0.1 * g
         v[mask] += 0.001 * g * g
         w -= lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
-        w[~mask] = 0
+        if start is None:
+            w[~mask] = 0
+        else:
+            w[~mask] = start[~mask]
     return w
 
 
@@ -94,7 +113,7 @@ def top1(groups, w):
     return hits / max(1, len(groups))
 
 
-def choose(groups, mask, lams):
+def choose(groups, mask, lams, start=None):
     folds = 5
     best = None
     for lam in lams:
@@ -102,7 +121,7 @@ def choose(groups, mask, lams):
         for k in range(folds):
             train = [g for i, g in enumerate(groups) if i % folds != k]
             test = [g for i, g in enumerate(groups) if i % folds == k]
-            acc.append(top1(test, fit(train, mask, lam, iters=300)))
+            acc.append(top1(test, fit(train, mask, lam, iters=300, start=start)))
         mean = float(np.mean(acc))
         print(f"  lambda {lam:g}: cross-validated top-1 {mean:.3f}", file=sys.stderr)
         if best is None or mean > best[1]:
@@ -110,13 +129,16 @@ def choose(groups, mask, lams):
     return best
 
 
-def leave_one_out(pairs, mask, lam):
-    """Each pair's top-1 (full weights, scored candidates) fitted on the other pairs alone."""
-    sets = [[(X[s], y[s], s[s]) for X, y, s in load([p]) if s.any()] for p in pairs]
+def leave_one_out(pairs, mask, lam, start=None):
+    """Each questions file's top-1 (full weights, scored candidates) fitted on the other files'
+    alone (a file's dumps pooled)."""
+    files = list(dict.fromkeys(q for _, q in pairs))
+    sets = [[(X[s], y[s], s[s]) for X, y, s in load([p for p in pairs if p[1] == f])
+             if s.any()] for f in files]
     scores = []
-    for i, (_, questions) in enumerate(pairs):
+    for i, questions in enumerate(files):
         train = [g for j, groups in enumerate(sets) if j != i for g in groups]
-        scores.append(top1(sets[i], fit(train, mask, lam, iters=300)))
+        scores.append(top1(sets[i], fit(train, mask, lam, iters=300, start=start)))
         print(f"  left out {questions}: top-1 {scores[-1]:.3f}", file=sys.stderr)
     print(f"  leave-one-out mean top-1 {np.mean(scores):.3f}", file=sys.stderr)
 
@@ -129,6 +151,10 @@ def main():
     ap.add_argument("--lambdas", default="0.0001,0.001,0.01")
     ap.add_argument("--drop", default="",
                     help="comma-separated features left out (weight 0): to compare feature sets")
+    ap.add_argument("--keep", default="",
+                    help="a weights file whose features keep its weights: only the features it "
+                         "lacks are fitted (a new feature added to a ranker without refitting "
+                         "what the earlier rounds' data taught it)")
     ap.add_argument("--leave-one-out", action="store_true",
                     help="also report each pair's top-1 under full weights fitted on the other "
                          "pairs: how the ranker does on a kind of text it was not fitted to")
@@ -141,34 +167,42 @@ def main():
     unknown = dropped - set(names)
     if unknown:
         sys.exit(f"--drop: no such features {sorted(unknown)}")
-    lexical_mask = np.array([n not in NOT_LEXICAL and n not in dropped for n in names])
+    kept = {}
+    if args.keep:
+        k = json.load(open(args.keep))
+        kept = {n: (a, b) for n, a, b in zip(k["features"], k["lexical"], k["full"])}
+    start_lex = np.array([kept[n][0] if n in kept else 0.0 for n in names]) if kept else None
+    start_full = np.array([kept[n][1] if n in kept else 0.0 for n in names]) if kept else None
+    free = np.array([n not in kept for n in names])
+    lexical_mask = free & np.array([n not in NOT_LEXICAL and n not in dropped for n in names])
     print(f"{len(groups)} questions, {sum(g[1].any() for g in groups)} with a right candidate",
           file=sys.stderr)
     print("lexical:", file=sys.stderr)
-    lam, cv = choose(groups, lexical_mask, lams)
-    w_lex = fit(groups, lexical_mask, lam)
+    lam, cv = choose(groups, lexical_mask, lams, start_lex)
+    w_lex = fit(groups, lexical_mask, lam, start=start_lex)
     print(f"  chosen lambda {lam:g}; fitted top-1 {top1(groups, w_lex):.3f}", file=sys.stderr)
     scored_groups = [(X[s], y[s], s[s]) for X, y, s in groups if s.any()]
-    full_mask = np.array([n not in dropped for n in names])
+    full_mask = free & np.array([n not in dropped for n in names])
     print(f"full ({len(scored_groups)} questions with scored candidates, "
           f"{sum(g[1].any() for g in scored_groups)} with a right one):", file=sys.stderr)
-    lam_f, cv_f = choose(scored_groups, full_mask, lams)
-    w_full = fit(scored_groups, full_mask, lam_f)
+    lam_f, cv_f = choose(scored_groups, full_mask, lams, start_full)
+    w_full = fit(scored_groups, full_mask, lam_f, start=start_full)
     print(f"  chosen lambda {lam_f:g}; fitted top-1 {top1(scored_groups, w_full):.3f}",
           file=sys.stderr)
     out = {
         "about": (
             "Fitted by bench/fit_answer_ranker.py on the dev splits "
-            + ", ".join(q for _, q in args.pair)
+            + ", ".join(dict.fromkeys(q for _, q in args.pair))
             + f"; cross-validated top-1: lexical {cv:.3f} (lambda {lam:g}), "
-            f"full {cv_f:.3f} (lambda {lam_f:g})."
+            f"full {cv_f:.3f} (lambda {lam_f:g})"
+            + (f"; the weights of the features of {args.keep} kept." if args.keep else ".")
         ),
         "features": names,
         "lexical": [round(float(x), 5) for x in w_lex],
         "full": [round(float(x), 5) for x in w_full],
     }
     if args.leave_one_out:
-        leave_one_out(args.pair, full_mask, lam_f)
+        leave_one_out(args.pair, full_mask, lam_f, start_full)
     json.dump(out, open(args.out, "w"), indent=1)
     print(f"wrote {args.out}", file=sys.stderr)
     for n, a, b in sorted(zip(names, w_lex, w_full), key=lambda t: -abs(t[2])):
