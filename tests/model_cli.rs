@@ -10,7 +10,8 @@ use common::{ok, s, smollm2};
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../reader/tests/fixtures")
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+        .join("../reader/tests/fixtures")
 }
 
 fn read(path: &Path) -> Value {

@@ -11,9 +11,9 @@ use common::encoder_dir;
 /// fixtures/minilm_expected.json: sentences, their sentence-transformers vectors, token counts.
 fn expected_fixture() -> serde_json::Value {
     serde_json::from_str(
-        &std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/minilm_expected.json"
+        &std::fs::read_to_string(format!(
+            "{}/tests/fixtures/minilm_expected.json",
+            std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")
         ))
         .unwrap(),
     )

@@ -74,7 +74,9 @@ fn harness() -> PathBuf {
     let src = dir.join("harness.cpp");
     std::fs::write(&src, HARNESS).unwrap();
     let exe = dir.join("harness");
-    let cuda = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src/cuda");
+    let cuda =
+        PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("src/cuda");
     let out = Command::new("c++")
         .args(["-O1", "-std=c++14", "-I"])
         .arg(&cuda)

@@ -91,9 +91,9 @@ fn check(case: &Case) -> Result<(), String> {
 
 #[test]
 fn fixture_cases_render_like_transformers() {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/chat-templates/cases.json"
+    let path = format!(
+        "{}/tests/fixtures/chat-templates/cases.json",
+        std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read_to_string(path).expect("fixture exists");
     let fixture: Fixture = serde_json::from_str(&text).expect("fixture parses");

@@ -6,7 +6,7 @@ use candle_core::{DType, Device};
 use capstan_reader::{Architecture, Checkpoint, Error, Llama, LlamaConfig, RopeScaling};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
 }

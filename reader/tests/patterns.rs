@@ -10,9 +10,10 @@ use capstan_reader::{AttentionPattern, Cache, Checkpoint};
 const FIXTURES: [&str; 3] = ["llama-abf-tiny", "llama-gqa-sharded", "llama-linear-rope"];
 
 fn logits(dir: &str, pattern: &str, ids: &[u32]) -> Vec<Vec<f32>> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(dir);
+    let path =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(dir);
     let ckpt = Checkpoint::open(&path).unwrap();
     let mut model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
     model.set_attention(pattern.parse().unwrap()).unwrap();
@@ -26,9 +27,10 @@ fn logits(dir: &str, pattern: &str, ids: &[u32]) -> Vec<Vec<f32>> {
 }
 
 fn ids(dir: &str, n: usize) -> Vec<u32> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(dir);
+    let path =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(dir);
     let vocab = Checkpoint::open(&path).unwrap().config().vocab_size as u32;
     (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect()
 }
@@ -86,9 +88,10 @@ fn decoding_through_the_cache_equals_one_pass() {
         "scca:mixed,chunk=8",
     ] {
         let whole = logits(dir, p, &input);
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(dir);
+        let path =
+            Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures")
+                .join(dir);
         let ckpt = Checkpoint::open(&path).unwrap();
         let mut model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
         model.set_attention(p.parse().unwrap()).unwrap();

@@ -7,7 +7,7 @@ use candle_core::{DType, Device};
 use capstan_reader::{LanguageModel, LoadOptions};
 
 pub fn reader_fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("../reader/tests/fixtures")
         .join(name)
 }

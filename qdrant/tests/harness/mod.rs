@@ -20,11 +20,12 @@ pub fn qdrant_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("CAPSTAN_QDRANT_BIN") {
         return p.into();
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .find(|d| d.join("Cargo.lock").is_file())
-        .expect("the workspace root")
-        .to_path_buf();
+    let root =
+        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
+            .ancestors()
+            .find(|d| d.join("Cargo.lock").is_file())
+            .expect("the workspace root")
+            .to_path_buf();
     let bin = root.join("../shared/bin/qdrant");
     assert!(
         bin.is_file(),

@@ -8,7 +8,7 @@ use capstan_reader::{Cache, GenerationParams, Generator, Llama, PassageCache, Re
 use serde_json::Value;
 
 pub fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
 }
