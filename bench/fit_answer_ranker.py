@@ -78,7 +78,8 @@ def load(pairs):
 def fit(groups, mask, lam, iters=600, lr=0.05, start=None):
     """Weights of `mask`'s features fitted; the others stay as `start` gives them (zeros)."""
     d = groups[0][0].shape[1]
-    w = np.zeros(d) if start is None else start.copy()
+    base = np.zeros(d) if start is None else start
+    w = base.copy()
     m = np.zeros(d)
     v = np.zeros(d)
     usable = [(X, X[:, mask], y) for X, y, *_ in groups if y.any() and not y.all()]
@@ -97,10 +98,7 @@ def fit(groups, mask, lam, iters=600, lr=0.05, start=None):
         m[mask] += 0.1 * g
         v[mask] += 0.001 * g * g
         w -= lr * (m / (1 - 0.9**t)) / (np.sqrt(v / (1 - 0.999**t)) + 1e-8)
-        if start is None:
-            w[~mask] = 0
-        else:
-            w[~mask] = start[~mask]
+        w[~mask] = base[~mask]
     return w
 
 
