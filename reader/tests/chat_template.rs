@@ -5,6 +5,8 @@
 use capstan_reader::{ChatMessage, ChatTemplate, ChatTemplateError};
 use serde::Deserialize;
 
+mod common;
+
 #[derive(Deserialize)]
 struct Fixture {
     generator: String,
@@ -91,10 +93,7 @@ fn check(case: &Case) -> Result<(), String> {
 
 #[test]
 fn fixture_cases_render_like_transformers() {
-    let path = format!(
-        "{}/tests/fixtures/chat-templates/cases.json",
-        std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")
-    );
+    let path = common::fixture("chat-templates/cases.json");
     let text = std::fs::read_to_string(path).expect("fixture exists");
     let fixture: Fixture = serde_json::from_str(&text).expect("fixture parses");
     assert!(

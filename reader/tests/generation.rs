@@ -1,14 +1,13 @@
 //! Generation behaviour on a tiny checkpoint: streaming, stops, sampling determinism.
 
-use std::path::Path;
-
 use candle_core::{DType, Device};
 use capstan_reader::{Checkpoint, Error, Flow, GenerationParams, Generator, Request, StopReason};
 
+mod common;
+use common::fixture;
+
 fn setup() -> (Checkpoint, capstan_reader::Llama, Request) {
-    let dir =
-        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/llama-tied");
+    let dir = fixture("llama-tied");
     let ckpt = Checkpoint::open(&dir).unwrap();
     let model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
     let request = Request {
@@ -100,9 +99,7 @@ fn sampling_is_seeded() {
 /// row 1 (shorter, left-padded, no encoder context) must decode as plain Llama.
 #[test]
 fn cepe_batch_mixes_encoder_and_plain_rows() {
-    let dir =
-        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/cepe-tiny");
+    let dir = fixture("cepe-tiny");
     let ckpt = Checkpoint::open(&dir).unwrap();
     let model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
     let inputs: serde_json::Value =

@@ -1,15 +1,10 @@
 //! Checkpoint loading errors: missing tensors, shape mismatches, unsupported configs.
 
-use std::path::{Path, PathBuf};
-
 use candle_core::{DType, Device};
 use capstan_reader::{Architecture, Checkpoint, Error, Llama, LlamaConfig, RopeScaling};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
-}
+mod common;
+use common::fixture;
 
 fn config(name: &str) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap())

@@ -2,18 +2,16 @@
 //! exactly the plain model's logits; a narrower one changes them; decoding through the KV
 //! cache (with local layers' trimmed caches) equals one full pass.
 
-use std::path::Path;
-
 use candle_core::{DType, Device, Tensor};
 use capstan_reader::{AttentionPattern, Cache, Checkpoint};
+
+mod common;
+use common::fixture;
 
 const FIXTURES: [&str; 3] = ["llama-abf-tiny", "llama-gqa-sharded", "llama-linear-rope"];
 
 fn logits(dir: &str, pattern: &str, ids: &[u32]) -> Vec<Vec<f32>> {
-    let path =
-        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(dir);
+    let path = fixture(dir);
     let ckpt = Checkpoint::open(&path).unwrap();
     let mut model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
     model.set_attention(pattern.parse().unwrap()).unwrap();
@@ -27,10 +25,7 @@ fn logits(dir: &str, pattern: &str, ids: &[u32]) -> Vec<Vec<f32>> {
 }
 
 fn ids(dir: &str, n: usize) -> Vec<u32> {
-    let path =
-        Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures")
-            .join(dir);
+    let path = fixture(dir);
     let vocab = Checkpoint::open(&path).unwrap().config().vocab_size as u32;
     (0..n as u32).map(|i| (i * 7919 + 13) % vocab).collect()
 }
@@ -88,10 +83,7 @@ fn decoding_through_the_cache_equals_one_pass() {
         "scca:mixed,chunk=8",
     ] {
         let whole = logits(dir, p, &input);
-        let path =
-            Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures")
-                .join(dir);
+        let path = fixture(dir);
         let ckpt = Checkpoint::open(&path).unwrap();
         let mut model = ckpt.load_model(&Device::Cpu, Some(DType::F32)).unwrap();
         model.set_attention(p.parse().unwrap()).unwrap();

@@ -7,6 +7,9 @@ use candle_core::Tensor;
 use capstan_reader::{Cache, GenerationParams, Generator, Llama, PassageCache, Request};
 use serde_json::Value;
 
+/// `tests/fixtures/NAME`. The crate's folder is read when the test runs (cargo sets
+/// `CARGO_MANIFEST_DIR` for it), not compiled in: cargo reuses a test binary built in another
+/// checkout sharing the target dir, whose folder may be gone.
 pub fn fixture(name: &str) -> PathBuf {
     Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
