@@ -249,6 +249,28 @@ pub fn asks_for_a_member(question: &str) -> bool {
     })
 }
 
+/// Whether `question` asks for a program ("which command converts…", "the name of the program
+/// that…", "which tool can I use…") and not for one of its options: a program's options then
+/// answer it no better than any other words of its page.
+pub fn asks_for_a_program(question: &str) -> bool {
+    let q = question.to_lowercase();
+    let words = words_of(&q);
+    words.iter().any(|w| PROGRAM_NOUNS.contains(w))
+        && !words
+            .iter()
+            .any(|w| matches!(*w, "option" | "options" | "flag" | "flags" | "switch"))
+}
+
+/// Nouns a question names a program by.
+const PROGRAM_NOUNS: &[&str] = &[
+    "command",
+    "program",
+    "tool",
+    "utility",
+    "daemon",
+    "executable",
+];
+
 /// Nouns of the parts of a document a question asks for by kind: a program's options and
 /// flags, a module's functions, classes and constants, a type's methods and fields, a
 /// configuration's keys and settings.
@@ -417,5 +439,25 @@ mod tests {
             Asks::Description.cues(),
             ["as", "for", "is", "was", "are", "were"]
         );
+    }
+
+    #[test]
+    fn a_program_is_asked_for_by_its_noun_unless_an_option_is() {
+        assert!(asks_for_a_program(
+            "Which command converts a GRAP diagram into a cropped image?"
+        ));
+        assert!(asks_for_a_program(
+            "What is the name of the program that reverses lines?"
+        ));
+        assert!(asks_for_a_program(
+            "Which tool can I use to show process capabilities?"
+        ));
+        assert!(!asks_for_a_program(
+            "Which command-line option turns off padding?"
+        ));
+        assert!(!asks_for_a_program("What flag makes the tool quiet?"));
+        assert!(!asks_for_a_program(
+            "Which function returns the line number?"
+        ));
     }
 }

@@ -9,7 +9,7 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::asks::{asks_for_a_member, governing_preposition, Asks};
+use super::asks::{asks_for_a_member, asks_for_a_program, governing_preposition, Asks};
 use super::candidates::{words, Candidate, RangeEnd};
 use super::layout::{self, LineRole};
 use super::shape::{Shape, SHAPES};
@@ -126,6 +126,7 @@ pub fn names() -> Vec<String> {
     n.push("heads_a_list".into());
     n.push("title_when_the_question_asks_a_member".into());
     n.push("after_default_when_asked".into());
+    n.push("in_the_definition_of_a_term_the_question_names".into());
     n
 }
 
@@ -211,6 +212,16 @@ const MEMBER_TITLE: usize = DEFINITION + 4;
 /// 2.0"): documentation states a default in those words.
 const DEFAULT: usize = MEMBER_TITLE + 1;
 
+/// Index of `in_the_definition_of_a_term_the_question_names`: the span lies in the definition
+/// of a term the question names ("What is the default value of the -error-threshold option?":
+/// "2.0" under "-error-threshold=float"; "What does --interval default to?"): a question about
+/// a named option or function is answered by what its definition says, not by the words on
+/// its line.
+pub(crate) const NAMED_TERM: usize = DEFAULT + 1;
+
+/// Lines above a span searched for the term whose definition holds it.
+const TERM_REACH_LINES: usize = 40;
+
 /// Bytes before a span within which "default" states it.
 const DEFAULT_REACH: usize = 24;
 
@@ -246,6 +257,11 @@ pub struct Question {
     asks_an_end: bool,
     /// It asks for a part of a document ([`asks_for_a_member`]).
     asks_a_member: bool,
+    /// It asks for a program, not an option of one ([`asks_for_a_program`]).
+    asks_a_program: bool,
+    /// The words of the question that could name a term, as [`layout::term_names`] gives
+    /// them: options ("-g", "--interval") and identifiers, punctuation around them dropped.
+    names: Vec<String>,
     /// It asks for a default ("default", "defaults", "defaulted").
     asks_a_default: bool,
     /// The words that introduce its answer in a statement: the preposition its wh-phrase
@@ -265,6 +281,14 @@ impl Question {
             stems,
             asks,
             asks_a_member: asks_for_a_member(question),
+            asks_a_program: asks_for_a_program(question),
+            names: question
+                .split_whitespace()
+                .map(|w| w.trim_matches(|c: char| !(c.is_alphanumeric() || "-_.".contains(c))))
+                .map(|w| w.trim_end_matches('.'))
+                .filter(|w| w.len() >= 2)
+                .map(str::to_string)
+                .collect(),
             asks_a_default: question.to_lowercase().contains("default"),
             cues: match governing_preposition(question) {
                 Some(p) => vec![p],
@@ -558,39 +582,76 @@ pub fn features(
                 (shape == Shape::Words as usize && cuts_a_phrase(source, c.end)) as u8 as f32;
             if !c.in_title {
                 let line = layout::line_at(&hit.text, c.start);
-                let (role, share) = roles.entry((c.hit, line.start)).or_insert_with(|| {
-                    let role = layout::role(&hit.text, line.clone());
-                    let share = match &role {
-                        LineRole::Term { definition } => {
-                            let words: Vec<String> = view
-                                .words
+                let mut role_of = |line: std::ops::Range<usize>| {
+                    roles
+                        .entry((c.hit, line.start))
+                        .or_insert_with(|| line_role(question, view, &hit.text, line))
+                        .clone()
+                };
+                f[NAMED_TERM] = (!question.names.is_empty()
+                    && layout::lines_above(&hit.text, c.start)
+                        .take(TERM_REACH_LINES)
+                        .find_map(|l| match role_of(l.clone()).0 {
+                            LineRole::Term { definition } if definition.contains(&c.start) => {
+                                Some(l)
+                            }
+                            _ => None,
+                        })
+                        .is_some_and(|l| {
+                            layout::term_names(&hit.text[l])
                                 .iter()
-                                .filter(|w| definition.start <= w.start && w.end <= definition.end)
-                                .take(DEFINITION_WORDS)
-                                .map(|w| w.stem.clone())
-                                .collect();
-                            question.share_in(&words)
-                        }
-                        _ => 0.0,
-                    };
-                    (role, share)
-                });
+                                .any(|n| question.names.iter().any(|q| q == n))
+                        })) as u8 as f32;
+                let (role, share) = role_of(line.clone());
                 if let LineRole::Term { .. } = role {
                     f[DEFINITION] = 1.0;
                     f[DEFINITION + 1] =
                         layout::starts_the_line(&hit.text, line, c.start) as u8 as f32;
-                    f[DEFINITION + 2] = *share;
+                    f[DEFINITION + 2] = share;
                 }
-                f[DEFINITION + 3] = (*role == LineRole::Heading) as u8 as f32;
+                f[DEFINITION + 3] = (role == LineRole::Heading) as u8 as f32;
             }
             f[MEMBER_TITLE] = (c.in_title && question.asks_a_member) as u8 as f32;
             f[DEFAULT] = (question.asks_a_default
                 && !c.in_title
                 && follows_default(&hit.text, c.start)) as u8 as f32;
-            debug_assert_eq!(DEFAULT + 1, n);
+            debug_assert_eq!(NAMED_TERM + 1, n);
             f
         })
         .collect()
+}
+
+/// What `line` of `text` is in a definition list, read for `question`, with the share of the
+/// question's words in the first words of its definition where it is a term.
+fn line_role(
+    question: &Question,
+    view: &PassageView,
+    text: &str,
+    line: std::ops::Range<usize>,
+) -> (LineRole, f32) {
+    let role = match layout::role(text, line.clone()) {
+        // An option is no answer to which program does something.
+        LineRole::Term { .. }
+            if question.asks_a_program && layout::led_by_a_flag(&text[line.clone()]) =>
+        {
+            LineRole::Plain
+        }
+        role => role,
+    };
+    let share = match &role {
+        LineRole::Term { definition } => {
+            let words: Vec<String> = view
+                .words
+                .iter()
+                .filter(|w| definition.start <= w.start && w.end <= definition.end)
+                .take(DEFINITION_WORDS)
+                .map(|w| w.stem.clone())
+                .collect();
+            question.share_in(&words)
+        }
+        _ => 0.0,
+    };
+    (role, share)
 }
 
 /// Sets the likelihood features of the scored candidates: `scored[i]` is candidate `rows[i]`'s

@@ -151,9 +151,13 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 19
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 20
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
+    assert_eq!(
+        names()[NAMED_TERM],
+        "in_the_definition_of_a_term_the_question_names"
+    );
     assert_eq!(names()[DEFINITION], "on_a_term_line");
     assert_eq!(names()[DEFINITION + 3], "heads_a_list");
     assert_eq!(

@@ -3,7 +3,10 @@
 //! variables, pydoc's functions and methods, reStructuredText's and Markdown's definition
 //! lists, a glossary). A question asking which term does something is answered by the term
 //! whose definition says it, which may lie further from the term than the words around a span
-//! reach; and a heading over such a list ("FUNCTIONS", "OPTIONS") is a term of none.
+//! reach; and a heading over such a list ("FUNCTIONS", "OPTIONS") is a term of none. Where a
+//! converter flattened the margins away (a manual page as text, `--help` pasted into a README),
+//! a line of command-line options alone is still a term: its definition runs to the next such
+//! line or heading.
 
 use std::ops::Range;
 
@@ -43,6 +46,60 @@ fn in_capitals(line: &str) -> bool {
         && line.chars().all(|c| c.is_ascii_uppercase() || c == ' ')
 }
 
+/// Whether `word` is a command-line flag: one or two hyphens, then a letter or digit (`-u`,
+/// `--user`, `-error-threshold=float`, `-1`; not `-` or `--`), a comma after it allowed.
+fn is_flag(word: &str) -> bool {
+    let word = word.trim_end_matches(',');
+    let name = word.trim_start_matches('-');
+    (1..=2).contains(&(word.len() - name.len()))
+        && name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric())
+}
+
+/// Whether `line` names command-line options and nothing else: alternatives separated by
+/// commas, each a flag with at most an argument after it ("-u, --user LOGIN", "-d
+/// destination"). A sentence that starts with a flag ends in a full stop or runs on for more
+/// words.
+fn names_options(line: &str) -> bool {
+    /// Words on an options line at most: two flags, their arguments and a spare.
+    const MAX_WORDS: usize = 6;
+    let line = line.trim_matches([' ', '\t', '|', '\r']);
+    !line.is_empty()
+        && !line.ends_with(['.', ':', ';'])
+        && line.split_whitespace().count() <= MAX_WORDS
+        && line.split(", ").all(|alternative| {
+            let mut words = alternative.split_whitespace();
+            words.next().is_some_and(is_flag) && words.count() <= 1
+        })
+}
+
+/// Where the words after the flag that leads `line` start, when a flag named by a letter leads
+/// it and its definition follows on the same line ("-r Run recursively; …", as manual pages lay
+/// out short options). A line naming options alone, or a number ("-1 is returned"), has none.
+fn definition_after_flag(line: &str) -> Option<usize> {
+    let body = line.trim_start_matches([' ', '\t', '|']);
+    let word = body.split_whitespace().next()?;
+    let named_by_a_letter = word
+        .trim_start_matches('-')
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic());
+    if !is_flag(word) || !named_by_a_letter || names_options(line) {
+        return None;
+    }
+    let after = line.len() - body.len() + word.len();
+    let rest = &line[after..];
+    Some(after + (rest.len() - rest.trim_start().len()))
+}
+
+/// Whether a flag leads `line`: it names options, or an option and its definition, and so
+/// starts a term of its own.
+pub fn led_by_a_flag(line: &str) -> bool {
+    line.split_whitespace().next().is_some_and(is_flag)
+}
+
 /// The lines of `text` from byte `from` on, each with its byte offset.
 fn lines_from(text: &str, from: usize) -> impl Iterator<Item = (usize, &str)> {
     text[from..].split('\n').scan(from, |at, line| {
@@ -77,10 +134,21 @@ pub fn role(text: &str, line: Range<usize>) -> LineRole {
     if depth == 0 && in_capitals(here) {
         return LineRole::Heading;
     }
+    if let Some(at) = definition_after_flag(here) {
+        let end = definition_end(text, depth, line.end);
+        return LineRole::Term {
+            definition: line.start + at..end,
+        };
+    }
     let Some((first_start, first)) = next_filled(text, line.end) else {
         return LineRole::Plain;
     };
     let first_depth = indent(first);
+    if first_depth == depth && names_options(here) && !led_by_a_flag(first) && !in_capitals(first) {
+        return LineRole::Term {
+            definition: first_start..definition_end(text, depth, first_start + first.len()),
+        };
+    }
     if first_depth <= depth {
         return LineRole::Plain;
     }
@@ -103,6 +171,49 @@ pub fn role(text: &str, line: Range<usize>) -> LineRole {
     LineRole::Term {
         definition: first_start..end,
     }
+}
+
+/// The end of an option's definition whose first line ends at byte `from`: it runs on over the
+/// lines below as deep as the option's `depth` or deeper (a converter may have flattened the
+/// margins) until the next option, a heading or a shallower line.
+fn definition_end(text: &str, depth: usize, from: usize) -> usize {
+    let mut end = from;
+    if from >= text.len() {
+        return end;
+    }
+    for (start, l) in lines_from(text, from + 1) {
+        if blank(l) {
+            continue;
+        }
+        if indent(l) < depth || led_by_a_flag(l) || (indent(l) == 0 && in_capitals(l)) {
+            break;
+        }
+        end = start + l.len();
+    }
+    end
+}
+
+/// The lines of `text` from the one holding byte `pos` upwards, each as a byte range.
+pub fn lines_above(text: &str, pos: usize) -> impl Iterator<Item = Range<usize>> + '_ {
+    let first = line_at(text, pos);
+    std::iter::successors(Some(first), move |l| {
+        (l.start > 0).then(|| line_at(text, l.start - 1))
+    })
+}
+
+/// The names a term line gives its term: its first word ("isreadable" of
+/// "isreadable(object)", "-error-threshold" of "-error-threshold=float") and each further flag
+/// ("--user" of "-u, --user LOGIN"), each cut before an argument or parameter list.
+pub fn term_names(line: &str) -> Vec<&str> {
+    fn cut(word: &str) -> &str {
+        let word = word.trim_end_matches(',');
+        word.split(['=', '(', '[', '<']).next().unwrap_or(word)
+    }
+    let mut words = line.split_whitespace().filter(|w| *w != "|");
+    let mut names: Vec<&str> = words.next().map(cut).into_iter().collect();
+    names.extend(words.filter(|w| is_flag(w)).map(cut));
+    names.retain(|n| n.len() >= 2);
+    names
 }
 
 /// Whether the span starting at byte `start` of `line` (a byte range of `text`) starts the
@@ -128,6 +239,16 @@ mod tests {
     const MANPAGE: &str = "OPTIONS\n       -a, --all\n              do not ignore entries \
                            starting with .\n\n       -A, --almost-all\n              do not \
                            list implied . and ..\n";
+
+    /// A manual page whose margins a converter flattened.
+    const FLAT: &str =
+        "OPTIONS\nThe options which apply to the lastlog command are:\n-b, --before \
+                        DAYS\nPrint only lastlog records older than DAYS.\n-C, --clear\nClear \
+                        lastlog record of a user.\nThis option can be used only with -u.\n-u, \
+                        --user LOGIN|RANGE\nPrint the lastlog record of the specified \
+                        user(s).\n-d destination_dir\nPut the files beneath destination_dir.\n\
+                        -r Run recursively; if any are directories,\nrun on all files in them.\n\
+                        -a Run automagically.\nNOTE\n-5 degrees is cold\nand so on.\n";
 
     fn role_of(text: &str, needle: &str) -> LineRole {
         role(text, line_at(text, text.find(needle).unwrap()))
@@ -160,6 +281,64 @@ mod tests {
             "     |      Determine if the record is logged."
         );
         assert!(definition_of(CLASS, "class Filter").contains("Filter instances filter"));
+    }
+
+    #[test]
+    fn a_line_of_options_is_a_term_where_the_margins_were_flattened() {
+        assert_eq!(
+            definition_of(FLAT, "-b, --before"),
+            "Print only lastlog records older than DAYS."
+        );
+        assert_eq!(
+            definition_of(FLAT, "-C, --clear"),
+            "Clear lastlog record of a user.\nThis option can be used only with -u."
+        );
+        // The definition stops at the next option, whose own definition may follow it on its
+        // line, and at a heading.
+        assert_eq!(
+            definition_of(FLAT, "-u, --user"),
+            "Print the lastlog record of the specified user(s)."
+        );
+        assert_eq!(
+            definition_of(FLAT, "-d destination_dir"),
+            "Put the files beneath destination_dir."
+        );
+        assert_eq!(
+            definition_of(FLAT, "-r Run"),
+            "Run recursively; if any are directories,\nrun on all files in them."
+        );
+        assert_eq!(definition_of(FLAT, "-a Run"), "Run automagically.");
+        // Sentences that start with a flag or a number are no options lines.
+        assert_eq!(role_of(FLAT, "-5 degrees"), LineRole::Plain);
+        assert_eq!(role_of(FLAT, "The options which"), LineRole::Plain);
+        assert_eq!(role_of(FLAT, "Print only"), LineRole::Plain);
+        assert!(names_options("-e, --errors=seconds"));
+        assert!(names_options("-error-threshold=float"));
+        assert!(names_options("-d destination"));
+        assert!(!names_options("--"));
+        assert!(!names_options("-v verbose mode on"));
+        assert!(!names_options("-u."));
+        assert!(!names_options("[-v | --verbose]"));
+        // A short option's definition on its own line, as `man` lays it out.
+        let man = "       -r     Run recursively; if any\n              are directories.\n       -a     Run automagically.\n";
+        assert_eq!(
+            definition_of(man, "-r"),
+            "Run recursively; if any\n              are directories."
+        );
+    }
+
+    #[test]
+    fn a_term_line_names_its_term_and_its_flags() {
+        assert_eq!(term_names("    isreadable(object)"), ["isreadable"]);
+        assert_eq!(term_names("-u, --user LOGIN|RANGE"), ["-u", "--user"]);
+        assert_eq!(term_names("-error-threshold=float"), ["-error-threshold"]);
+        assert_eq!(term_names("     |  filter(self, record)"), ["filter"]);
+        assert_eq!(term_names("--depth=<n>"), ["--depth"]);
+        let text = "one\ntwo\nthree";
+        let above: Vec<&str> = lines_above(text, text.find("three").unwrap())
+            .map(|l| &text[l])
+            .collect();
+        assert_eq!(above, ["three", "two", "one"]);
     }
 
     #[test]

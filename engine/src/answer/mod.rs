@@ -444,6 +444,69 @@ mod tests {
         assert_eq!(s.candidates[best].text(&hits), "isreadable");
     }
 
+    /// A manual page whose margins were flattened still lays out its options as terms: the
+    /// option whose definition the question paraphrases wins, and a question asking for a
+    /// program reads its options as plain words.
+    #[test]
+    fn an_option_is_read_with_its_definition_in_a_flattened_page() {
+        let text = "OPTIONS\n-C, --clear\nClear the entry of one account.\n-u, --user \
+                    LOGIN\nPrint the lastlog record of the specified user.\n-t Print the \
+                    records more recent than DAYS.\nNOTE\nThe lastlog file is a database.\n";
+        let hits = [hit("lastlog.8", "lastlog", text, 10.0)];
+        let ranked = one_sentence(text);
+        let features_of = |question: &str, t: &str| {
+            let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
+            let i = (0..s.candidates.len())
+                .find(|&i| s.candidates[i].text(&hits) == t)
+                .unwrap_or_else(|| panic!("no candidate {t}"));
+            let d = features::DEFINITION;
+            let best = s
+                .best_lexical()
+                .map(|b| s.candidates[b].text(&hits).to_string());
+            (s.features[i][d..d + 3].to_vec(), best)
+        };
+        let asked = "Which option prints the lastlog record of the given user?";
+        let (user, best) = features_of(asked, "-u");
+        let (clear, _) = features_of(asked, "-C");
+        assert_eq!(user[..2], [1.0, 1.0], "a term, first on its line");
+        assert!(user[2] > clear[2], "{user:?} {clear:?}");
+        assert!(matches!(best.as_deref(), Some("-u" | "--user")), "{best:?}");
+        let (inline, _) = features_of(asked, "-t");
+        assert_eq!(
+            inline[..2],
+            [1.0, 1.0],
+            "a definition on the option's own line"
+        );
+        let (program, _) = features_of("Which command prints the lastlog record of a user?", "-u");
+        assert_eq!(
+            program,
+            [0.0, 0.0, 0.0],
+            "no term where a program is asked for"
+        );
+    }
+
+    /// A question naming an option is answered from that option's definition.
+    #[test]
+    fn a_named_option_is_answered_from_its_definition() {
+        let text = "OPTIONS\n-error-threshold=float\nSubdivide fitted curves. Default is \
+                    2.0.\n-filter-iterations=integer\nSmooth the curve. Default is 4.\n";
+        let hits = [hit("pamtosvg.1", "pamtosvg", text, 10.0)];
+        let ranked = one_sentence(text);
+        let named = |question: &str, t: &str| {
+            let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
+            let i = (0..s.candidates.len())
+                .find(|&i| s.candidates[i].text(&hits) == t)
+                .unwrap_or_else(|| panic!("no candidate {t}"));
+            s.features[i][features::NAMED_TERM]
+        };
+        let asked = "What is the default value of the -error-threshold option of pamtosvg?";
+        assert_eq!(named(asked, "2.0"), 1.0);
+        assert_eq!(named(asked, "4"), 0.0, "another option's definition");
+        assert_eq!(named(asked, "float"), 0.0, "the term's own line");
+        assert_eq!(named("What is the default of the smoothing?", "2.0"), 0.0);
+        assert_eq!(named("What does -filter-iterations default to?", "4"), 1.0);
+    }
+
     /// Another document's title is flagged as the answer only where the question names a
     /// retrieved title itself.
     #[test]
