@@ -13,7 +13,11 @@ use super::asks::{asks_for_a_member, asks_for_a_program, governing_preposition, 
 use super::candidates::{words, Candidate, RangeEnd};
 use super::layout::{self, LineRole};
 use super::shape::{Shape, SHAPES};
-use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS, NOT_AGENTS};
+use super::span_text::{
+    cuts_a_name, cuts_a_phrase, follows_default, holds_a_clause, is_agent_noun,
+    is_call_with_arguments, is_option_with_argument,
+};
+use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS};
 
 /// Words of the question a candidate should be near: within this many words either side.
 const WINDOW: usize = 10;
@@ -222,9 +226,6 @@ pub(crate) const NAMED_TERM: usize = DEFAULT + 1;
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
 
-/// Bytes before a span within which "default" states it.
-const DEFAULT_REACH: usize = 24;
-
 /// Words of a term's definition its question-word share reads: a definition's first
 /// sentence or two says what the term does.
 const DEFINITION_WORDS: usize = 30;
@@ -235,6 +236,8 @@ const BESIDE_WORDS: usize = 3;
 
 /// Index of the first of the reader's likelihood features (they are 0 until scored).
 pub const LM_FEATURES: std::ops::Range<usize> = 24..29;
+/// Index of `after_copula`.
+const AFTER_COPULA: usize = 20;
 /// Index of `in_context`.
 pub const IN_CONTEXT: usize = 23;
 const SHAPE_BASE: usize = 29;
@@ -544,7 +547,8 @@ pub fn features(
             f[17] = c.whole_value as u8 as f32;
             f[18] = c.in_title as u8 as f32;
             f[19] = (c.previous == "by") as u8 as f32;
-            f[20] = matches!(c.previous.as_str(), "is" | "are" | "was" | "were") as u8 as f32;
+            f[AFTER_COPULA] =
+                matches!(c.previous.as_str(), "is" | "are" | "was" | "were") as u8 as f32;
             f[21] = matches!(c.previous.as_str(), "called" | "named") as u8 as f32;
             f[22] = (counts[norm.as_str()] as f32).ln();
             f[IN_CONTEXT] = in_context(c) as u8 as f32;
@@ -554,7 +558,13 @@ pub fn features(
             f[CALL] = is_call_with_arguments(c.text(hits)) as u8 as f32;
             f[AFTER_AS] = (c.previous == "as") as u8 as f32;
             f[NAMED_TITLE] = (c.in_title && names_a_title) as u8 as f32;
-            if let Some((ps, pe)) = c.parameter {
+            // An option's `=VALUE` names what to give (a synopsis' "[-error-threshold=float]",
+            // a term line's "--depth=<n>"); a parameter's default is written `name=value` in
+            // a signature, whose names take no hyphen.
+            let placeholder = c
+                .parameter
+                .is_some_and(|(ps, _)| hit.text[ps..].starts_with('-'));
+            if let Some((ps, pe)) = c.parameter.filter(|_| !placeholder) {
                 f[PARAMETER] = 1.0;
                 let name = &hit.text[ps..pe];
                 let named = super::spelled_in(&question.text, name)
@@ -615,6 +625,11 @@ pub fn features(
             f[DEFAULT] = (question.asks_a_default
                 && !c.in_title
                 && follows_default(&hit.text, c.start)) as u8 as f32;
+            if f[DEFAULT] == 1.0 {
+                // "Default is 2.0" states a value; the copula's weight is for a predicate
+                // that describes ("was a celebrated engineer").
+                f[AFTER_COPULA] = 0.0;
+            }
             debug_assert_eq!(NAMED_TERM + 1, n);
             f
         })
@@ -670,111 +685,6 @@ pub fn set_likelihoods(features: &mut [Vec<f32>], rows: &[usize], scored: &[(f32
         f[LM_FEATURES.start + 3] = floor(mean) - floor(best);
         f[LM_FEATURES.start + 4] = 1.0 / (1.0 + rank as f32);
     }
-}
-
-/// Suffixes of English nouns of agents: -er, -or, -ist, -ian, -eer, -ant, -man, -smith, -wright.
-const AGENT_SUFFIXES: &[&str] = &[
-    "er", "or", "ist", "ian", "eer", "ant", "man", "smith", "wright",
-];
-
-/// Whether `text`'s last word (its last run of ASCII letters) is a small-letter word of five
-/// letters or more with an agent's suffix ("glassblower", "zoologist"; not "Miller", a name,
-/// nor "cheaper", a comparative).
-fn is_agent_noun(text: &str) -> bool {
-    text.split(|c: char| !c.is_ascii_alphabetic())
-        .rfind(|w| !w.is_empty())
-        .is_some_and(|w| {
-            w.len() >= 5
-                && w.bytes().all(|b| b.is_ascii_lowercase())
-                && AGENT_SUFFIXES.iter().any(|s| w.ends_with(s))
-                && !NOT_AGENTS.contains(&w)
-        })
-}
-
-/// Whether "default" (or "defaults", "Default") stands within [`DEFAULT_REACH`] bytes before
-/// byte `start` of `text`, with no sentence's end or line break between ("Default is 48",
-/// "(default: 5)", "defaults to 1.0"; not "default. 5" nor a default on the line above).
-fn follows_default(text: &str, start: usize) -> bool {
-    let mut from = start.saturating_sub(DEFAULT_REACH);
-    while !text.is_char_boundary(from) {
-        from += 1;
-    }
-    let before = text[from..start].to_lowercase();
-    before.rfind("default").is_some_and(|at| {
-        let between = &before[at + "default".len()..];
-        !between.contains(['.', ';', '\n', '!', '?'])
-    })
-}
-
-/// Whether `text` has a copula inside it, past its first word and before its last ("Brinve
-/// was a celebrated painter", not "was" alone or "is_dir").
-fn holds_a_clause(text: &str) -> bool {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    words.len() >= 3
-        && words[1..words.len() - 1]
-            .iter()
-            .any(|w| matches!(*w, "is" | "are" | "was" | "were"))
-}
-
-/// Whether the span `start..end` of `text` has a capitalised word right beside it, one space
-/// away and not a function word ("In Othtu" is a whole name; "Martin Klapetek" is not
-/// "Klapetek").
-fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
-    let capitalised = |w: &str| {
-        w.starts_with(|c: char| c.is_uppercase())
-            && w.chars().all(char::is_alphanumeric)
-            && !NON_ANSWER_STARTS.contains(&w.to_lowercase().as_str())
-    };
-    let before = text[..start]
-        .strip_suffix(' ')
-        .filter(|b| !b.ends_with(char::is_whitespace))
-        .and_then(|b| b.rsplit(char::is_whitespace).next())
-        .is_some_and(capitalised);
-    before || next_word(text, end).is_some_and(capitalised)
-}
-
-/// The word one space after byte `end` of `text`, its closing punctuation left off ("mine" in
-/// "lighting| mine galleries", "Project" in "GNOME| Project."); none past a line break, two
-/// spaces or punctuation.
-fn next_word(text: &str, end: usize) -> Option<&str> {
-    text[end..]
-        .strip_prefix(' ')
-        .and_then(|a| a.split(char::is_whitespace).next())
-        .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
-}
-
-/// Whether a small-letter content word follows byte `end` of `text`, one space away ("mine"
-/// after "lighting" in "lighting mine galleries"; not "for" nor "Othtu", nor a word after a
-/// comma).
-fn cuts_a_phrase(text: &str, end: usize) -> bool {
-    let ends_in_a_letter = text[..end].ends_with(char::is_alphanumeric);
-    let next = next_word(text, end).unwrap_or("");
-    ends_in_a_letter
-        && next.starts_with(|c: char| c.is_lowercase())
-        && next.chars().all(|c| c.is_alphabetic() || c == '-')
-        && !NON_ANSWER_STARTS.contains(&next)
-}
-
-/// Whether `text` is a command-line option followed by its argument ("--context=N",
-/// "--port tcp-port", "-o output_file", "--signed-tags=(verbatim|warn)").
-fn is_option_with_argument(text: &str) -> bool {
-    Shape::of(text) == Shape::Option && text.contains(['=', ' ', '<', '['])
-}
-
-/// Whether `text` is a call with its arguments, `name(args)` ("is_dir(self)"): a question
-/// naming a function or method is answered by its name, which is a candidate of its own.
-fn is_call_with_arguments(text: &str) -> bool {
-    let Some(inner) = text.strip_suffix(')') else {
-        return false;
-    };
-    let Some((name, args)) = inner.split_once('(') else {
-        return false;
-    };
-    !name.is_empty()
-        && !args.trim().is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | ':'))
 }
 
 /// Sets the relation features of `rows`: `similarity[i]` is row `rows[i]`'s.

@@ -154,6 +154,7 @@ fn shapes_of_answers() {
         SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 20
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
+    assert_eq!(names()[AFTER_COPULA], "after_copula");
     assert_eq!(
         names()[NAMED_TERM],
         "in_the_definition_of_a_term_the_question_names"

@@ -13,6 +13,7 @@ pub mod features;
 pub mod layout;
 pub mod relation;
 mod shape;
+mod span_text;
 
 use std::sync::OnceLock;
 
@@ -492,14 +493,24 @@ mod tests {
                     2.0.\n-filter-iterations=integer\nSmooth the curve. Default is 4.\n";
         let hits = [hit("pamtosvg.1", "pamtosvg", text, 10.0)];
         let ranked = one_sentence(text);
-        let named = |question: &str, t: &str| {
+        let feature = |question: &str, t: &str, f: usize| {
             let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
             let i = (0..s.candidates.len())
                 .find(|&i| s.candidates[i].text(&hits) == t)
                 .unwrap_or_else(|| panic!("no candidate {t}"));
-            s.features[i][features::NAMED_TERM]
+            s.features[i][f]
         };
+        let named = |question: &str, t: &str| feature(question, t, features::NAMED_TERM);
         let asked = "What is the default value of the -error-threshold option of pamtosvg?";
+        // The option's argument on its term line is a placeholder, not a parameter's value.
+        let names = features::names();
+        let parameter = names.iter().position(|n| n == "parameter_value").unwrap();
+        assert_eq!(feature(asked, "float", parameter), 0.0);
+        assert_eq!(feature(asked, "float", parameter + 1), 0.0);
+        // "Default is 2.0" states the default: no copula's predicate.
+        let copula = names.iter().position(|n| n == "after_copula").unwrap();
+        assert_eq!(feature(asked, "2.0", copula), 0.0);
+        assert_eq!(feature("What is the smoothing?", "2.0", copula), 1.0);
         assert_eq!(named(asked, "2.0"), 1.0);
         assert_eq!(named(asked, "4"), 0.0, "another option's definition");
         assert_eq!(named(asked, "float"), 0.0, "the term's own line");

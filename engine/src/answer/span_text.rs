@@ -1,0 +1,114 @@
+//! What a span's own words and the words right beside it say, read apart from the question:
+//! an agent's noun, a stated default, a clause, a name or phrase cut short, an option with its
+//! argument, a call. The answer ranker's features ([`super::features`]) weigh them.
+
+use super::shape::Shape;
+use crate::words::{NON_ANSWER_STARTS, NOT_AGENTS};
+
+/// Bytes before a span within which "default" states it.
+pub(super) const DEFAULT_REACH: usize = 24;
+
+/// Suffixes of English nouns of agents: -er, -or, -ist, -ian, -eer, -ant, -man, -smith, -wright.
+const AGENT_SUFFIXES: &[&str] = &[
+    "er", "or", "ist", "ian", "eer", "ant", "man", "smith", "wright",
+];
+
+/// Whether `text`'s last word (its last run of ASCII letters) is a small-letter word of five
+/// letters or more with an agent's suffix ("glassblower", "zoologist"; not "Miller", a name,
+/// nor "cheaper", a comparative).
+pub(super) fn is_agent_noun(text: &str) -> bool {
+    text.split(|c: char| !c.is_ascii_alphabetic())
+        .rfind(|w| !w.is_empty())
+        .is_some_and(|w| {
+            w.len() >= 5
+                && w.bytes().all(|b| b.is_ascii_lowercase())
+                && AGENT_SUFFIXES.iter().any(|s| w.ends_with(s))
+                && !NOT_AGENTS.contains(&w)
+        })
+}
+
+/// Whether "default" (or "defaults", "Default") stands within [`DEFAULT_REACH`] bytes before
+/// byte `start` of `text`, with no sentence's end or line break between ("Default is 48",
+/// "(default: 5)", "defaults to 1.0"; not "default. 5" nor a default on the line above).
+pub(super) fn follows_default(text: &str, start: usize) -> bool {
+    let mut from = start.saturating_sub(DEFAULT_REACH);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let before = text[from..start].to_lowercase();
+    before.rfind("default").is_some_and(|at| {
+        let between = &before[at + "default".len()..];
+        !between.contains(['.', ';', '\n', '!', '?'])
+    })
+}
+
+/// Whether `text` has a copula inside it, past its first word and before its last ("Brinve
+/// was a celebrated painter", not "was" alone or "is_dir").
+pub(super) fn holds_a_clause(text: &str) -> bool {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    words.len() >= 3
+        && words[1..words.len() - 1]
+            .iter()
+            .any(|w| matches!(*w, "is" | "are" | "was" | "were"))
+}
+
+/// Whether the span `start..end` of `text` has a capitalised word right beside it, one space
+/// away and not a function word ("In Othtu" is a whole name; "Martin Klapetek" is not
+/// "Klapetek").
+pub(super) fn cuts_a_name(text: &str, start: usize, end: usize) -> bool {
+    let capitalised = |w: &str| {
+        w.starts_with(|c: char| c.is_uppercase())
+            && w.chars().all(char::is_alphanumeric)
+            && !NON_ANSWER_STARTS.contains(&w.to_lowercase().as_str())
+    };
+    let before = text[..start]
+        .strip_suffix(' ')
+        .filter(|b| !b.ends_with(char::is_whitespace))
+        .and_then(|b| b.rsplit(char::is_whitespace).next())
+        .is_some_and(capitalised);
+    before || next_word(text, end).is_some_and(capitalised)
+}
+
+/// The word one space after byte `end` of `text`, its closing punctuation left off ("mine" in
+/// "lighting| mine galleries", "Project" in "GNOME| Project."); none past a line break, two
+/// spaces or punctuation.
+pub(super) fn next_word(text: &str, end: usize) -> Option<&str> {
+    text[end..]
+        .strip_prefix(' ')
+        .and_then(|a| a.split(char::is_whitespace).next())
+        .map(|w| w.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
+}
+
+/// Whether a small-letter content word follows byte `end` of `text`, one space away ("mine"
+/// after "lighting" in "lighting mine galleries"; not "for" nor "Othtu", nor a word after a
+/// comma).
+pub(super) fn cuts_a_phrase(text: &str, end: usize) -> bool {
+    let ends_in_a_letter = text[..end].ends_with(char::is_alphanumeric);
+    let next = next_word(text, end).unwrap_or("");
+    ends_in_a_letter
+        && next.starts_with(|c: char| c.is_lowercase())
+        && next.chars().all(|c| c.is_alphabetic() || c == '-')
+        && !NON_ANSWER_STARTS.contains(&next)
+}
+
+/// Whether `text` is a command-line option followed by its argument ("--context=N",
+/// "--port tcp-port", "-o output_file", "--signed-tags=(verbatim|warn)").
+pub(super) fn is_option_with_argument(text: &str) -> bool {
+    Shape::of(text) == Shape::Option && text.contains(['=', ' ', '<', '['])
+}
+
+/// Whether `text` is a call with its arguments, `name(args)` ("is_dir(self)"): a question
+/// naming a function or method is answered by its name, which is a candidate of its own.
+pub(super) fn is_call_with_arguments(text: &str) -> bool {
+    let Some(inner) = text.strip_suffix(')') else {
+        return false;
+    };
+    let Some((name, args)) = inner.split_once('(') else {
+        return false;
+    };
+    !name.is_empty()
+        && !args.trim().is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | ':'))
+}
