@@ -79,7 +79,9 @@ fn names_options(line: &str) -> bool {
 /// it and its definition follows on the same line ("-r Run recursively; …", as manual pages lay
 /// out short options). A line naming options alone, or a number ("-1 is returned"), has none.
 fn definition_after_flag(line: &str) -> Option<usize> {
-    let body = line.trim_start_matches([' ', '\t', '|']);
+    // Trimmed of every kind of space (a no-break or em space too), so that the first word
+    // split off below starts where `body` does.
+    let body = line.trim_start_matches(|c: char| c.is_whitespace() || c == '|');
     let word = body.split_whitespace().next()?;
     let named_by_a_letter = word
         .trim_start_matches('-')
@@ -319,12 +321,31 @@ mod tests {
         assert!(!names_options("-v verbose mode on"));
         assert!(!names_options("-u."));
         assert!(!names_options("[-v | --verbose]"));
+        // Spaces past ASCII before a flag: found, and no byte offset inside a character.
+        let wide = "\u{2003}-r Run recursively\u{2003}now.\n\u{a0}-a Run again.\n";
+        assert_eq!(definition_of(wide, "-r"), "Run recursively\u{2003}now.");
+        assert_eq!(definition_of(wide, "-a"), "Run again.");
         // A short option's definition on its own line, as `man` lays it out.
         let man = "       -r     Run recursively; if any\n              are directories.\n       -a     Run automagically.\n";
         assert_eq!(
             definition_of(man, "-r"),
             "Run recursively; if any\n              are directories."
         );
+    }
+
+    /// Every line of text mixing spaces, margins, flags and characters of several bytes is
+    /// read without a panic.
+    #[test]
+    fn any_line_is_read_without_a_panic() {
+        let text =
+            "\u{2003}-é Été\u{a0}—\n |  -ü, --über=ß\n\u{3000}ß\n-\n--\n\t-x\u{2003}y z w.\n\u{a0}";
+        for (pos, _) in text.char_indices() {
+            let line = line_at(text, pos);
+            let _ = role(text, line.clone());
+            let _ = term_names(&text[line.clone()]);
+            let _ = starts_the_line(text, line, pos);
+            assert!(lines_above(text, pos).count() >= 1);
+        }
     }
 
     #[test]
