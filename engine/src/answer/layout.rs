@@ -160,18 +160,8 @@ pub fn role(text: &str, line: Range<usize>) -> LineRole {
         return LineRole::Heading;
     }
     // The definition runs on while its lines (or blank ones) are deeper than the term.
-    let mut end = first_end;
-    for (start, l) in lines_from(text, first_start) {
-        if blank(l) {
-            continue;
-        }
-        if indent(l) <= depth {
-            break;
-        }
-        end = start + l.len();
-    }
     LineRole::Term {
-        definition: first_start..end,
+        definition: first_start..run_end(text, first_end, |l| indent(l) <= depth),
     }
 }
 
@@ -179,6 +169,14 @@ pub fn role(text: &str, line: Range<usize>) -> LineRole {
 /// lines below as deep as the option's `depth` or deeper (a converter may have flattened the
 /// margins) until the next option, a heading or a shallower line.
 fn definition_end(text: &str, depth: usize, from: usize) -> usize {
+    run_end(text, from, |l| {
+        indent(l) < depth || led_by_a_flag(l) || (indent(l) == 0 && in_capitals(l))
+    })
+}
+
+/// The end of the last filled line of a run whose first line ends at byte `from`: the run
+/// goes on over the lines below, blank ones passed over, until one that `stops` it.
+fn run_end(text: &str, from: usize, stops: impl Fn(&str) -> bool) -> usize {
     let mut end = from;
     if from >= text.len() {
         return end;
@@ -187,7 +185,7 @@ fn definition_end(text: &str, depth: usize, from: usize) -> usize {
         if blank(l) {
             continue;
         }
-        if indent(l) < depth || led_by_a_flag(l) || (indent(l) == 0 && in_capitals(l)) {
+        if stops(l) {
             break;
         }
         end = start + l.len();

@@ -316,6 +316,13 @@ mod tests {
     }
 
     /// The extractive reader's ranking of a first passage read as one sentence.
+    /// The index of the first candidate of `s` spelled `t`, whether or not the order keeps it.
+    fn candidate(s: &Shortlist, hits: &[Hit], t: &str) -> usize {
+        (0..s.candidates.len())
+            .find(|&i| s.candidates[i].text(hits) == t)
+            .unwrap_or_else(|| panic!("no candidate {t}"))
+    }
+
     fn one_sentence(text: &str) -> Vec<ScoredSentence> {
         vec![ScoredSentence {
             passage: 0,
@@ -428,9 +435,7 @@ mod tests {
         );
         let d = features::DEFINITION;
         let of = |t: &str| {
-            let i = (0..s.candidates.len())
-                .find(|&i| s.candidates[i].text(&hits) == t)
-                .unwrap_or_else(|| panic!("no candidate {t}"));
+            let i = candidate(&s, &hits, t);
             s.features[i][d..d + 4].to_vec()
         };
         let readable = of("isreadable");
@@ -457,9 +462,7 @@ mod tests {
         let ranked = one_sentence(text);
         let features_of = |question: &str, t: &str| {
             let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
-            let i = (0..s.candidates.len())
-                .find(|&i| s.candidates[i].text(&hits) == t)
-                .unwrap_or_else(|| panic!("no candidate {t}"));
+            let i = candidate(&s, &hits, t);
             let d = features::DEFINITION;
             let best = s
                 .best_lexical()
@@ -495,9 +498,7 @@ mod tests {
         let ranked = one_sentence(text);
         let feature = |question: &str, t: &str, f: usize| {
             let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
-            let i = (0..s.candidates.len())
-                .find(|&i| s.candidates[i].text(&hits) == t)
-                .unwrap_or_else(|| panic!("no candidate {t}"));
+            let i = candidate(&s, &hits, t);
             s.features[i][f]
         };
         let named = |question: &str, t: &str| feature(question, t, features::NAMED_TERM);
