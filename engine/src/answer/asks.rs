@@ -261,6 +261,28 @@ pub fn asks_for_a_program(question: &str) -> bool {
             .any(|w| matches!(*w, "option" | "options" | "flag" | "flags" | "switch"))
 }
 
+/// Whether `question` asks for the term something goes by ("What term is used for a tuple
+/// with n fields?", "What is the name for …?", "What is a tuple with n fields called?"):
+/// English states the answer after "called" or "named" ("is called an n-ary tuple"), as a
+/// place after "in".
+pub fn asks_for_a_term(question: &str) -> bool {
+    let q = question.to_lowercase();
+    let words = words_of(&q);
+    let wh = |w: &str| matches!(w, "what" | "which");
+    words.windows(2).any(|pair| match pair {
+        [first, noun] if wh(first) => matches!(*noun, "term" | "word"),
+        [name, "for"] => *name == "name",
+        _ => false,
+    }) || (words.first().is_some_and(|w| wh(w))
+        && words
+            .last()
+            .is_some_and(|w| matches!(*w, "called" | "named" | "termed")))
+}
+
+/// Words that state a term in running text ("is called an n-ary tuple", "named the
+/// implementing type").
+pub(super) const TERM_CUES: &[&str] = &["called", "named", "termed"];
+
 /// Nouns a question names a program by.
 const PROGRAM_NOUNS: &[&str] = &[
     "command",
@@ -459,5 +481,25 @@ mod tests {
         assert!(!asks_for_a_program(
             "Which function returns the line number?"
         ));
+    }
+
+    #[test]
+    fn a_term_is_asked_for_by_its_noun_or_by_called() {
+        for asks in [
+            "What term is used for a tuple with n fields?",
+            "What is the name for the server's default mechanism?",
+            "What is a tuple with n fields called?",
+            "Which word describes a function with no name?",
+        ] {
+            assert!(asks_for_a_term(asks), "{asks}");
+        }
+        for not in [
+            "What is the name of the application that plays music?",
+            "Under what terms is LibreOffice distributed?",
+            "Who called the meeting?",
+            "What terminates the comment at the initial */?",
+        ] {
+            assert!(!asks_for_a_term(not), "{not}");
+        }
     }
 }

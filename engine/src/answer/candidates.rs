@@ -10,6 +10,9 @@
 //! (records of fields: metadata, a manual's front matter, a table) and each document's title.
 
 use capstan_reader::{is_clause_break, CLOSERS, OPENERS};
+
+/// Quotation marks a value may stand in.
+const QUOTES: &[char] = &['"', '\'', '“', '‘', '`', '«'];
 use capstan_retriever::Hit;
 
 use crate::words::NON_ANSWER_STARTS;
@@ -283,8 +286,14 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 let key = field_at(w.start).map(|f| f.0);
                 let previous = previous_word(text, &words[clause_start..i]);
                 out.push(part(name.0, name.1, key, None, previous));
-                let value_at = w.start + value_start;
-                out.push(part(value_at, w.end, None, Some(name), String::new()));
+                // A quoted value (`stop_after='run'`) is read without its quotes, as a
+                // quoted word is: the word lost its closing quote with its trailing
+                // punctuation, and a span opening on a lone quote reads badly to the reader.
+                let value = &text[w.start + value_start..w.end];
+                let value_at = w.end - value.trim_start_matches(QUOTES).len();
+                if value_at < w.end {
+                    out.push(part(value_at, w.end, None, Some(name), String::new()));
+                }
             }
             // A range of numbers holds two answers: a life's "1879-1955" says when its person
             // was born and when they died.
@@ -552,6 +561,25 @@ mod tests {
         assert!(texts("x\n---- | ----\ny")
             .iter()
             .all(|t| t != "----" && t != "|"));
+    }
+
+    #[test]
+    fn a_quoted_value_is_read_without_its_quotes() {
+        let text = "run_setup(script_name, stop_after='run')\nenable(display=1, format=\"html\")";
+        let hits = [hit("T", text)];
+        let cands = candidates(&hits);
+        let value = cands
+            .iter()
+            .find(|c| c.text(&hits) == "run")
+            .filter(|c| c.parameter.is_some())
+            .unwrap_or_else(|| panic!("{cands:?}"));
+        assert_eq!(value.parameter.map(|k| &text[k.0..k.1]), Some("stop_after"));
+        let words: Vec<&str> = cands.iter().map(|c| c.text(&hits)).collect();
+        assert!(words.contains(&"html"), "{words:?}");
+        assert!(
+            !words.iter().any(|w| w.starts_with(['\'', '"'])),
+            "no span opens on a lone quote: {words:?}"
+        );
     }
 
     #[test]

@@ -9,13 +9,15 @@
 use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
-use super::asks::{asks_for_a_member, asks_for_a_program, governing_preposition, Asks};
+use super::asks::{
+    asks_for_a_member, asks_for_a_program, asks_for_a_term, governing_preposition, Asks, TERM_CUES,
+};
 use super::candidates::{words, Candidate, RangeEnd};
 use super::layout::{self, LineRole};
 use super::shape::{Shape, SHAPES};
 use super::span_text::{
     cuts_a_name, cuts_a_phrase, follows_default, holds_a_clause, is_agent_noun,
-    is_call_with_arguments, is_option_with_argument,
+    is_call_with_arguments, is_option_with_argument, signature_function,
 };
 use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS};
 
@@ -131,6 +133,7 @@ pub fn names() -> Vec<String> {
     n.push("title_when_the_question_asks_a_member".into());
     n.push("after_default_when_asked".into());
     n.push("in_the_definition_of_a_term_the_question_names".into());
+    n.push("parameter_of_a_function_the_question_names".into());
     n
 }
 
@@ -160,8 +163,9 @@ pub(crate) const NAMED_TITLE: usize = SIDES + 2;
 /// before its help; "where was X born": the place after the words the question repeats).
 const SIDES_BY_ASKS: usize = NAMED_TITLE + 1;
 /// Index of `parameter_value`, then `parameter_named_in_question`: the span is the value of a
-/// `name=value` word (`0.25` of `sleep=0.25`), and the question names that parameter. A
-/// signature's `=None` answers nothing unless its parameter is asked about.
+/// `name=value` word (`0.25` of `sleep=0.25`), and the question names that parameter and
+/// asks for no member by name ([`asks_for_a_member`]). A signature's `=None` answers nothing
+/// unless its parameter is asked about.
 const PARAMETER: usize = SIDES_BY_ASKS + 2 * ASKS;
 /// Index of `range_first`, `range_last`, then `range_last_when_the_question_asks_an_end`: the
 /// span is a range's first or last number ("1879-1955"), and the last where the question asks
@@ -223,6 +227,12 @@ const DEFAULT: usize = MEMBER_TITLE + 1;
 /// its line.
 pub(crate) const NAMED_TERM: usize = DEFAULT + 1;
 
+/// Index of `parameter_of_a_function_the_question_names`: the span is the value of a
+/// parameter the question names in the signature of a function it names ("What is the default value of the prefix
+/// parameter of makeSuite?": `'test'` of "makeSuite(testCaseClass, prefix='test')"). A page
+/// of signatures gives the same parameter to many functions, each its own default.
+pub(crate) const NAMED_FUNCTION: usize = NAMED_TERM + 1;
+
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
 
@@ -268,7 +278,8 @@ pub struct Question {
     /// It asks for a default ("default", "defaults", "defaulted").
     asks_a_default: bool,
     /// The words that introduce its answer in a statement: the preposition its wh-phrase
-    /// hangs from where it has one, else its kind's ([`governing_preposition`], [`Asks::cues`]).
+    /// hangs from where it has one, else "called" and "named" where it asks for a term
+    /// ([`asks_for_a_term`]), else its kind's ([`governing_preposition`], [`Asks::cues`]).
     cues: Vec<&'static str>,
 }
 
@@ -295,6 +306,7 @@ impl Question {
             asks_a_default: question.to_lowercase().contains("default"),
             cues: match governing_preposition(question) {
                 Some(p) => vec![p],
+                None if asks_for_a_term(question) => TERM_CUES.to_vec(),
                 None => asks.cues().to_vec(),
             },
             asks_an_end: question
@@ -567,9 +579,17 @@ pub fn features(
             if let Some((ps, pe)) = c.parameter.filter(|_| !placeholder) {
                 f[PARAMETER] = 1.0;
                 let name = &hit.text[ps..pe];
-                let named = super::spelled_in(&question.text, name)
-                    || question.share_in(&stems(name)) > 0.0;
+                // A question asking for a method or a function by what it does ("which
+                // Chunk method returns the size") may share a word with a parameter
+                // (`size=-1`) but asks for a name, which a parameter's value never is.
+                let named = !question.asks_a_member
+                    && (super::spelled_in(&question.text, name)
+                        || question.share_in(&stems(name)) > 0.0);
                 f[PARAMETER + 1] = named as u8 as f32;
+                f[NAMED_FUNCTION] = (named
+                    && signature_function(&hit.text, ps)
+                        .is_some_and(|function| super::spelled_in(&question.text, function)))
+                    as u8 as f32;
             }
             match c.range {
                 Some(RangeEnd::First) => f[RANGE] = 1.0,
@@ -630,7 +650,7 @@ pub fn features(
                 // that describes ("was a celebrated engineer").
                 f[AFTER_COPULA] = 0.0;
             }
-            debug_assert_eq!(NAMED_TERM + 1, n);
+            debug_assert_eq!(NAMED_FUNCTION + 1, n);
             f
         })
         .collect()

@@ -151,10 +151,14 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 20
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 21
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
+    assert_eq!(
+        names()[NAMED_FUNCTION],
+        "parameter_of_a_function_the_question_names"
+    );
     assert_eq!(
         names()[NAMED_TERM],
         "in_the_definition_of_a_term_the_question_names"

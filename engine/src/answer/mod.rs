@@ -519,6 +519,42 @@ mod tests {
         assert_eq!(named("What does -filter-iterations default to?", "4"), 1.0);
     }
 
+    /// A parameter's default is read from the signature of the function the question names,
+    /// where a page gives the same parameter to several functions.
+    #[test]
+    fn a_default_is_read_from_the_named_function_signature() {
+        let text = "FUNCTIONS\n    findTestCases(module, prefix='check', sortUsing=cmp)\n\n    \
+                    makeSuite(testCaseClass, prefix='test', sortUsing=cmp)\n";
+        let hits = [hit("unittest.loader", "unittest.loader", text, 10.0)];
+        let ranked = one_sentence(text);
+        let asked = "What is the default value of the prefix parameter of makeSuite?";
+        let s = Shortlist::new(asked, &hits, &ranked, |_| true, &|_| 0.0);
+        let named = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_FUNCTION];
+        assert_eq!(named("test"), 1.0);
+        assert_eq!(named("check"), 0.0, "another function's default");
+        assert_eq!(named("cmp"), 0.0, "another parameter of the named function");
+        let at = |t: &str| {
+            s.order
+                .iter()
+                .position(|&i| s.candidates[i].text(&hits) == t)
+        };
+        assert!(
+            at("test") < at("check"),
+            "{:?} {:?}",
+            at("test"),
+            at("check")
+        );
+        // A question asking for a function by what it does names no parameter by a shared word.
+        let member = "Which function makes a suite of tests with a prefix?";
+        let s = Shortlist::new(member, &hits, &ranked, |_| true, &|_| 0.0);
+        let i = candidate(&s, &hits, "test");
+        let parameter = features::names()
+            .iter()
+            .position(|n| n == "parameter_named_in_question")
+            .unwrap();
+        assert_eq!(s.features[i][parameter], 0.0);
+    }
+
     /// Another document's title is flagged as the answer only where the question names a
     /// retrieved title itself.
     #[test]

@@ -112,3 +112,62 @@ pub(super) fn is_call_with_arguments(text: &str) -> bool {
             .chars()
             .all(|c| c.is_alphanumeric() || matches!(c, '_' | '.' | ':'))
 }
+
+/// Bytes before a parameter searched for the opening bracket of its signature.
+const SIGNATURE_REACH: usize = 400;
+
+/// The function whose signature holds the parameter named at `start` of `text`: the name
+/// before the innermost bracket left open before it ("run_setup" for `stop_after` in
+/// "run_setup(script_name, stop_after='run')"), its last dotted part ("del_param" of
+/// "Message.del_param("); none where no bracket opens on the lines before it within reach.
+pub(super) fn signature_function(text: &str, start: usize) -> Option<&str> {
+    let floor = start.saturating_sub(SIGNATURE_REACH);
+    let mut depth = 0usize;
+    let mut open = None;
+    for (i, c) in text[..start].char_indices().rev() {
+        if i < floor {
+            break;
+        }
+        match c {
+            ')' | ']' => depth += 1,
+            '(' | '[' if depth > 0 => depth -= 1,
+            '(' => {
+                open = Some(i);
+                break;
+            }
+            '\n' if text[..i].ends_with('\n') => break,
+            _ => {}
+        }
+    }
+    let before = &text[..open?];
+    let name_start = before
+        .char_indices()
+        .rev()
+        .take_while(|&(_, c)| c.is_alphanumeric() || c == '_')
+        .last()
+        .map(|(i, _)| i)?;
+    Some(&before[name_start..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parameter_is_found_in_its_function_signature() {
+        let text = "    run_setup(script_name, script_args=None, stop_after='run')\n\
+                    Message.del_param(self, param, header='content-type', f=g(1, 2), x=3)\n\
+                    (bare=1)\n\nlater=2";
+        let at = |name: &str| signature_function(text, text.find(name).unwrap());
+        assert_eq!(at("stop_after"), Some("run_setup"));
+        assert_eq!(at("script_args"), Some("run_setup"));
+        assert_eq!(at("header"), Some("del_param"));
+        assert_eq!(
+            at("x=3"),
+            Some("del_param"),
+            "a call among the defaults is passed over"
+        );
+        assert_eq!(at("bare"), None, "a bracket with no name before it");
+        assert_eq!(at("later"), None, "a blank line ends the search");
+    }
+}
