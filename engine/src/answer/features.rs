@@ -134,6 +134,7 @@ pub fn names() -> Vec<String> {
     n.push("after_default_when_asked".into());
     n.push("in_the_definition_of_a_term_the_question_names".into());
     n.push("parameter_of_a_function_the_question_names".into());
+    n.push("default_in_the_definition_of_a_term_the_question_names".into());
     n
 }
 
@@ -232,6 +233,13 @@ pub(crate) const NAMED_TERM: usize = DEFAULT + 1;
 /// parameter of makeSuite?": `'test'` of "makeSuite(testCaseClass, prefix='test')"). A page
 /// of signatures gives the same parameter to many functions, each its own default.
 pub(crate) const NAMED_FUNCTION: usize = NAMED_TERM + 1;
+
+/// Index of `default_in_the_definition_of_a_term_the_question_names`: both
+/// `after_default_when_asked` and `in_the_definition_of_a_term_the_question_names` hold ("What
+/// does the --interval option default to?": "Default is 60." under "--interval=SECS"). Either
+/// alone is common (every option's "Default is …" on a page; every word of the named
+/// option's definition); the default the named option's definition states is the answer.
+pub(crate) const NAMED_DEFAULT: usize = NAMED_FUNCTION + 1;
 
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
@@ -649,8 +657,9 @@ pub fn features(
                 // "Default is 2.0" states a value; the copula's weight is for a predicate
                 // that describes ("was a celebrated engineer").
                 f[AFTER_COPULA] = 0.0;
+                f[NAMED_DEFAULT] = f[NAMED_TERM];
             }
-            debug_assert_eq!(NAMED_FUNCTION + 1, n);
+            debug_assert_eq!(NAMED_DEFAULT + 1, n);
             f
         })
         .collect()

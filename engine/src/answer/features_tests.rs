@@ -151,10 +151,14 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 21
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 22
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
+    assert_eq!(
+        names()[NAMED_DEFAULT],
+        "default_in_the_definition_of_a_term_the_question_names"
+    );
     assert_eq!(
         names()[NAMED_FUNCTION],
         "parameter_of_a_function_the_question_names"
@@ -209,5 +213,15 @@ fn a_default_is_stated_closely_after_default() {
     assert!(
         !at("The default mode, set by the administrator to 7", "7"),
         "too far"
+    );
+    assert!(at("The default is set to 3.", "3"));
+    assert!(at("The default for the mode is 7", "7"));
+    assert!(
+        !at("The default value is 1.0", "value"),
+        "the phrase, not its value"
+    );
+    assert!(
+        !at("Default is 60 seconds.", "seconds"),
+        "the unit after the value"
     );
 }

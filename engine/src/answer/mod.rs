@@ -514,6 +514,15 @@ mod tests {
         assert_eq!(feature("What is the smoothing?", "2.0", copula), 1.0);
         assert_eq!(named(asked, "2.0"), 1.0);
         assert_eq!(named(asked, "4"), 0.0, "another option's definition");
+        let named_default = |question: &str, t: &str| feature(question, t, features::NAMED_DEFAULT);
+        assert_eq!(named_default(asked, "2.0"), 1.0);
+        assert_eq!(named_default(asked, "4"), 0.0, "another option's default");
+        assert_eq!(named_default(asked, "Subdivide"), 0.0, "no default");
+        assert_eq!(
+            named_default("Which option subdivides fitted curves?", "2.0"),
+            0.0,
+            "no default asked for"
+        );
         assert_eq!(named(asked, "float"), 0.0, "the term's own line");
         assert_eq!(named("What is the default of the smoothing?", "2.0"), 0.0);
         assert_eq!(named("What does -filter-iterations default to?", "4"), 1.0);

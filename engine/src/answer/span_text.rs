@@ -28,19 +28,37 @@ pub(super) fn is_agent_noun(text: &str) -> bool {
 }
 
 /// Whether "default" (or "defaults", "Default") stands within [`DEFAULT_REACH`] bytes before
-/// byte `start` of `text`, with no sentence's end or line break between ("Default is 48",
-/// "(default: 5)", "defaults to 1.0"; not "default. 5" nor a default on the line above).
+/// byte `start` of `text`, with no sentence's end, line break or number between, and the span
+/// is not one of the words that join a default to its value ([`DEFAULT_JOINERS`]) ("Default
+/// is 48", "(default: 5)", "defaults to 1.0", "the default value is 2.0"; not "default. 5", a
+/// default on the line above, "value" of "default value" nor "seconds" of "default is 60
+/// seconds": the value came first).
 pub(super) fn follows_default(text: &str, start: usize) -> bool {
     let mut from = start.saturating_sub(DEFAULT_REACH);
     while !text.is_char_boundary(from) {
         from += 1;
     }
     let before = text[from..start].to_lowercase();
+    let joiner = |w: &str| DEFAULT_JOINERS.contains(&w);
+    let first_word = text[start..]
+        .split(|c: char| !c.is_alphanumeric())
+        .next()
+        .unwrap_or("")
+        .to_lowercase();
     before.rfind("default").is_some_and(|at| {
         let between = &before[at + "default".len()..];
         !between.contains(['.', ';', '\n', '!', '?'])
+            && !between.contains(|c: char| c.is_ascii_digit())
+            && !joiner(&first_word)
     })
 }
+
+/// Words that join "default" to the value it states: "defaults to", "the default value is",
+/// "default setting of", "default is set to".
+const DEFAULT_JOINERS: &[&str] = &[
+    "s", "is", "to", "value", "values", "setting", "settings", "of", "be", "will", "set", "are",
+    "was", "it",
+];
 
 /// Whether `text` has a copula inside it, past its first word and before its last ("Brinve
 /// was a celebrated painter", not "was" alone or "is_dir").
