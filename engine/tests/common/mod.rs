@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 
 use candle_core::{DType, Device};
-use capstan_reader::{LanguageModel, LoadOptions};
+use capstan_engine::scheduler::Event;
+use capstan_engine::Scheduler;
+use capstan_reader::{GenerationParams, Generator, LanguageModel, LoadOptions, Request};
 
 pub fn reader_fixture(name: &str) -> PathBuf {
     Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"))
@@ -41,4 +43,57 @@ pub fn f32_options() -> LoadOptions {
         dtype: Some(DType::F32),
         no_chat_template: false,
     }
+}
+
+pub fn prompt(seed: u32, len: usize, vocab: usize) -> Vec<u32> {
+    (0..len as u32)
+        .map(|i| (seed.wrapping_mul(2_654_435_761).wrapping_add(i * 40_503) >> 7) % vocab as u32)
+        .map(|t| t.max(4))
+        .collect()
+}
+
+pub fn alone(lm: &LanguageModel, request: &Request, params: &GenerationParams) -> Vec<u32> {
+    Generator::new(lm.model(), Some(lm.tokenizer()), lm.pad_id())
+        .generate(request, params)
+        .unwrap()
+        .tokens
+}
+
+/// Waits for a sequence's end, ignoring its tokens.
+pub fn finish(seq: &capstan_engine::scheduler::Sequence) -> capstan_reader::Generation {
+    loop {
+        match seq.next_event().expect("scheduler alive") {
+            Event::Done(g) => return g,
+            Event::Token(_) => {}
+            Event::Failed(e) => panic!("{e}"),
+            Event::Scored(_) => panic!("a generation answered with scores"),
+        }
+    }
+}
+
+/// The SmolLM2 GGUF: `$CAPSTAN_LLM`, else `$CAPSTAN_HOME/models/...` (scripts/setup.sh puts it
+/// there).
+pub fn smollm2() -> PathBuf {
+    let path = capstan_reader::default_model_path().expect("HOME is set");
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/setup.sh",
+        path.display()
+    );
+    path
+}
+
+/// A decoder-only request for `prompt`.
+pub fn decoder_request(prompt: &[u32]) -> Request {
+    Request {
+        prompt: prompt.to_vec(),
+        encoder_chunks: Vec::new(),
+    }
+}
+
+pub fn run(scheduler: &Scheduler, prompt: &[u32], params: &GenerationParams) -> Vec<u32> {
+    scheduler
+        .generate(decoder_request(prompt), params.clone())
+        .unwrap()
+        .tokens
 }
