@@ -33,7 +33,7 @@ them), in the format the others use.
             swapped for a synonym where one reads naturally ("developed" -> "created",
             "founded" -> "set up").
 
-The common filters of bench/real_answer_sets.py apply: every answer verbatim in its document,
+The common filters of bench/answer_set_tools.py apply: every answer verbatim in its document,
 none in the question, no run of 6 words shared with the document; answers in at most 20
 documents preferred; one question per document, of the least used template; seeded shuffle
 and split into dev (--dev) and test (--test) by document; the corpus capped at --max-docs
@@ -55,7 +55,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import real_answer_sets as ras  # noqa: E402
+import answer_set_tools as tools  # noqa: E402
 import real_qa as rq  # noqa: E402
 
 FOLDOC = "usr/share/dictd/foldoc.dict.dz"
@@ -148,7 +148,7 @@ def unmark(s):
 
 def document(head, body, max_chars):
     """The entry as a document, and its first paragraph as one line, and its subject tag."""
-    paras = [p for p in ras.paragraphs(body) if not re.fullmatch(r"\(\d{4}-\d\d-\d\d\)", p)]
+    paras = [p for p in tools.paragraphs(body) if not re.fullmatch(r"\(\d{4}-\d\d-\d\d\)", p)]
     paras = [re.sub(r"\s*\(\d{4}-\d\d-\d\d\)$", "", unmark(p)) for p in paras]
     tag = None
     if paras:
@@ -205,7 +205,7 @@ def candidates(doc, first, tag, head, grams):
 
     def add(template, question, answer):
         c = {"question": question, "answers": [answer], "doc_id": key, "template": template}
-        if ras.check(c, doc, grams):
+        if tools.check(c, doc, grams):
             out.append(c)
 
     for m in BY.finditer(first):
@@ -242,7 +242,7 @@ def candidates(doc, first, tag, head, grams):
                                   key + "kindform")
             c = {"question": form.format(x=head), "answers": answers, "doc_id": key,
                  "template": "kind"}
-            if ras.check(c, doc, grams):
+            if tools.check(c, doc, grams):
                 out.append(c)
     for m in PURPOSE.finditer(first):
         if not own_clause(first, m.start()):
@@ -270,7 +270,7 @@ def candidates(doc, first, tag, head, grams):
 
 
 def build(args):
-    path = ras.debian_file("dict-foldoc", FOLDOC, args.cache)
+    path = tools.debian_file("dict-foldoc", FOLDOC, args.cache)
     text = gzip.open(path, "rt", encoding="utf-8", errors="replace").read()
     raw = entries(text)
     heads = collections.Counter(h.lower() for h, _ in raw)
@@ -297,14 +297,14 @@ def build(args):
             cands[d["_id"]] = cs
     print(f"glossary: {len(raw)} FOLDOC entries from {path}, {len(docs)} documents, "
           f"{len(cands)} with a question")
-    ras.pick_and_write("glossary", docs, cands, args, strict=False)
+    tools.pick_and_write("glossary", docs, cands, args, strict=False)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ras.split_arguments(ap)
+    tools.split_arguments(ap)
     ap.add_argument("--max-chars", type=int, default=6000)
-    ras.debian_cache_argument(ap)
+    tools.debian_cache_argument(ap)
     build(ap.parse_args())
 
 

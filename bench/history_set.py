@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import real_answer_sets as ras  # noqa: E402
+import answer_set_tools as tools  # noqa: E402
 
 HEADING = re.compile(r"^(Chapter \d+\.|Appendix [A-Z]\.|[A-Z\d]+(?:\.\d+)*\.) (.+)$")
 
@@ -51,7 +51,7 @@ def sections(text):
 
 def paragraphs(lines):
     """The text of `lines`: paragraphs one to a line, a blank line between them."""
-    return "\n\n".join(ras.paragraphs(lines))
+    return "\n\n".join(tools.paragraphs(lines))
 
 
 def main():

@@ -40,7 +40,7 @@ only the synopsis and a Description-md5 since Debian moved the long texts out).
                 not when the name's stem ("foo" of python3-foo, libfoo-dev,
                 golang-github-owner-foo-dev) is a word of the question.
 
-The common filters of bench/real_answer_sets.py apply: every answer verbatim in its document,
+The common filters of bench/answer_set_tools.py apply: every answer verbatim in its document,
 none in the question, no run of 6 words shared with the document (so a synopsis is asked
 about only where it is short or the rewording breaks its runs); answers in at most 20
 documents preferred; one question per document, of the least used template; seeded shuffle
@@ -77,7 +77,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import real_answer_sets as ras  # noqa: E402
+import answer_set_tools as tools  # noqa: E402
+from prose_sources import trivially_named  # noqa: E402
 import real_qa as rq  # noqa: E402
 import real_sets as rs  # noqa: E402
 
@@ -457,7 +458,7 @@ def candidates(r, doc, grams, unique_clause, capitals):
         answers = [a for a in dict.fromkeys(answers) if a]
         c = {"question": question[0].upper() + question[1:], "answers": answers,
              "doc_id": key, "template": template}
-        if ras.check(c, doc, grams):
+        if tools.check(c, doc, grams):
             out.append(c)
 
     def ask(template):
@@ -474,8 +475,8 @@ def candidates(r, doc, grams, unique_clause, capitals):
     clause = name_clause(r["synopsis"]) if unique_clause else None
     q = name_question(clause, key + "name", capitals) if clause else None
     core = stem(r["name"])
-    if q and not ras.trivially_named(r["name"], q) and not (
-            len(core) >= 3 and (ras.whole(core, q) or ras.trivially_named(core, q))):
+    if q and not trivially_named(r["name"], q) and not (
+            len(core) >= 3 and (tools.whole(core, q) or trivially_named(core, q))):
         add("name", q, [r["name"]])
     return out
 
@@ -516,7 +517,7 @@ def build(args):
     print(f"packages: {len(unique)} packages of {where} ({len(texts)} long descriptions), "
           f"{n_sources} sources with a package kept; {len(docs)} documents ({with_long} with a "
           f"long description), {len(cands)} with a question", flush=True)
-    ras.pick_and_write("packages", docs, cands, args, strict=False)
+    tools.pick_and_write("packages", docs, cands, args, strict=False)
     out = os.path.join(args.out, "packages")
     with open(os.path.join(out, "test.jsonl")) as f:
         head = f.readlines()[:TEST_HEAD]
@@ -526,14 +527,14 @@ def build(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ras.split_arguments(ap)
+    tools.split_arguments(ap)
     ap.add_argument("--documents", type=int, default=3000)
     ap.add_argument("--max-chars", type=int, default=6000)
     ap.add_argument("--packages", help="a Packages file (plain, .xz, .gz or .bz2) to read "
                     "instead of fetching the release's")
     ap.add_argument("--translations", help="with --packages: a Translation-en file for the "
                     "long descriptions")
-    ras.debian_cache_argument(ap)
+    tools.debian_cache_argument(ap)
     args = ap.parse_args()
     args.out = os.path.expanduser(args.out)
     build(args)

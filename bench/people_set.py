@@ -24,7 +24,7 @@ World War II; he accepted the surrender of Japan (1880-1964)".
             Each kind has several phrasings (picked by a stable hash of the person), none
             using the gloss's own wording beyond the name.
 
-The common filters of bench/real_answer_sets.py apply: every answer verbatim in its document,
+The common filters of bench/answer_set_tools.py apply: every answer verbatim in its document,
 none in the question, no run of 6 words shared with the document; one question per document,
 of the least used template; seeded shuffle and split into dev (--dev) and test (--test) by
 document. Names several synsets share are not asked about.
@@ -43,7 +43,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import real_answer_sets as ras  # noqa: E402
+import answer_set_tools as tools  # noqa: E402
 import real_qa as rq  # noqa: E402
 
 DATA_NOUN = "usr/share/wordnet/data.noun"
@@ -129,7 +129,7 @@ def candidates(doc, x, gloss, grams):
     def add(template, forms, answers):
         q = rq.stable_pick(forms, key + template).format(x=x)
         c = {"question": q, "answers": answers, "doc_id": key, "template": template}
-        if ras.check(c, doc, grams):
+        if tools.check(c, doc, grams):
             out.append(c)
 
     k = kind(gloss)
@@ -157,7 +157,7 @@ def candidates(doc, x, gloss, grams):
 
 
 def build(args):
-    path = ras.debian_file("wordnet-base", DATA_NOUN, args.cache)
+    path = tools.debian_file("wordnet-base", DATA_NOUN, args.cache)
     rows = people(path)
     titles = collections.Counter(title(names).lower() for _, names, _ in rows)
     docs, cands = [], {}
@@ -172,13 +172,13 @@ def build(args):
         if cs:
             cands[doc["_id"]] = cs
     print(f"people: {len(rows)} people of WordNet from {path}, {len(cands)} with a question")
-    ras.pick_and_write("people", docs, cands, args, strict=False)
+    tools.pick_and_write("people", docs, cands, args, strict=False)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ras.split_arguments(ap)
-    ras.debian_cache_argument(ap)
+    tools.split_arguments(ap)
+    tools.debian_cache_argument(ap)
     build(ap.parse_args())
 
 
