@@ -271,12 +271,10 @@ pub fn asks_for_a_term(question: &str) -> bool {
     let wh = |w: &str| matches!(w, "what" | "which");
     words.windows(2).any(|pair| match pair {
         [first, noun] if wh(first) => matches!(*noun, "term" | "word"),
-        [name, "for"] => *name == "name",
+        ["name", "for"] => true,
         _ => false,
     }) || (words.first().is_some_and(|w| wh(w))
-        && words
-            .last()
-            .is_some_and(|w| matches!(*w, "called" | "named" | "termed")))
+        && words.last().is_some_and(|w| TERM_CUES.contains(w)))
 }
 
 /// Words that state a term in running text ("is called an n-ary tuple", "named the

@@ -10,12 +10,12 @@
 //! (records of fields: metadata, a manual's front matter, a table) and each document's title.
 
 use capstan_reader::{is_clause_break, CLOSERS, OPENERS};
-
-/// Quotation marks a value may stand in.
-const QUOTES: &[char] = &['"', '\'', '“', '‘', '`', '«'];
 use capstan_retriever::Hit;
 
 use crate::words::NON_ANSWER_STARTS;
+
+/// Quotation marks a value may stand in.
+const QUOTES: &[char] = &['"', '\'', '“', '‘', '`', '«'];
 
 /// The most words of a candidate inside a clause.
 pub const MAX_WORDS: usize = 6;

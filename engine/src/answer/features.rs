@@ -229,9 +229,10 @@ const DEFAULT: usize = MEMBER_TITLE + 1;
 pub(crate) const NAMED_TERM: usize = DEFAULT + 1;
 
 /// Index of `parameter_of_a_function_the_question_names`: the span is the value of a
-/// parameter the question names in the signature of a function it names ("What is the default value of the prefix
-/// parameter of makeSuite?": `'test'` of "makeSuite(testCaseClass, prefix='test')"). A page
-/// of signatures gives the same parameter to many functions, each its own default.
+/// parameter the question names in the signature of a function it names ("What is the
+/// default value of the prefix parameter of makeSuite?": `test` of "makeSuite(testCaseClass,
+/// prefix='test')"). A page of signatures gives the same parameter to many functions, each
+/// its own default.
 pub(crate) const NAMED_FUNCTION: usize = NAMED_TERM + 1;
 
 /// Index of `default_in_the_definition_of_a_term_the_question_names`: both

@@ -315,7 +315,6 @@ mod tests {
         }
     }
 
-    /// The extractive reader's ranking of a first passage read as one sentence.
     /// The index of the first candidate of `s` spelled `t`, whether or not the order keeps it.
     fn candidate(s: &Shortlist, hits: &[Hit], t: &str) -> usize {
         (0..s.candidates.len())
@@ -323,6 +322,7 @@ mod tests {
             .unwrap_or_else(|| panic!("no candidate {t}"))
     }
 
+    /// The extractive reader's ranking of a first passage read as one sentence.
     fn one_sentence(text: &str) -> Vec<ScoredSentence> {
         vec![ScoredSentence {
             passage: 0,

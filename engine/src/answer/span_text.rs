@@ -6,7 +6,7 @@ use super::shape::Shape;
 use crate::words::{NON_ANSWER_STARTS, NOT_AGENTS};
 
 /// Bytes before a span within which "default" states it.
-pub(super) const DEFAULT_REACH: usize = 24;
+const DEFAULT_REACH: usize = 24;
 
 /// Suffixes of English nouns of agents: -er, -or, -ist, -ian, -eer, -ant, -man, -smith, -wright.
 const AGENT_SUFFIXES: &[&str] = &[
@@ -39,17 +39,16 @@ pub(super) fn follows_default(text: &str, start: usize) -> bool {
         from += 1;
     }
     let before = text[from..start].to_lowercase();
-    let joiner = |w: &str| DEFAULT_JOINERS.contains(&w);
-    let first_word = text[start..]
-        .split(|c: char| !c.is_alphanumeric())
-        .next()
-        .unwrap_or("")
-        .to_lowercase();
     before.rfind("default").is_some_and(|at| {
         let between = &before[at + "default".len()..];
+        let first_word = text[start..]
+            .split(|c: char| !c.is_alphanumeric())
+            .next()
+            .unwrap_or("")
+            .to_lowercase();
         !between.contains(['.', ';', '\n', '!', '?'])
             && !between.contains(|c: char| c.is_ascii_digit())
-            && !joiner(&first_word)
+            && !DEFAULT_JOINERS.contains(&first_word.as_str())
     })
 }
 
