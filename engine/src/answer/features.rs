@@ -17,7 +17,8 @@ use super::layout::{self, LineRole};
 use super::shape::{Shape, SHAPES};
 use super::span_text::{
     cuts_a_name, cuts_a_phrase, follows_default, holds_a_clause, is_agent_noun,
-    is_call_with_arguments, is_option_with_argument, signature_function,
+    is_call_with_arguments, is_option_with_argument, is_plural_of_a_word_in, names_a_file,
+    signature_function,
 };
 use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS};
 
@@ -135,6 +136,8 @@ pub fn names() -> Vec<String> {
     n.push("in_the_definition_of_a_term_the_question_names".into());
     n.push("parameter_of_a_function_the_question_names".into());
     n.push("default_in_the_definition_of_a_term_the_question_names".into());
+    n.push("title_names_a_file".into());
+    n.push("plural_of_a_question_word".into());
     n
 }
 
@@ -241,6 +244,18 @@ pub(crate) const NAMED_FUNCTION: usize = NAMED_TERM + 1;
 /// alone is common (every option's "Default is …" on a page; every word of the named
 /// option's definition); the default the named option's definition states is the answer.
 pub(crate) const NAMED_DEFAULT: usize = NAMED_FUNCTION + 1;
+
+/// Index of `title_names_a_file`: the span is a document's title that is its file's name
+/// ([`names_a_file`]: "python3-httplib2 README.md", "book/ch03-05-control-flow"). Where a
+/// text was found answers nothing the text says; `in_title` is for a title that names what
+/// its document is about ("http.client", "pngtopnm").
+pub(crate) const FILE_TITLE: usize = NAMED_DEFAULT + 1;
+
+/// Index of `plural_of_a_question_word`: the span is one word, the plural of a word of the
+/// question ("Attributes" for "which attribute may …", "Expressions" for "what expression
+/// evaluates …"): the kind the question asks for one of, as a heading or a title names it,
+/// not the one it asks for.
+pub(crate) const KIND_PLURAL: usize = FILE_TITLE + 1;
 
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
@@ -660,7 +675,9 @@ pub fn features(
                 f[AFTER_COPULA] = 0.0;
                 f[NAMED_DEFAULT] = f[NAMED_TERM];
             }
-            debug_assert_eq!(NAMED_DEFAULT + 1, n);
+            f[FILE_TITLE] = (c.in_title && names_a_file(&hit.title)) as u8 as f32;
+            f[KIND_PLURAL] = is_plural_of_a_word_in(c.text(hits), &question.text) as u8 as f32;
+            debug_assert_eq!(KIND_PLURAL + 1, n);
             f
         })
         .collect()

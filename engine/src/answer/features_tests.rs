@@ -151,7 +151,7 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 22
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 24
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
@@ -159,6 +159,8 @@ fn shapes_of_answers() {
         names()[NAMED_DEFAULT],
         "default_in_the_definition_of_a_term_the_question_names"
     );
+    assert_eq!(names()[FILE_TITLE], "title_names_a_file");
+    assert_eq!(names()[KIND_PLURAL], "plural_of_a_question_word");
     assert_eq!(
         names()[NAMED_FUNCTION],
         "parameter_of_a_function_the_question_names"

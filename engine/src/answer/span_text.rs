@@ -166,6 +166,61 @@ pub(super) fn signature_function(text: &str, start: usize) -> Option<&str> {
     Some(&before[name_start..])
 }
 
+/// Extensions of the files documentation is written in.
+const DOCUMENT_EXTENSIONS: &[&str] = &[
+    "md", "markdown", "rst", "txt", "adoc", "asciidoc", "html", "htm", "pod", "tex",
+];
+
+/// Whether a document's title is the name of its file, not what it is about: a word of it is
+/// a documentation file's name ("python3-httplib2 README.md", "bash README.Debian", "dpkg
+/// triggers.txt") or a relative path to one ("book/ch03-05-control-flow"). Such a title names
+/// where the text was found, which answers no question about what the text says; a title
+/// that is a name ("http.client", "Attributes", "pngtopnm") may be what a question asks for.
+pub(super) fn names_a_file(title: &str) -> bool {
+    title.split_whitespace().any(|word| {
+        let is_doc_file = word.starts_with("README")
+            || word.rsplit_once('.').is_some_and(|(stem, ext)| {
+                !stem.is_empty() && DOCUMENT_EXTENSIONS.contains(&ext.to_lowercase().as_str())
+            });
+        // A path's parts are a file system's names: small letters, digits and "-_.", and
+        // its last part a file's ("deprecated-and-removed"), not a word ("if/else").
+        let parts: Vec<&str> = word.split('/').collect();
+        let is_relative_path = parts.len() >= 2
+            && parts.iter().all(|p| {
+                !p.is_empty()
+                    && p.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "-_.".contains(c))
+            })
+            && parts.last().is_some_and(|p| p.contains(['-', '_']));
+        !word.contains("://") && (is_doc_file || is_relative_path)
+    })
+}
+
+/// Whether `span` is one plain word, the plural of a word of `question` that the question
+/// does not spell in the plural itself ("Attributes" for "Which attribute …", "Classes" for
+/// "which class …"). A plain word is letters, capitalised or not, without the inner capitals
+/// of an identifier ("ExpatBuilderNS" is no plural of "ExpatBuilder").
+pub(super) fn is_plural_of_a_word_in(span: &str, question: &str) -> bool {
+    let mut letters = span.chars();
+    let plain = letters.next().is_some_and(char::is_alphabetic)
+        && letters.all(|c| c.is_lowercase() && c.is_alphabetic());
+    let word = span.to_lowercase();
+    if !plain || !word.ends_with('s') {
+        return false;
+    }
+    let question_words: Vec<String> = question
+        .split(|c: char| !c.is_alphabetic())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .collect();
+    let singulars = [word.strip_suffix("es"), word.strip_suffix('s')];
+    !question_words.contains(&word)
+        && singulars
+            .into_iter()
+            .flatten()
+            .any(|s| s.len() >= 3 && question_words.iter().any(|w| w == s))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,5 +241,56 @@ mod tests {
         );
         assert_eq!(at("bare"), None, "a bracket with no name before it");
         assert_eq!(at("later"), None, "a blank line ends the search");
+    }
+
+    #[test]
+    fn a_plural_of_a_question_word_is_the_kind_asked_about() {
+        let q = "Which attribute may be applied to an implementation of a class?";
+        assert!(is_plural_of_a_word_in("Attributes", q));
+        assert!(is_plural_of_a_word_in("classes", q));
+        assert!(
+            !is_plural_of_a_word_in("attribute", q),
+            "the singular itself"
+        );
+        assert!(!is_plural_of_a_word_in(
+            "ExpatBuilderNS",
+            "Which ExpatBuilder class?"
+        ));
+        assert!(!is_plural_of_a_word_in(
+            "Attributes",
+            "Which attributes may be applied?"
+        ));
+        assert!(
+            !is_plural_of_a_word_in("as", "What is a class?"),
+            "too short a stem"
+        );
+        assert!(!is_plural_of_a_word_in("derives", q));
+    }
+
+    #[test]
+    fn a_title_naming_a_file_is_told_from_a_name() {
+        for file in [
+            "python3-httplib2 README.md",
+            "bash README.Debian",
+            "dpkg triggers.txt",
+            "python3-pip configuration-files.rst",
+            "book/ch03-05-control-flow",
+            "cargo/commands/deprecated-and-removed",
+            "README",
+        ] {
+            assert!(names_a_file(file), "{file}");
+        }
+        for name in [
+            "http.client",
+            "Attributes",
+            "if/else",
+            "Debian GNU/Linux",
+            "access.conf",
+            "/etc/adduser.conf",
+            "Node.js",
+            "(http://example.org/faq.html)}.",
+        ] {
+            assert!(!names_a_file(name), "{name}");
+        }
     }
 }
