@@ -138,6 +138,7 @@ pub fn names() -> Vec<String> {
     n.push("default_in_the_definition_of_a_term_the_question_names".into());
     n.push("title_names_a_file".into());
     n.push("plural_of_a_question_word".into());
+    n.push("key_of_a_value_the_question_spells".into());
     n
 }
 
@@ -256,6 +257,13 @@ pub(crate) const FILE_TITLE: usize = NAMED_DEFAULT + 1;
 /// evaluates …"): the kind the question asks for one of, as a heading or a title names it,
 /// not the one it asks for.
 pub(crate) const KIND_PLURAL: usize = FILE_TITLE + 1;
+
+/// Index of `key_of_a_value_the_question_spells`: the span is the value of a field whose key
+/// is that of a field whose whole value the question spells ("Package", where the question
+/// names the package "dynamite" and a retrieved record holds "Package: dynamite"). The
+/// question names its record by that field; the same field of another record ("Package:
+/// dynamite-data") answers nothing it asks.
+pub(crate) const TOPIC_KEY: usize = KIND_PLURAL + 1;
 
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
@@ -505,6 +513,15 @@ pub fn features(
     let names_a_title = hits
         .iter()
         .any(|h| super::spelled_in(&question.text, &h.title));
+    let key_text = |c: &Candidate| {
+        c.key
+            .map(|(ks, ke)| hits[c.hit].text[ks..ke].to_lowercase())
+    };
+    let topic_keys: std::collections::HashSet<String> = candidates
+        .iter()
+        .filter(|c| c.whole_value && super::spelled_in(&question.text, c.text(hits)))
+        .filter_map(key_text)
+        .collect();
     let n = names().len();
     // Each candidate's line's role, computed once a line.
     let mut roles: std::collections::HashMap<(usize, usize), (LineRole, f32)> = Default::default();
@@ -677,7 +694,8 @@ pub fn features(
             }
             f[FILE_TITLE] = (c.in_title && names_a_file(&hit.title)) as u8 as f32;
             f[KIND_PLURAL] = is_plural_of_a_word_in(c.text(hits), &question.text) as u8 as f32;
-            debug_assert_eq!(KIND_PLURAL + 1, n);
+            f[TOPIC_KEY] = key_text(c).is_some_and(|k| topic_keys.contains(&k)) as u8 as f32;
+            debug_assert_eq!(TOPIC_KEY + 1, n);
             f
         })
         .collect()

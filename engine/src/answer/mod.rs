@@ -528,6 +528,48 @@ mod tests {
         assert_eq!(named("What does -filter-iterations default to?", "4"), 1.0);
     }
 
+    /// A question naming a record by one of its fields asks about that record: the same
+    /// field of another retrieved record is marked.
+    #[test]
+    fn the_key_a_question_names_its_record_by_is_marked() {
+        let asked = "Which category of the archive lists the package dynamite?";
+        let hits = [
+            hit(
+                "deb:dynamite",
+                "dynamite",
+                "Package: dynamite\nSection: utils\n",
+                10.0,
+            ),
+            hit(
+                "deb:dynamite-data",
+                "dynamite-data",
+                "Package: dynamite-data\nSection: games\n",
+                9.0,
+            ),
+        ];
+        let ranked: Vec<ScoredSentence> = hits
+            .iter()
+            .enumerate()
+            .map(|(passage, h)| ScoredSentence {
+                passage,
+                start: 0,
+                end: h.text.len(),
+                score: 0.5,
+            })
+            .collect();
+        let s = Shortlist::new(asked, &hits, &ranked, |_| true, &|_| 0.0);
+        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::TOPIC_KEY];
+        assert_eq!(marked("dynamite-data"), 1.0);
+        assert_eq!(marked("utils"), 0.0);
+        assert_eq!(marked("games"), 0.0);
+        let s = Shortlist::new("Which section is games?", &hits, &ranked, |_| true, &|_| {
+            0.0
+        });
+        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::TOPIC_KEY];
+        assert_eq!(marked("utils"), 1.0, "the question spells a section");
+        assert_eq!(marked("dynamite"), 0.0);
+    }
+
     /// A parameter's default is read from the signature of the function the question names,
     /// where a page gives the same parameter to several functions.
     #[test]
