@@ -201,15 +201,38 @@ pub fn lines_above(text: &str, pos: usize) -> impl Iterator<Item = Range<usize>>
     })
 }
 
-/// The names a term line gives its term: its first word ("isreadable" of
-/// "isreadable(object)", "-error-threshold" of "-error-threshold=float") and each further flag
-/// ("--user" of "-u, --user LOGIN"), each cut before an argument or parameter list.
+/// Words that declare what a code term line names next ("class Popen(…)", "def run(…)",
+/// "async def main()", "fn new()").
+const DECLARING_WORDS: &[&str] = &[
+    "class",
+    "def",
+    "async",
+    "fn",
+    "struct",
+    "enum",
+    "trait",
+    "function",
+    "interface",
+];
+
+/// The names a term line gives its term: its first word past the words declaring it
+/// ("isreadable" of "isreadable(object)", "-error-threshold" of "-error-threshold=float",
+/// "Unpickler" of "class Unpickler(builtins.object)") and each further flag ("--user" of "-u,
+/// --user LOGIN"), each cut before an argument or parameter list.
 pub fn term_names(line: &str) -> Vec<&str> {
     fn cut(word: &str) -> &str {
         let word = word.trim_end_matches(',');
         word.split(['=', '(', '[', '<']).next().unwrap_or(word)
     }
-    let mut words = line.split_whitespace().filter(|w| *w != "|");
+    let all: Vec<&str> = line.split_whitespace().filter(|w| *w != "|").collect();
+    let declared = all
+        .iter()
+        .take_while(|w| DECLARING_WORDS.contains(w))
+        .count();
+    // The declaring word alone ("class") is a name of its own.
+    let mut words = all[declared.min(all.len().saturating_sub(1))..]
+        .iter()
+        .copied();
     let mut names: Vec<&str> = words.next().map(cut).into_iter().collect();
     names.extend(words.filter(|w| is_flag(w)).map(cut));
     names.retain(|n| n.len() >= 2);
@@ -353,6 +376,12 @@ mod tests {
         assert_eq!(term_names("-error-threshold=float"), ["-error-threshold"]);
         assert_eq!(term_names("     |  filter(self, record)"), ["filter"]);
         assert_eq!(term_names("--depth=<n>"), ["--depth"]);
+        assert_eq!(
+            term_names("    class Unpickler(builtins.object)"),
+            ["Unpickler"]
+        );
+        assert_eq!(term_names("async def main()"), ["main"]);
+        assert_eq!(term_names("class"), ["class"]);
         let text = "one\ntwo\nthree";
         let above: Vec<&str> = lines_above(text, text.find("three").unwrap())
             .map(|l| &text[l])
