@@ -229,10 +229,9 @@ pub fn term_names(line: &str) -> Vec<&str> {
         .iter()
         .take_while(|w| DECLARING_WORDS.contains(w))
         .count();
-    // The declaring word alone ("class") is a name of its own.
-    let mut words = all[declared.min(all.len().saturating_sub(1))..]
-        .iter()
-        .copied();
+    // A line of declaring words only ("class") is named by the last of them.
+    let first = declared.min(all.len().saturating_sub(1));
+    let mut words = all[first..].iter().copied();
     let mut names: Vec<&str> = words.next().map(cut).into_iter().collect();
     names.extend(words.filter(|w| is_flag(w)).map(cut));
     names.retain(|n| n.len() >= 2);
