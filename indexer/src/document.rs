@@ -317,9 +317,9 @@ fn parse_json_document(line: &str) -> std::result::Result<Document, LineProblem>
     Ok(Document {
         id,
         title,
+        layout: crate::extract::plain::sections(&text),
         text,
         metadata,
-        layout: Layout::default(),
         source_sha256: None,
     })
 }
@@ -375,7 +375,8 @@ fn load_file(
         .and_then(|()| std::str::from_utf8(&bytes).map_err(|_| LineProblem::InvalidUtf8))
         .map(|content| {
             let (title, text) = extract_file_text(kind, &stem, content);
-            document(title, text, Layout::default())
+            let layout = crate::extract::plain::sections(&text);
+            document(title, text, layout)
         });
     Ok(LoadedFile {
         path: file.to_path_buf(),

@@ -11,6 +11,7 @@ mod epub;
 pub(crate) mod html;
 pub(crate) mod isolate;
 mod pdf;
+pub mod plain;
 mod zipped;
 
 use serde::{Deserialize, Serialize};
