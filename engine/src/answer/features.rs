@@ -139,6 +139,7 @@ pub fn names() -> Vec<String> {
     n.push("title_names_a_file".into());
     n.push("plural_of_a_question_word".into());
     n.push("key_of_a_value_the_question_spells".into());
+    n.push("member_of_a_container_the_question_names".into());
     n
 }
 
@@ -264,6 +265,13 @@ pub(crate) const KIND_PLURAL: usize = FILE_TITLE + 1;
 /// question names its record by that field; the same field of another record ("Package:
 /// dynamite-data") answers nothing it asks.
 pub(crate) const TOPIC_KEY: usize = KIND_PLURAL + 1;
+
+/// Index of `member_of_a_container_the_question_names`: the span starts a term line in the
+/// body of a class (a struct, a trait) the question names ([`layout::container_of`]: "seek"
+/// under "class Blob(builtins.object)", for "which Blob method defines the access
+/// position?"). A page lists many classes' methods, and a passage may begin inside a class
+/// body, below the line naming it (the passage's section heading keeps that line).
+pub(crate) const NAMED_CONTAINER: usize = TOPIC_KEY + 1;
 
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
@@ -676,9 +684,21 @@ pub fn features(
                 let (role, share) = role_of(line.clone());
                 if let LineRole::Term { .. } = role {
                     f[DEFINITION] = 1.0;
-                    f[DEFINITION + 1] =
-                        layout::starts_the_line(&hit.text, line, c.start) as u8 as f32;
+                    let starts = layout::starts_the_line(&hit.text, line, c.start);
+                    f[DEFINITION + 1] = starts as u8 as f32;
                     f[DEFINITION + 2] = share;
+                    f[NAMED_CONTAINER] = (starts
+                        && !question.names.is_empty()
+                        && layout::container_of(
+                            &hit.text,
+                            c.start,
+                            hit.location.section.as_deref(),
+                        )
+                        .is_some_and(|container| {
+                            layout::term_names(container)
+                                .iter()
+                                .any(|n| question.names.iter().any(|q| q == n))
+                        })) as u8 as f32;
                 }
                 f[DEFINITION + 3] = (role == LineRole::Heading) as u8 as f32;
             }
@@ -695,7 +715,7 @@ pub fn features(
             f[FILE_TITLE] = (c.in_title && names_a_file(&hit.title)) as u8 as f32;
             f[KIND_PLURAL] = is_plural_of_a_word_in(c.text(hits), &question.text) as u8 as f32;
             f[TOPIC_KEY] = key_text(c).is_some_and(|k| topic_keys.contains(&k)) as u8 as f32;
-            debug_assert_eq!(TOPIC_KEY + 1, n);
+            debug_assert_eq!(NAMED_CONTAINER + 1, n);
             f
         })
         .collect()

@@ -151,7 +151,7 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 25
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 26
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
@@ -162,6 +162,10 @@ fn shapes_of_answers() {
     assert_eq!(names()[FILE_TITLE], "title_names_a_file");
     assert_eq!(names()[KIND_PLURAL], "plural_of_a_question_word");
     assert_eq!(names()[TOPIC_KEY], "key_of_a_value_the_question_spells");
+    assert_eq!(
+        names()[NAMED_CONTAINER],
+        "member_of_a_container_the_question_names"
+    );
     assert_eq!(
         names()[NAMED_FUNCTION],
         "parameter_of_a_function_the_question_names"

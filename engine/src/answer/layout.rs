@@ -10,6 +10,8 @@
 
 use std::ops::Range;
 
+use capstan_indexer::extract::plain::is_container;
+
 /// What a line is in a definition list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LineRole {
@@ -201,9 +203,40 @@ pub fn lines_above(text: &str, pos: usize) -> impl Iterator<Item = Range<usize>>
     })
 }
 
+/// The declaration of the container (a class, a struct, a trait) whose body holds the line
+/// at `pos` of the passage `text`: the nearest line above it that is indented less, where
+/// that line declares one ("class Blob(builtins.object)" over "|  seek(self, offset)"); else,
+/// where no line above is indented less (the passage begins inside the body), `section`,
+/// the heading of the section the passage begins in, where it declares one. The passage's
+/// first line is read for a declaration only: a passage may begin inside a line, whose
+/// margin it lost. A declaration's own line has none: a class listed after another's body
+/// is not its member.
+pub fn container_of<'a>(text: &'a str, pos: usize, section: Option<&'a str>) -> Option<&'a str> {
+    let own = &text[line_at(text, pos)];
+    if is_container(own.trim()) {
+        return None;
+    }
+    let depth = indent(own);
+    for line in lines_above(text, pos).skip(1) {
+        let this = &text[line.clone()];
+        if blank(this) {
+            continue;
+        }
+        let first = line.start == 0;
+        if first && is_container(this.trim()) {
+            return Some(this.trim());
+        }
+        if !first && indent(this) < depth {
+            return is_container(this.trim()).then(|| this.trim());
+        }
+    }
+    section.filter(|s| is_container(s))
+}
+
 /// Words that declare what a code term line names next ("class Popen(…)", "def run(…)",
-/// "async def main()", "fn new()").
+/// "async def main()", "pub fn new()").
 const DECLARING_WORDS: &[&str] = &[
+    "pub",
     "class",
     "def",
     "async",
@@ -404,6 +437,46 @@ mod tests {
         let prose = "A paragraph of prose\nwraps at the margin\nand goes on.";
         assert_eq!(role_of(prose, "wraps"), LineRole::Plain);
         assert_eq!(role_of("one line", "line"), LineRole::Plain);
+    }
+
+    #[test]
+    fn a_member_s_container_is_the_declaration_it_is_indented_under() {
+        let text = "CLASSES\n    class Blob(builtins.object)\n     |  Methods defined here:\n     \
+                    |\n     |  seek(self, offset)\n     |      Set the position.\n\nFUNCTIONS\n    \
+                    connect(database)\n";
+        let at = |needle: &str, section| container_of(text, text.find(needle).unwrap(), section);
+        assert_eq!(at("seek", None), Some("class Blob(builtins.object)"));
+        assert_eq!(
+            at("Set the", None),
+            None,
+            "a definition's line is under its term"
+        );
+        assert_eq!(at("connect", Some("class Blob(builtins.object)")), None);
+        assert_eq!(at("Blob", None), None, "the class line itself");
+        // A passage that begins inside the body: the section heading names the class, and
+        // the first line, cut, says nothing by its margin.
+        let inside = "the blob.\n     |\n     |  tell(self, /)\n";
+        let tell = inside.find("tell").unwrap();
+        assert_eq!(
+            container_of(inside, tell, Some("class Blob(builtins.object)")),
+            Some("class Blob(builtins.object)")
+        );
+        assert_eq!(container_of(inside, tell, Some("CLASSES")), None);
+        assert_eq!(container_of(inside, tell, None), None);
+        let next =
+            "the blob.\n     |\n    class Connection(builtins.object)\n     |  close(self)\n";
+        let section = Some("class Blob(builtins.object)");
+        assert_eq!(
+            container_of(next, next.find("Connection").unwrap(), section),
+            None
+        );
+        assert_eq!(
+            container_of(next, next.find("close").unwrap(), section),
+            Some("class Connection(builtins.object)")
+        );
+        let rust = "pub struct Config {\n    pub name: String,\n}\n";
+        let name = container_of(rust, rust.find("name").unwrap(), None).unwrap();
+        assert_eq!(term_names(name), ["Config"]);
     }
 
     #[test]

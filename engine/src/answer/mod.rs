@@ -570,6 +570,45 @@ mod tests {
         assert_eq!(marked("dynamite"), 0.0);
     }
 
+    /// A method is marked where its class is the one the question names, whether the class
+    /// line is in the passage or the passage begins inside the class's body (its section).
+    #[test]
+    fn a_member_of_the_class_the_question_names_is_marked() {
+        let asked = "Which Blob method defines the access position?";
+        let whole = "    class Blob(builtins.object)\n     |  seek(self, offset)\n     |      Set \
+                     the access position.\n\n    class Cursor(builtins.object)\n     |  \
+                     setinputsizes(self, sizes)\n     |      Defines the sizes.\n";
+        let inside = "the blob.\n     |\n     |  tell(self, /)\n     |      Return the access \
+                      position.\n";
+        let mut cut = hit("pydoc:sqlite3", "sqlite3", inside, 9.0);
+        cut.location.section = Some("class Blob(builtins.object)".into());
+        let hits = [hit("pydoc:sqlite3", "sqlite3", whole, 10.0), cut];
+        let ranked: Vec<ScoredSentence> = hits
+            .iter()
+            .enumerate()
+            .map(|(passage, h)| ScoredSentence {
+                passage,
+                start: 0,
+                end: h.text.len(),
+                score: 0.5,
+            })
+            .collect();
+        let s = Shortlist::new(asked, &hits, &ranked, |_| true, &|_| 0.0);
+        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
+        assert_eq!(marked("seek"), 1.0);
+        assert_eq!(marked("tell"), 1.0, "the section names the class");
+        assert_eq!(marked("setinputsizes"), 0.0, "another class's method");
+        let s = Shortlist::new(
+            "Which method defines the access position?",
+            &hits,
+            &ranked,
+            |_| true,
+            &|_| 0.0,
+        );
+        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
+        assert_eq!(marked("seek"), 0.0, "no class is named");
+    }
+
     /// A parameter's default is read from the signature of the function the question names,
     /// where a page gives the same parameter to several functions.
     #[test]
