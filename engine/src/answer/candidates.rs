@@ -153,6 +153,16 @@ pub(crate) fn words(text: &str) -> Vec<Word> {
     out
 }
 
+/// Whether every round, square and curly bracket `span` opens it also closes, and the
+/// other way round: a span cut inside a signature ("randbytes(self" of "randbytes(self, n)")
+/// is half of something, never an answer (its name before the bracket is a candidate of its
+/// own).
+fn brackets_balance(span: &str) -> bool {
+    [('(', ')'), ('[', ']'), ('{', '}')]
+        .iter()
+        .all(|&(open, close)| span.matches(open).count() == span.matches(close).count())
+}
+
 /// An initial or a run of initials ("B", "J.R") or an honorific that stands before a name.
 pub(crate) fn is_abbreviation(word: &str) -> bool {
     let initials = word.split('.').all(|part| {
@@ -239,6 +249,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 let last = &words[i];
                 if is_function_word(&text[first.start..first.end])
                     || is_function_word(&text[last.start..last.end])
+                    || !brackets_balance(&text[first.start..last.end])
                 {
                     continue;
                 }
@@ -530,6 +541,17 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_span_cut_inside_brackets_is_no_candidate() {
+        let all = texts("    randbytes(self, n)\n        Generate n random bytes.");
+        assert!(all.contains(&"randbytes".to_string()), "{all:?}");
+        assert!(!all.iter().any(|t| t.contains("randbytes(")), "{all:?}");
+        let all = texts("It reads maps[0] and calls isreadable(object) here.");
+        assert!(all.contains(&"maps[0]".to_string()), "{all:?}");
+        assert!(all.contains(&"isreadable(object)".to_string()), "{all:?}");
+        assert!(!all.iter().any(|t| t.ends_with("(object")), "{all:?}");
     }
 
     #[test]
