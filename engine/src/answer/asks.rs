@@ -238,16 +238,38 @@ const AGENT_NOUNS: &[&str] = &[
 /// function", "name the lint that", "what flag adds"). A program has options, a module
 /// functions, a class methods: a document's title names the whole, not the part asked for.
 pub fn asks_for_a_member(question: &str) -> bool {
+    asks_about_one_of(question, MEMBER_NOUNS)
+}
+
+/// Whether `question` asks for something called by name, with arguments: a method, a
+/// function or a class ("which Blob method …", "what function in shutil …"), and not about
+/// one of its parameters ("the prefix parameter of makeSuite", "what value does getpass use
+/// for prompt when none is given", "the default of …"). What a signature's brackets hold
+/// answers no such question.
+pub fn asks_for_a_callable(question: &str) -> bool {
+    let q = question.to_lowercase();
+    asks_about_one_of(question, CALLABLE_NOUNS)
+        && !words_of(&q).iter().any(|w| {
+            matches!(
+                *w,
+                "parameter" | "parameters" | "argument" | "arguments" | "default"
+            )
+        })
+}
+
+/// Whether the noun `question`'s "which"/"what" (or an opening "name the") asks about, among
+/// the next three words, is one of `nouns`.
+fn asks_about_one_of(question: &str, nouns: &[&str]) -> bool {
     let q = question.to_lowercase();
     let words = words_of(&q);
     words.iter().enumerate().any(|(i, w)| {
         (matches!(*w, "which" | "what") || (i == 0 && *w == "name"))
-            && words[i + 1..]
-                .iter()
-                .take(3)
-                .any(|n| MEMBER_NOUNS.contains(n))
+            && words[i + 1..].iter().take(3).any(|n| nouns.contains(n))
     })
 }
+
+/// Nouns of what is called with arguments.
+const CALLABLE_NOUNS: &[&str] = &["method", "function", "class", "constructor", "coroutine"];
 
 /// Whether `question` asks for a program ("which command converts…", "the name of the program
 /// that…", "which tool can I use…") and not for one of its options: a program's options then
@@ -476,6 +498,23 @@ mod tests {
             "Which command-line option turns off padding?"
         ));
         assert!(!asks_for_a_program("What flag makes the tool quiet?"));
+        assert!(asks_for_a_callable(
+            "Which method of the NNTP class would I call to get the welcome message?"
+        ));
+        assert!(asks_for_a_callable(
+            "What function in dataclasses returns a fresh dynamically created dataclass?"
+        ));
+        assert!(!asks_for_a_callable(
+            "What is the default value of the prefix parameter of makeSuite?"
+        ));
+        assert!(!asks_for_a_callable(
+            "In Python's getpass module, what value does getpass use for prompt when none is given?"
+        ));
+        assert!(!asks_for_a_callable("Which field is an optional key?"));
+        assert!(asks_for_a_callable(
+            "Which method of the ExpatParser class would I call to define the value of some SAX2 \
+             property?"
+        ));
         assert!(!asks_for_a_program(
             "Which function returns the line number?"
         ));

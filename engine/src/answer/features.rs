@@ -10,7 +10,8 @@ use capstan_reader::ScoredSentence;
 use capstan_retriever::Hit;
 
 use super::asks::{
-    asks_for_a_member, asks_for_a_program, asks_for_a_term, governing_preposition, Asks, TERM_CUES,
+    asks_for_a_callable, asks_for_a_member, asks_for_a_program, asks_for_a_term,
+    governing_preposition, Asks, TERM_CUES,
 };
 use super::candidates::{words, Candidate, RangeEnd};
 use super::layout::{self, LineRole};
@@ -140,6 +141,7 @@ pub fn names() -> Vec<String> {
     n.push("plural_of_a_question_word".into());
     n.push("key_of_a_value_the_question_spells".into());
     n.push("member_of_a_container_the_question_names".into());
+    n.push("inside_a_signature_when_a_callable_is_asked".into());
     n
 }
 
@@ -273,6 +275,13 @@ pub(crate) const TOPIC_KEY: usize = KIND_PLURAL + 1;
 /// body, below the line naming it (the passage's section heading keeps that line).
 pub(crate) const NAMED_CONTAINER: usize = TOPIC_KEY + 1;
 
+/// Index of `inside_a_signature_when_a_callable_is_asked`: the span lies inside the brackets
+/// of a signature or a call ([`signature_function`]: `name` of "getProperty(self, name)",
+/// `prefix=None` of "get_python_inc(plat_specific=0, prefix=None)") and the question asks for
+/// a method, a function or a class ([`asks_for_a_callable`]). A signature's parameters are
+/// what its function is given, never the function asked for.
+pub(crate) const IN_SIGNATURE: usize = NAMED_CONTAINER + 1;
+
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
 
@@ -310,6 +319,8 @@ pub struct Question {
     asks_an_end: bool,
     /// It asks for a part of a document ([`asks_for_a_member`]).
     asks_a_member: bool,
+    /// It asks for a method, a function or a class ([`asks_for_a_callable`]).
+    asks_a_callable: bool,
     /// It asks for a program, not an option of one ([`asks_for_a_program`]).
     asks_a_program: bool,
     /// The words of the question that could name a term, as [`layout::term_names`] gives
@@ -336,6 +347,7 @@ impl Question {
             asks,
             asks_a_member: asks_for_a_member(question),
             asks_a_program: asks_for_a_program(question),
+            asks_a_callable: asks_for_a_callable(question),
             names: question
                 .split_whitespace()
                 .map(|w| w.trim_matches(|c: char| !(c.is_alphanumeric() || "-_.".contains(c))))
@@ -715,7 +727,11 @@ pub fn features(
             f[FILE_TITLE] = (c.in_title && names_a_file(&hit.title)) as u8 as f32;
             f[KIND_PLURAL] = is_plural_of_a_word_in(c.text(hits), &question.text) as u8 as f32;
             f[TOPIC_KEY] = key_text(c).is_some_and(|k| topic_keys.contains(&k)) as u8 as f32;
-            debug_assert_eq!(NAMED_CONTAINER + 1, n);
+            f[IN_SIGNATURE] = (question.asks_a_callable
+                && !c.in_title
+                && signature_function(&hit.text, c.start).is_some())
+                as u8 as f32;
+            debug_assert_eq!(IN_SIGNATURE + 1, n);
             f
         })
         .collect()

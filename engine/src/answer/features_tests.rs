@@ -151,7 +151,7 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 26
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 27
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
@@ -165,6 +165,10 @@ fn shapes_of_answers() {
     assert_eq!(
         names()[NAMED_CONTAINER],
         "member_of_a_container_the_question_names"
+    );
+    assert_eq!(
+        names()[IN_SIGNATURE],
+        "inside_a_signature_when_a_callable_is_asked"
     );
     assert_eq!(
         names()[NAMED_FUNCTION],

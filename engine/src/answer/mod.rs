@@ -322,6 +322,19 @@ mod tests {
             .unwrap_or_else(|| panic!("no candidate {t}"))
     }
 
+    /// The extractive reader's ranking of each passage read as one sentence, all alike.
+    fn whole_passages(hits: &[Hit]) -> Vec<ScoredSentence> {
+        hits.iter()
+            .enumerate()
+            .map(|(passage, h)| ScoredSentence {
+                passage,
+                start: 0,
+                end: h.text.len(),
+                score: 0.5,
+            })
+            .collect()
+    }
+
     /// The extractive reader's ranking of a first passage read as one sentence.
     fn one_sentence(text: &str) -> Vec<ScoredSentence> {
         vec![ScoredSentence {
@@ -547,16 +560,7 @@ mod tests {
                 9.0,
             ),
         ];
-        let ranked: Vec<ScoredSentence> = hits
-            .iter()
-            .enumerate()
-            .map(|(passage, h)| ScoredSentence {
-                passage,
-                start: 0,
-                end: h.text.len(),
-                score: 0.5,
-            })
-            .collect();
+        let ranked = whole_passages(&hits);
         let s = Shortlist::new(asked, &hits, &ranked, |_| true, &|_| 0.0);
         let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::TOPIC_KEY];
         assert_eq!(marked("dynamite-data"), 1.0);
@@ -583,16 +587,7 @@ mod tests {
         let mut cut = hit("pydoc:sqlite3", "sqlite3", inside, 9.0);
         cut.location.section = Some("class Blob(builtins.object)".into());
         let hits = [hit("pydoc:sqlite3", "sqlite3", whole, 10.0), cut];
-        let ranked: Vec<ScoredSentence> = hits
-            .iter()
-            .enumerate()
-            .map(|(passage, h)| ScoredSentence {
-                passage,
-                start: 0,
-                end: h.text.len(),
-                score: 0.5,
-            })
-            .collect();
+        let ranked = whole_passages(&hits);
         let s = Shortlist::new(asked, &hits, &ranked, |_| true, &|_| 0.0);
         let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
         assert_eq!(marked("seek"), 1.0);
@@ -607,6 +602,27 @@ mod tests {
         );
         let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
         assert_eq!(marked("seek"), 0.0, "no class is named");
+    }
+
+    /// What a signature's brackets hold is marked where a method or a function is asked for.
+    #[test]
+    fn a_signature_s_parameters_are_marked_where_a_callable_is_asked() {
+        let text = "    getProperty(self, name)\n        Looks up and returns the value of a SAX2 \
+                    property.\n\n    get_python_inc(plat_specific=0, prefix=None)\n        \
+                    Return the directory of header files.\n";
+        let hits = [hit("xml.sax.saxutils", "xml.sax.saxutils", text, 10.0)];
+        let ranked = one_sentence(text);
+        let marked = |question: &str, t: &str| {
+            let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
+            s.features[candidate(&s, &hits, t)][features::IN_SIGNATURE]
+        };
+        let method = "Which method looks up the value of a SAX2 property?";
+        assert_eq!(marked(method, "name"), 1.0);
+        assert_eq!(marked(method, "prefix=None"), 1.0);
+        assert_eq!(marked(method, "getProperty"), 0.0);
+        assert_eq!(marked(method, "Looks"), 0.0);
+        let default = "What is the default of the prefix parameter of get_python_inc?";
+        assert_eq!(marked(default, "prefix=None"), 0.0);
     }
 
     /// A parameter's default is read from the signature of the function the question names,
