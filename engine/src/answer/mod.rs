@@ -602,6 +602,15 @@ mod tests {
         );
         let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
         assert_eq!(marked("seek"), 0.0, "no class is named");
+        let s = Shortlist::new(
+            "Which module is an implementation of Blob?",
+            &hits,
+            &ranked,
+            |_| true,
+            &|_| 0.0,
+        );
+        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
+        assert_eq!(marked("seek"), 0.0, "a module is asked for, not a member");
     }
 
     /// What a signature's brackets hold is marked where a method or a function is asked for.
