@@ -17,7 +17,7 @@ use super::candidates::{words, Candidate, RangeEnd};
 use super::layout::{self, LineRole};
 use super::shape::{Shape, SHAPES};
 use super::span_text::{
-    cuts_a_name, cuts_a_phrase, follows_default, holds_a_clause, is_agent_noun,
+    cuts_a_name, cuts_a_phrase, follows_default, holds_a_clause, inside_a_signature, is_agent_noun,
     is_call_with_arguments, is_option_with_argument, is_plural_of_a_word_in, names_a_file,
     signature_function,
 };
@@ -277,7 +277,7 @@ pub(crate) const TOPIC_KEY: usize = KIND_PLURAL + 1;
 pub(crate) const NAMED_CONTAINER: usize = TOPIC_KEY + 1;
 
 /// Index of `inside_a_signature_when_a_callable_is_asked`: the span lies inside the brackets
-/// of a signature or a call ([`signature_function`]: `name` of "getProperty(self, name)",
+/// of a signature or a call ([`inside_a_signature`]: `name` of "getProperty(self, name)",
 /// `prefix=None` of "get_python_inc(plat_specific=0, prefix=None)") and the question asks for
 /// a method, a function or a class ([`asks_for_a_callable`]). A signature's parameters are
 /// what its function is given, never the function asked for.
@@ -730,7 +730,7 @@ pub fn features(
             f[TOPIC_KEY] = key_text(c).is_some_and(|k| topic_keys.contains(&k)) as u8 as f32;
             f[IN_SIGNATURE] = (question.asks_a_callable
                 && !c.in_title
-                && signature_function(&hit.text, c.start).is_some())
+                && inside_a_signature(&hit.text, c.start, c.end))
                 as u8 as f32;
             debug_assert_eq!(IN_SIGNATURE + 1, n);
             f

@@ -166,6 +166,46 @@ pub(super) fn signature_function(text: &str, start: usize) -> Option<&str> {
     Some(&before[name_start..])
 }
 
+/// Whether the span `start..end` of `text` lies inside a signature's or a call's brackets: a
+/// function's bracket is left open before it ([`signature_function`]), or, where the passage
+/// begins inside a signature that runs over lines ("order=False, unsafe_hash=False, …)" with
+/// its "dataclass(" in the passage before), a bracket it did not open closes after it, before
+/// a blank line and within [`SIGNATURE_REACH`].
+pub(super) fn inside_a_signature(text: &str, start: usize, end: usize) -> bool {
+    let mut floor = start.saturating_sub(SIGNATURE_REACH);
+    while !text.is_char_boundary(floor) {
+        floor += 1;
+    }
+    let mut depth = 0usize;
+    for (i, c) in text[floor..start].char_indices().rev() {
+        match c {
+            ')' | ']' => depth += 1,
+            '(' | '[' if depth > 0 => depth -= 1,
+            // A bracket open before the span: a signature's where a name precedes it, else
+            // an aside's ("(see below").
+            '(' | '[' => return signature_function(text, start).is_some(),
+            '\n' if text[..floor + i].ends_with('\n') => break,
+            _ => {}
+        }
+    }
+    let mut reach = text.len().min(end + SIGNATURE_REACH);
+    while !text.is_char_boundary(reach) {
+        reach -= 1;
+    }
+    let mut depth = 0usize;
+    for (i, c) in text[end..reach].char_indices() {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' if depth > 0 => depth -= 1,
+            ')' => return true,
+            ']' => return false,
+            '\n' if text[end + i + 1..].starts_with('\n') => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
 /// Extensions of the files documentation is written in.
 const DOCUMENT_EXTENSIONS: &[&str] = &[
     "md", "markdown", "rst", "txt", "adoc", "asciidoc", "html", "htm", "pod", "tex",
@@ -224,6 +264,39 @@ pub(super) fn is_plural_of_a_word_in(span: &str, question: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_span_inside_a_signature_is_told_from_one_beside_or_in_an_aside() {
+        let inside = |text: &str, span: &str| {
+            let at = text.find(span).unwrap();
+            inside_a_signature(text, at, at + span.len())
+        };
+        let cut = "order=False, unsafe_hash=False, frozen=False)\n    Returns a dataclass.";
+        assert!(
+            inside(cut, "unsafe_hash=False"),
+            "the passage begins inside it"
+        );
+        assert!(!inside(cut, "Returns"));
+        let whole = "    getProperty(self, name)\n        Looks up the value (see setProperty).";
+        assert!(inside(whole, "name"));
+        assert!(!inside(whole, "getProperty"));
+        assert!(
+            !inside(whole, "setProperty"),
+            "an aside's bracket has no name before it"
+        );
+        assert!(
+            !inside("run it\n\nthen stop)", "run"),
+            "a blank line ends the reach"
+        );
+        // The reach ends inside no character, on either side.
+        for pad in 0..4 {
+            let text = format!("{}x{}", "’".repeat(200 + pad), "’".repeat(200));
+            let at = text.find('x').unwrap();
+            for start in [at, at + 1] {
+                let _ = inside_a_signature(&text, start, start);
+            }
+        }
+    }
 
     #[test]
     fn a_parameter_is_found_in_its_function_signature() {
