@@ -588,29 +588,25 @@ mod tests {
         cut.location.section = Some("class Blob(builtins.object)".into());
         let hits = [hit("pydoc:sqlite3", "sqlite3", whole, 10.0), cut];
         let ranked = whole_passages(&hits);
-        let s = Shortlist::new(asked, &hits, &ranked, |_| true, &|_| 0.0);
-        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
-        assert_eq!(marked("seek"), 1.0);
-        assert_eq!(marked("tell"), 1.0, "the section names the class");
-        assert_eq!(marked("setinputsizes"), 0.0, "another class's method");
-        let s = Shortlist::new(
-            "Which method defines the access position?",
-            &hits,
-            &ranked,
-            |_| true,
-            &|_| 0.0,
+        let marked = |question: &str, t: &str| {
+            let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
+            s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER]
+        };
+        assert_eq!(marked(asked, "seek"), 1.0);
+        assert_eq!(marked(asked, "tell"), 1.0, "the section names the class");
+        assert_eq!(
+            marked(asked, "setinputsizes"),
+            0.0,
+            "another class's method"
         );
-        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
-        assert_eq!(marked("seek"), 0.0, "no class is named");
-        let s = Shortlist::new(
-            "Which module is an implementation of Blob?",
-            &hits,
-            &ranked,
-            |_| true,
-            &|_| 0.0,
+        let unnamed = "Which method defines the access position?";
+        assert_eq!(marked(unnamed, "seek"), 0.0, "no class is named");
+        let module = "Which module is an implementation of Blob?";
+        assert_eq!(
+            marked(module, "seek"),
+            0.0,
+            "a module is asked for, not a member"
         );
-        let marked = |t: &str| s.features[candidate(&s, &hits, t)][features::NAMED_CONTAINER];
-        assert_eq!(marked("seek"), 0.0, "a module is asked for, not a member");
     }
 
     /// What a signature's brackets hold is marked where a method or a function is asked for.
