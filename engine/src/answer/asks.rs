@@ -238,7 +238,7 @@ const AGENT_NOUNS: &[&str] = &[
 /// function", "name the lint that", "what flag adds"). A program has options, a module
 /// functions, a class methods: a document's title names the whole, not the part asked for.
 pub fn asks_for_a_member(question: &str) -> bool {
-    asks_about_one_of(question, MEMBER_NOUNS)
+    asks_about_one_of(&words_of(&question.to_lowercase()), MEMBER_NOUNS)
 }
 
 /// Whether `question` asks for something called by name, with arguments: a method, a
@@ -248,8 +248,9 @@ pub fn asks_for_a_member(question: &str) -> bool {
 /// answers no such question.
 pub fn asks_for_a_callable(question: &str) -> bool {
     let q = question.to_lowercase();
-    asks_about_one_of(question, CALLABLE_NOUNS)
-        && !words_of(&q).iter().any(|w| {
+    let words = words_of(&q);
+    asks_about_one_of(&words, CALLABLE_NOUNS)
+        && !words.iter().any(|w| {
             matches!(
                 *w,
                 "parameter" | "parameters" | "argument" | "arguments" | "default"
@@ -257,11 +258,9 @@ pub fn asks_for_a_callable(question: &str) -> bool {
         })
 }
 
-/// Whether the noun `question`'s "which"/"what" (or an opening "name the") asks about, among
-/// the next three words, is one of `nouns`.
-fn asks_about_one_of(question: &str, nouns: &[&str]) -> bool {
-    let q = question.to_lowercase();
-    let words = words_of(&q);
+/// Whether the noun a question's "which"/"what" (or an opening "name the") asks about, among
+/// the next three of its `words` (lower-case), is one of `nouns`.
+fn asks_about_one_of(words: &[&str], nouns: &[&str]) -> bool {
     words.iter().enumerate().any(|(i, w)| {
         (matches!(*w, "which" | "what") || (i == 0 && *w == "name"))
             && words[i + 1..].iter().take(3).any(|n| nouns.contains(n))

@@ -268,12 +268,13 @@ pub(crate) const KIND_PLURAL: usize = FILE_TITLE + 1;
 /// dynamite-data") answers nothing it asks.
 pub(crate) const TOPIC_KEY: usize = KIND_PLURAL + 1;
 
-/// Index of `member_of_a_container_the_question_names`: the question asks for a member ([`asks_for_a_member`])
-/// and the span starts a term line in the body of a class (a struct, a trait) the question
-/// names ([`layout::container_of`]: "seek" under "class Blob(builtins.object)", for "which
-/// Blob method defines the access position?"; not a wrapped signature's `object_hook=None`
-/// for "which module is an implementation of JSONDecoder?"). A page lists many classes' methods, and a passage may begin inside a class
-/// body, below the line naming it (the passage's section heading keeps that line).
+/// Index of `member_of_a_container_the_question_names`: the question asks for a member
+/// ([`asks_for_a_member`]) and the span starts a term line in the body of a class (a struct,
+/// a trait) the question names ([`layout::container_of`]: "seek" under "class
+/// Blob(builtins.object)", for "which Blob method defines the access position?"; not a
+/// wrapped signature's `object_hook=None` for "which module is an implementation of
+/// JSONDecoder?"). A page lists many classes' methods, and a passage may begin inside a
+/// class body, below the line naming it (the passage's section heading keeps that line).
 pub(crate) const NAMED_CONTAINER: usize = TOPIC_KEY + 1;
 
 /// Index of `inside_a_signature_when_a_callable_is_asked`: the span lies inside the brackets

@@ -138,9 +138,14 @@ const SIGNATURE_REACH: usize = 400;
 /// "run_setup(script_name, stop_after='run')"), its last dotted part ("del_param" of
 /// "Message.del_param("); none where no bracket opens on the lines before it within reach.
 pub(super) fn signature_function(text: &str, start: usize) -> Option<&str> {
+    name_before(text, bracket_open_before(text, start)?)
+}
+
+/// The innermost round bracket left open before `start` of `text`, on the lines of its
+/// paragraph within [`SIGNATURE_REACH`].
+fn bracket_open_before(text: &str, start: usize) -> Option<usize> {
     let floor = start.saturating_sub(SIGNATURE_REACH);
     let mut depth = 0usize;
-    let mut open = None;
     for (i, c) in text[..start].char_indices().rev() {
         if i < floor {
             break;
@@ -148,15 +153,18 @@ pub(super) fn signature_function(text: &str, start: usize) -> Option<&str> {
         match c {
             ')' | ']' => depth += 1,
             '(' | '[' if depth > 0 => depth -= 1,
-            '(' => {
-                open = Some(i);
-                break;
-            }
+            '(' => return Some(i),
             '\n' if text[..i].ends_with('\n') => break,
             _ => {}
         }
     }
-    let before = &text[..open?];
+    None
+}
+
+/// The name right before the bracket at `open` of `text`, where one is ("del_param" of
+/// "Message.del_param(", none of "value (").
+fn name_before(text: &str, open: usize) -> Option<&str> {
+    let before = &text[..open];
     let name_start = before
         .char_indices()
         .rev()
@@ -167,26 +175,14 @@ pub(super) fn signature_function(text: &str, start: usize) -> Option<&str> {
 }
 
 /// Whether the span `start..end` of `text` lies inside a signature's or a call's brackets: a
-/// function's bracket is left open before it ([`signature_function`]), or, where the passage
-/// begins inside a signature that runs over lines ("order=False, unsafe_hash=False, …)" with
-/// its "dataclass(" in the passage before), a bracket it did not open closes after it, before
-/// a blank line and within [`SIGNATURE_REACH`].
+/// function's bracket is left open before it ([`signature_function`]; a bracket with no name
+/// before it is an aside's, "(see below"), or, where the passage begins inside a signature
+/// that runs over lines ("order=False, unsafe_hash=False, …)" with its "dataclass(" in the
+/// passage before), a bracket it did not open closes after it, before a blank line and
+/// within [`SIGNATURE_REACH`].
 pub(super) fn inside_a_signature(text: &str, start: usize, end: usize) -> bool {
-    let mut floor = start.saturating_sub(SIGNATURE_REACH);
-    while !text.is_char_boundary(floor) {
-        floor += 1;
-    }
-    let mut depth = 0usize;
-    for (i, c) in text[floor..start].char_indices().rev() {
-        match c {
-            ')' | ']' => depth += 1,
-            '(' | '[' if depth > 0 => depth -= 1,
-            // A bracket open before the span: a signature's where a name precedes it, else
-            // an aside's ("(see below").
-            '(' | '[' => return signature_function(text, start).is_some(),
-            '\n' if text[..floor + i].ends_with('\n') => break,
-            _ => {}
-        }
+    if let Some(open) = bracket_open_before(text, start) {
+        return name_before(text, open).is_some();
     }
     let mut reach = text.len().min(end + SIGNATURE_REACH);
     while !text.is_char_boundary(reach) {
