@@ -20,6 +20,9 @@
 #                 package a reworded synopsis names (packages_set.py)
 #   history       narrative real text: Debian's project history and release dedications, 52
 #                 hand-written questions (history_set.py); a dev set only (the test step passes it over)
+#   handbook      narrative real text as a user's folder of HTML: the English pages of "The
+#                 Debian Administrator's Handbook", 52 hand-written questions (handbook_set.py);
+#                 a test set only, never fitted on (Capstan indexes the pages themselves)
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
 #                 only (its first 500 questions); nothing is fitted on it
 #
@@ -33,7 +36,7 @@
 #         top-5 documents -> the same GGUF in transformers, its chat template, greedy) and
 #         Capstan's default on the same first PEER_N test questions.
 # Each eval writes OUT/<name>/results.{json,md}; OUT/summary.txt has one line per run.
-# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records packages prose glossary people history encyclopedia",
+# Usage: bench/answers.sh OUT_DIR   (SETS="manpages records packages prose glossary people history handbook encyclopedia",
 #        PEER_N=40,
 #        SKIP_PEER=1, DATA=~/.cache/capstan/bench/answer-sets)
 set -euo pipefail
@@ -41,7 +44,7 @@ cd "$(dirname "$0")/.."
 source scripts/env.sh
 out="${1:?usage: bench/answers.sh OUT_DIR}"
 PEER_N="${PEER_N:-40}"
-SETS="${SETS:-manpages records packages prose glossary people history encyclopedia}"
+SETS="${SETS:-manpages records packages prose glossary people history handbook encyclopedia}"
 STEPS="${STEPS:-dev test}"
 DATA="${DATA:-$CAPSTAN_HOME/bench/answer-sets}"
 mkdir -p "$out" "$DATA"
@@ -58,6 +61,7 @@ prepare() {
     people) [ -f "$dir/test.jsonl" ] || python3 bench/people_set.py --out "$DATA" ;;
     packages) [ -f "$dir/test.jsonl" ] || python3 bench/packages_set.py --out "$DATA" ;;
     history) [ -f "$dir/dev.jsonl" ] || python3 bench/history_set.py --out "$DATA" ;;
+    handbook) [ -f "$dir/test.jsonl" ] || python3 bench/handbook_set.py --out "$DATA" ;;
     encyclopedia)
       if [ ! -f "$dir/test.jsonl" ]; then
         "$CAPSTAN_BIN" corpus generate --out "$dir/gen" --seed 42 --documents 1000 --questions 600
@@ -65,8 +69,10 @@ prepare() {
         head -n 500 "$dir/gen/questions.jsonl" > "$dir/test.jsonl"
       fi ;;
   esac
+  local source="$dir/corpus.jsonl"
+  [ -d "$dir/pages" ] && source="$dir/pages" # a folder of the user's files, read by Capstan
   [ -f "$dir/index/CURRENT" ] ||
-    "$CAPSTAN_BIN" index "$dir/corpus.jsonl" --out "$dir/index" --no-sentence-vectors
+    "$CAPSTAN_BIN" index "$source" --out "$dir/index" --no-sentence-vectors
 }
 
 # run NAME SET QUESTIONS FLAGS...
@@ -84,7 +90,7 @@ PY
 
 for set in $SETS; do
   prepare "$set"
-  if [[ " $STEPS " == *" dev "* && $set != encyclopedia ]]; then
+  if [[ " $STEPS " == *" dev "* && -f "$DATA/$set/dev.jsonl" ]]; then
     mkdir -p "$out/dumps"
     rm -f "$out/dumps/$set-dev.jsonl"
     CAPSTAN_DUMP_CANDIDATES="$out/dumps/$set-dev.jsonl" \
@@ -94,7 +100,7 @@ done
 if [[ " $STEPS " == *" fit "* ]]; then
   pairs=()
   for set in $SETS; do
-    [ "$set" = encyclopedia ] || pairs+=(--pair "$out/dumps/$set-dev.jsonl" "$DATA/$set/dev.jsonl")
+    [ ! -f "$DATA/$set/dev.jsonl" ] || pairs+=(--pair "$out/dumps/$set-dev.jsonl" "$DATA/$set/dev.jsonl")
   done
   python3 bench/fit_answer_ranker.py "${pairs[@]}"
   cargo build --release -p capstan

@@ -142,6 +142,7 @@ pub fn names() -> Vec<String> {
     n.push("key_of_a_value_the_question_spells".into());
     n.push("member_of_a_container_the_question_names".into());
     n.push("inside_a_signature_when_a_callable_is_asked".into());
+    n.push("title_phrase_sharing_a_question_word".into());
     n
 }
 
@@ -283,6 +284,15 @@ pub(crate) const NAMED_CONTAINER: usize = TOPIC_KEY + 1;
 /// a method, a function or a class ([`asks_for_a_callable`]). A signature's parameters are
 /// what its function is given, never the function asked for.
 pub(crate) const IN_SIGNATURE: usize = NAMED_CONTAINER + 1;
+
+/// Index of `title_phrase_sharing_a_question_word`: the span is a document's title of two
+/// words or more, and the question repeats one of them ("July 2002: Martin Butterweck died"
+/// for "What illness did Martin Butterweck fight?", "Debian Releases" for "Which CD vendor
+/// shipped a development release as Debian 1.0?"). A chapter's or an article's heading says
+/// what its text is about, which a question that repeats it already knows; a title that
+/// answers is the one-word name of what its document describes ("pngtopnm", "sigscheme"),
+/// where a question's words are seen inside the name rather than beside it.
+pub(crate) const TOPIC_TITLE: usize = IN_SIGNATURE + 1;
 
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
@@ -733,7 +743,8 @@ pub fn features(
                 && !c.in_title
                 && inside_a_signature(&hit.text, c.start, c.end))
                 as u8 as f32;
-            debug_assert_eq!(IN_SIGNATURE + 1, n);
+            f[TOPIC_TITLE] = (c.in_title && c.words >= 2 && f[9] > 0.0) as u8 as f32;
+            debug_assert_eq!(TOPIC_TITLE + 1, n);
             f
         })
         .collect()

@@ -151,7 +151,7 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 27
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 28
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
@@ -169,6 +169,10 @@ fn shapes_of_answers() {
     assert_eq!(
         names()[IN_SIGNATURE],
         "inside_a_signature_when_a_callable_is_asked"
+    );
+    assert_eq!(
+        names()[TOPIC_TITLE],
+        "title_phrase_sharing_a_question_word"
     );
     assert_eq!(
         names()[NAMED_FUNCTION],

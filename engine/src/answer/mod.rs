@@ -694,6 +694,41 @@ mod tests {
         assert_eq!(flag("Which command receives what is pushed?"), 0.0);
     }
 
+    /// A heading of several words that repeats the question is marked as the topic it names;
+    /// a one-word name, or a heading the question does not repeat, is not.
+    #[test]
+    fn a_title_phrase_the_question_repeats_is_marked_as_its_topic() {
+        let hits = [
+            hit(
+                "butterweck",
+                "July 2002: Martin Butterweck died",
+                "Martin Butterweck died after a long fight against leukemia.",
+                10.0,
+            ),
+            hit("sigscheme", "sigscheme", "Scheme interpreter to be embedded", 9.0),
+            hit("pools", "Package Pools", "The archive moved to pools.", 8.0),
+        ];
+        let ranked = whole_passages(&hits);
+        let marked = |question: &str, hit: usize| {
+            let s = Shortlist::new(question, &hits, &ranked, |_| true, &|_| 0.0);
+            let i = (0..s.candidates.len())
+                .find(|&i| s.candidates[i].in_title && s.candidates[i].hit == hit)
+                .expect("the title is a candidate");
+            s.features[i][features::TOPIC_TITLE]
+        };
+        assert_eq!(marked("What illness did Martin Butterweck fight?", 0), 1.0);
+        assert_eq!(
+            marked("Which package provides a Scheme interpreter?", 1),
+            0.0,
+            "one word"
+        );
+        assert_eq!(
+            marked("What illness did Martin Butterweck fight?", 2),
+            0.0,
+            "the question repeats none of its words"
+        );
+    }
+
     /// Each shortlisted candidate is compared through its own sentence with the topic taken
     /// out, and the similarity (and its gap to the best) lands in its features.
     #[test]
