@@ -170,10 +170,7 @@ fn shapes_of_answers() {
         names()[IN_SIGNATURE],
         "inside_a_signature_when_a_callable_is_asked"
     );
-    assert_eq!(
-        names()[TOPIC_TITLE],
-        "title_phrase_sharing_a_question_word"
-    );
+    assert_eq!(names()[TOPIC_TITLE], "title_phrase_sharing_a_question_word");
     assert_eq!(
         names()[NAMED_FUNCTION],
         "parameter_of_a_function_the_question_names"
