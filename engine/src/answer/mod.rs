@@ -705,7 +705,12 @@ mod tests {
                 "Martin Butterweck died after a long fight against leukemia.",
                 10.0,
             ),
-            hit("sigscheme", "sigscheme", "Scheme interpreter to be embedded", 9.0),
+            hit(
+                "sigscheme",
+                "sigscheme",
+                "Scheme interpreter to be embedded",
+                9.0,
+            ),
             hit("pools", "Package Pools", "The archive moved to pools.", 8.0),
         ];
         let ranked = whole_passages(&hits);
