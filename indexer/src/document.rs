@@ -373,10 +373,16 @@ fn load_file(
     };
     let document = check_size(bytes.len(), options.max_document_bytes)
         .and_then(|()| std::str::from_utf8(&bytes).map_err(|_| LineProblem::InvalidUtf8))
-        .map(|content| {
-            let (title, text) = extract_file_text(kind, &stem, content);
-            let layout = crate::extract::plain::sections(&text);
-            document(title, text, layout)
+        .map(|content| match kind {
+            DocumentKind::Html => {
+                let page = crate::extract::html::page(content);
+                document(page.title.unwrap_or(stem), page.text, page.layout)
+            }
+            _ => {
+                let (title, text) = extract_file_text(kind, &stem, content);
+                let layout = crate::extract::plain::sections(&text);
+                document(title, text, layout)
+            }
         });
     Ok(LoadedFile {
         path: file.to_path_buf(),
@@ -500,8 +506,9 @@ impl DocumentKind {
     }
 }
 
-/// Title and text of a text file: title = first heading, else the file's
-/// name without extension (`stem`).
+/// Title and text of a plain or Markdown file: title = first heading, else
+/// the file's name without extension (`stem`). (An HTML file is read by
+/// [`crate::extract::html::page`].)
 fn extract_file_text(kind: DocumentKind, stem: &str, content: &str) -> (String, String) {
     let stem = stem.to_string();
     match kind {
@@ -516,120 +523,7 @@ fn extract_file_text(kind: DocumentKind, stem: &str, content: &str) -> (String, 
                 .map(str::to_string);
             (title.unwrap_or(stem), content.to_string())
         }
-        DocumentKind::Html => {
-            let (title, text) = html_text(content);
-            (title.unwrap_or(stem), text)
-        }
         _ => (stem, content.to_string()),
-    }
-}
-
-/// Visible text of an HTML page (the `<main>` element when there is one),
-/// with its first heading (or `<title>`).
-///
-/// Read with html5ever's tokenizer, not its tree builder: the tree builder's
-/// scope checks walk the stack of open elements, quadratic in the nesting
-/// depth (100,000 nested `<div>`s took 41 s), while the tokenizer is linear
-/// and text extraction needs no tree, only which elements we are inside.
-fn html_text(content: &str) -> (Option<String>, String) {
-    use html5ever::tendril::StrTendril;
-    use html5ever::tokenizer::{BufferQueue, Tokenizer, TokenizerOpts};
-
-    let sink = HtmlTextSink::default();
-    let input = BufferQueue::default();
-    input.push_back(StrTendril::from_slice(content));
-    let tokenizer = Tokenizer::new(sink, TokenizerOpts::default());
-    let _ = tokenizer.feed(&input);
-    tokenizer.end();
-    let sink = tokenizer.sink;
-    let clean = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
-    let heading = clean(&sink.heading.borrow());
-    let title = clean(&sink.title.borrow());
-    let main = clean(&sink.main.borrow());
-    let body = clean(&sink.body.borrow());
-    let title = [heading, title].into_iter().find(|t| !t.is_empty());
-    (title, if main.is_empty() { body } else { main })
-}
-
-/// Collects the text of an HTML token stream.
-#[derive(Default)]
-struct HtmlTextSink {
-    /// Text outside `<head>` and hidden elements.
-    body: std::cell::RefCell<String>,
-    /// The part of it inside `<main>`.
-    main: std::cell::RefCell<String>,
-    /// The first `<h1>`-`<h3>`'s text.
-    heading: std::cell::RefCell<String>,
-    /// `<title>`'s text.
-    title: std::cell::RefCell<String>,
-    /// Open hidden elements (script, style, noscript, template).
-    hidden: std::cell::Cell<usize>,
-    in_head: std::cell::Cell<bool>,
-    in_title: std::cell::Cell<bool>,
-    /// Open `<main>` elements.
-    main_depth: std::cell::Cell<usize>,
-    /// 0: no heading seen, 1: inside the first, 2: past it.
-    heading_state: std::cell::Cell<u8>,
-}
-
-impl html5ever::tokenizer::TokenSink for HtmlTextSink {
-    type Handle = ();
-
-    fn process_token(
-        &self,
-        token: html5ever::tokenizer::Token,
-        _line: u64,
-    ) -> html5ever::tokenizer::TokenSinkResult<()> {
-        use html5ever::tokenizer::{TagKind, Token, TokenSinkResult};
-        match token {
-            Token::CharacterTokens(text) => {
-                if self.in_title.get() {
-                    self.title.borrow_mut().push_str(&text);
-                } else if self.hidden.get() == 0 && !self.in_head.get() {
-                    self.body.borrow_mut().push_str(&text);
-                    if self.main_depth.get() > 0 {
-                        self.main.borrow_mut().push_str(&text);
-                    }
-                    if self.heading_state.get() == 1 {
-                        self.heading.borrow_mut().push_str(&text);
-                    }
-                }
-            }
-            Token::TagToken(tag) => {
-                // Tags separate words, as element boundaries do in a tree.
-                self.body.borrow_mut().push(' ');
-                if self.main_depth.get() > 0 {
-                    self.main.borrow_mut().push(' ');
-                }
-                let start = tag.kind == TagKind::StartTag;
-                let name: &str = &tag.name;
-                match name {
-                    "script" | "style" | "noscript" | "template" => {
-                        if start && !tag.self_closing {
-                            self.hidden.set(self.hidden.get() + 1);
-                        } else if !start {
-                            self.hidden.set(self.hidden.get().saturating_sub(1));
-                        }
-                    }
-                    "head" => self.in_head.set(start),
-                    "body" if start => self.in_head.set(false),
-                    "title" => self.in_title.set(start),
-                    "main" if start => self.main_depth.set(self.main_depth.get() + 1),
-                    "main" => self.main_depth.set(self.main_depth.get().saturating_sub(1)),
-                    "h1" | "h2" | "h3" => match (self.heading_state.get(), start) {
-                        (0, true) => self.heading_state.set(1),
-                        (1, false) => self.heading_state.set(2),
-                        _ => {}
-                    },
-                    _ => {}
-                }
-                if let Some(raw) = crate::extract::html::raw_text_after(&tag) {
-                    return raw;
-                }
-            }
-            _ => {}
-        }
-        TokenSinkResult::Continue
     }
 }
 

@@ -96,7 +96,10 @@ fn folder_of_files_uses_headings_as_titles() {
     assert_eq!(by_id["notes.txt"].title, "notes");
     assert_eq!(by_id["guide.md"].title, "Guide Title");
     assert_eq!(by_id["page.html"].title, "Heading");
-    assert_eq!(by_id["page.html"].text, "Heading Para bold");
+    assert_eq!(by_id["page.html"].text, "Heading\n\nPara bold");
+    let sections = &by_id["page.html"].layout.sections;
+    assert_eq!(sections.len(), 1);
+    assert_eq!(sections[0].heading, "Heading");
 }
 
 #[test]
@@ -112,10 +115,10 @@ fn deeply_nested_html_is_read_in_linear_time() {
     html.push_str("<script>hidden()</script>");
     html.push_str(&"</div>".repeat(depth));
     html.push_str("<p>after</p></body></html>");
-    let (_, text) = html_text(&html);
-    assert!(text.starts_with("w0 w1 w2"), "{}", &text[..40]);
+    let text = crate::extract::html::page(&html).text;
+    assert!(text.starts_with("w0\n\nw1\n\nw2"), "{}", &text[..40]);
     assert!(
-        text.contains("w99999 after"),
+        text.ends_with("w99999\n\nafter"),
         "{}",
         &text[text.len() - 40..]
     );
@@ -125,17 +128,46 @@ fn deeply_nested_html_is_read_in_linear_time() {
 }
 
 #[test]
-fn html_text_prefers_main_decodes_entities_and_hides_scripts() {
-    let (title, text) = html_text(
+fn an_html_page_prefers_main_decodes_entities_and_hides_scripts() {
+    let page = crate::extract::html::page(
         "<!doctype html><html><head><title>Page &amp; more</title><style>p{}</style></head>\
          <body><nav>Menu</nav><main><p>Fish &amp; chips</p><script>if (a<b) x()</script>\
          <textarea><b>kept</b></textarea></main><footer>Foot</footer></body></html>",
     );
-    assert_eq!(title.as_deref(), Some("Page & more"));
-    assert_eq!(text, "Fish & chips <b>kept</b>");
-    let (title, text) = html_text("<p>No <i>main</i> here</p><noscript>x</noscript>");
-    assert_eq!(title, None);
-    assert_eq!(text, "No main here");
+    assert_eq!(page.title.as_deref(), Some("Page & more"));
+    assert_eq!(page.text, "Fish & chips\n\n<b>kept</b>");
+    let page = crate::extract::html::page("<p>No <i>main</i> here</p><noscript>x</noscript>");
+    assert_eq!(page.title, None);
+    assert_eq!(page.text, "No main here");
+}
+
+/// Inline elements join the text they hold to what is beside them, as a browser shows it
+/// ("OS X™", not "OS X ™"); blocks and headings keep their breaks, and a heading starts a
+/// section passages are cited by.
+#[test]
+fn an_html_page_keeps_inline_text_together_and_its_headings_as_sections() {
+    let page = crate::extract::html::page(
+        "<html><head><title>2.2. Master Plan</title></head><body>\
+         <div class=\"navheader\">Prev <a href=\"x\">Next</a></div>\
+         <h2 class=\"title\">2.2.&nbsp;Master Plan</h2>\
+         <p>It runs on <span class=\"trademark\">OS&nbsp;X</span>&trade;. The <em>lab</em>s \
+         agree.</p><h4>NOTE</h4><p>Fictional.</p></body></html>",
+    );
+    assert_eq!(page.title.as_deref(), Some("2.2. Master Plan"));
+    assert_eq!(
+        page.text,
+        "Prev Next\n\n2.2. Master Plan\n\nIt runs on OS X™. The labs agree.\n\nNOTE\n\nFictional."
+    );
+    let headings: Vec<_> = page
+        .layout
+        .sections
+        .iter()
+        .map(|s| s.heading.as_str())
+        .collect();
+    assert_eq!(headings, ["2.2. Master Plan", "NOTE"]);
+    // The title is the first <h1>-<h3>; an <h4> alone leaves the <title>.
+    let page = crate::extract::html::page("<title>T</title><h4>Aside</h4><p>x</p>");
+    assert_eq!(page.title.as_deref(), Some("T"));
 }
 
 #[test]

@@ -172,6 +172,38 @@ pub(crate) fn is_abbreviation(word: &str) -> bool {
     initials || matches!(word, "Mr" | "Mrs" | "Ms" | "Dr" | "Prof" | "St" | "Mt")
 }
 
+/// The byte length of the outline number a heading begins with, with the space after it
+/// ("A.4. " of "A.4. Knoppix", "2.2. " of "2.2. Master Plan", "Chapter 2. " of "Chapter 2.
+/// Presenting the Case Study", "Appendix B. "), where a word follows it. A book's HTML pages
+/// and a PDF's headings number their sections; the number says where a section stands, never
+/// what it tells. A lone capital needs a number after it ("A.4.") or a word naming the
+/// division before it ("Appendix B."), since "A. Smith" is a name.
+pub(crate) fn outline_number_len(heading: &str) -> Option<usize> {
+    let (named, rest) = ["Chapter ", "Appendix ", "Section ", "Part "]
+        .iter()
+        .find_map(|w| heading.strip_prefix(w))
+        .map_or((false, heading), |r| (true, r));
+    let token = rest.split(char::is_whitespace).next()?;
+    let after = &rest[token.len()..];
+    let number = token.strip_suffix('.').unwrap_or(token);
+    let parts: Vec<&str> = number.split('.').collect();
+    let digits = |p: &str| (1..=3).contains(&p.len()) && p.chars().all(|c| c.is_ascii_digit());
+    let letter = |p: &str| p.len() == 1 && p.chars().all(|c| c.is_ascii_uppercase());
+    let numbered = parts.iter().skip(1).all(|p| digits(p))
+        && (digits(parts[0]) || (letter(parts[0]) && (parts.len() > 1 || named)))
+        && (named || token.contains('.'));
+    let next = after.trim_start();
+    (numbered && next.starts_with(char::is_alphanumeric)).then(|| heading.len() - next.len())
+}
+
+/// Whether the span `start..end` of `text` lies in the outline number of a line that begins
+/// with one ("A.5" of "A.5. Aptosid and Siduction").
+fn in_an_outline_number(text: &str, start: usize, end: usize) -> bool {
+    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    outline_number_len(line).is_some_and(|n| end <= line_start + n)
+}
+
 /// Whether `rest` (what follows a period) is one space and a capitalised word.
 fn next_word_is_capitalised(rest: &str) -> bool {
     rest.strip_prefix(' ')
@@ -250,6 +282,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 if is_function_word(&text[first.start..first.end])
                     || is_function_word(&text[last.start..last.end])
                     || !brackets_balance(&text[first.start..last.end])
+                    || in_an_outline_number(text, first.start, last.end)
                 {
                     continue;
                 }
@@ -351,7 +384,10 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 });
             }
         }
+        // A numbered heading's title answers with its words, not its number ("Knoppix" of
+        // "A.4. Knoppix").
         let title = hit.title.trim();
+        let title = &title[outline_number_len(title).unwrap_or(0)..];
         if !title.is_empty() && title.split_whitespace().count() <= MAX_VALUE_WORDS {
             let start = hit.title.find(title).unwrap_or(0);
             out.push(Candidate {
@@ -602,6 +638,46 @@ mod tests {
             !words.iter().any(|w| w.starts_with(['\'', '"'])),
             "no span opens on a lone quote: {words:?}"
         );
+    }
+
+    #[test]
+    fn a_heading_s_outline_number_is_no_answer_and_leaves_its_title() {
+        assert_eq!(outline_number_len("A.4. Knoppix"), Some(5));
+        assert_eq!(outline_number_len("2.2.\u{a0}Master Plan"), Some(6));
+        assert_eq!(
+            outline_number_len("Chapter 2. Presenting the Case Study"),
+            Some(11)
+        );
+        assert_eq!(
+            outline_number_len("Appendix B. Short Remedial Course"),
+            Some(12)
+        );
+        assert_eq!(outline_number_len("1.6.5 The Oldstable Status"), Some(6));
+        for not in [
+            "A. Smith",
+            "3 Musketeers",
+            "2.2.",
+            "Chapter",
+            "v1.2 notes",
+            "1.5.1.7.x y",
+        ] {
+            assert_eq!(outline_number_len(not), None, "{not}");
+        }
+        let hit = hit(
+            "A.4. Knoppix",
+            "Next\nA.5. Aptosid and Siduction\nAptosid was known as Sidux in 2.2 days.",
+        );
+        let all = candidates(std::slice::from_ref(&hit));
+        let texts: Vec<&str> = all
+            .iter()
+            .map(|c| c.text(std::slice::from_ref(&hit)))
+            .collect();
+        assert!(!texts.contains(&"A.5"), "{texts:?}");
+        assert!(texts.contains(&"Aptosid and Siduction"));
+        assert!(texts.contains(&"2.2"), "a number inside a sentence stays");
+        let title = all.iter().find(|c| c.in_title).unwrap();
+        assert_eq!(title.text(std::slice::from_ref(&hit)), "Knoppix");
+        assert_eq!(title.words, 1);
     }
 
     #[test]
