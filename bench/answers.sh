@@ -21,8 +21,9 @@
 #   history       narrative real text: Debian's project history and release dedications, 52
 #                 hand-written questions (history_set.py); a dev set only (the test step passes it over)
 #   handbook      narrative real text as a user's folder of HTML: the English pages of "The
-#                 Debian Administrator's Handbook", 52 hand-written questions (handbook_set.py);
-#                 a test set only, never fitted on (Capstan indexes the pages themselves)
+#                 Debian Administrator's Handbook", hand-written questions (handbook_set.py):
+#                 52 test questions never fitted on, 40 dev questions on other pages (Capstan
+#                 indexes the pages themselves)
 #   encyclopedia  the demo's generated encyclopedia (1,000 documents, seed 42): a test set
 #                 only (its first 500 questions); nothing is fitted on it
 #
@@ -61,7 +62,7 @@ prepare() {
     people) [ -f "$dir/test.jsonl" ] || python3 bench/people_set.py --out "$DATA" ;;
     packages) [ -f "$dir/test.jsonl" ] || python3 bench/packages_set.py --out "$DATA" ;;
     history) [ -f "$dir/dev.jsonl" ] || python3 bench/history_set.py --out "$DATA" ;;
-    handbook) [ -f "$dir/test.jsonl" ] || python3 bench/handbook_set.py --out "$DATA" ;;
+    handbook) [ -f "$dir/dev.jsonl" ] || python3 bench/handbook_set.py --out "$DATA" ;;
     encyclopedia)
       if [ ! -f "$dir/test.jsonl" ]; then
         "$CAPSTAN_BIN" corpus generate --out "$dir/gen" --seed 42 --documents 1000 --questions 600

@@ -6,8 +6,10 @@ English pages) as a folder, with questions written by hand.
 bench/data/handbook-test.jsonl was written by reading the pages (the derivative
 distributions, the case study, the foreword, the project's history and a release's
 lifecycle), each answer a verbatim span of the named page, the question worded away from
-the sentence that holds it, before Capstan had read the book: it is a test split only,
-never fitted on (bench/history_set.py's history is the dev split of this kind of text).
+the sentence that holds it, before Capstan had read the book: it is never fitted on.
+bench/data/handbook-dev.jsonl was written the same way afterwards, on other pages (the
+preface, the book's structure, Debian's news, its inner workings, why GNU/Linux), for
+fitting: its pages are none of the test's.
 Its pages carry their headings as a user's files do, so a page's title is a heading
 ("A.4. Knoppix", "2.2. Master Plan"), not the name of a thing the question asks for.
 
@@ -16,7 +18,7 @@ does). Capstan indexes the folder of pages itself (bench/answers.sh); the peer, 
 reads no HTML, gets each page's text with its tags taken out (corpus.jsonl).
 
 Usage: python3 bench/handbook_set.py --out DATA
-  (writes DATA/handbook/pages/*.html, DATA/handbook/corpus.jsonl, DATA/handbook/test.jsonl)
+  (writes DATA/handbook/pages/*.html, DATA/handbook/corpus.jsonl, DATA/handbook/{dev,test}.jsonl)
 """
 import argparse
 import glob
@@ -43,6 +45,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--questions", default=os.path.join(os.path.dirname(__file__), "data", "handbook-test.jsonl"))
+    ap.add_argument("--dev-questions", default=os.path.join(os.path.dirname(__file__), "data", "handbook-dev.jsonl"))
     args = ap.parse_args()
     out = os.path.join(args.out, "handbook")
     pages = os.path.join(out, "pages")
@@ -64,18 +67,25 @@ def main():
             texts[name] = page_text(raw)
             f.write(json.dumps({"_id": name, "title": html.unescape(title.group(1)).strip() if title else name,
                                 "text": texts[name]}, ensure_ascii=False) + "\n")
-    kept = 0
-    with open(os.path.join(out, "test.jsonl"), "w") as f:
-        for n, line in enumerate(open(args.questions), 1):
-            q = json.loads(line)
-            text = texts.get(q["doc_id"])
-            if text is None:
-                sys.exit(f"{args.questions}:{n}: doc_id {q['doc_id']!r} is not a page of the handbook")
-            if not any(a in text for a in q["answers"]):
-                sys.exit(f"{args.questions}:{n}: no answer of {q['answers']} is in {q['doc_id']}")
-            f.write(json.dumps(q, ensure_ascii=False) + "\n")
-            kept += 1
-    print(f"handbook: {len(texts)} pages, {kept} test questions -> {out}")
+    split_pages = {}
+    for split, questions in (("dev", args.dev_questions), ("test", args.questions)):
+        kept = 0
+        with open(os.path.join(out, f"{split}.jsonl"), "w") as f:
+            for n, line in enumerate(open(questions), 1):
+                q = json.loads(line)
+                text = texts.get(q["doc_id"])
+                if text is None:
+                    sys.exit(f"{questions}:{n}: doc_id {q['doc_id']!r} is not a page of the handbook")
+                if not any(a in text for a in q["answers"]):
+                    sys.exit(f"{questions}:{n}: no answer of {q['answers']} is in {q['doc_id']}")
+                f.write(json.dumps(q, ensure_ascii=False) + "\n")
+                split_pages.setdefault(split, set()).add(q["doc_id"])
+                kept += 1
+        print(f"handbook: {kept} {split} questions")
+    shared = split_pages["dev"] & split_pages["test"]
+    if shared:
+        sys.exit(f"pages with both dev and test questions: {sorted(shared)}")
+    print(f"handbook: {len(texts)} pages -> {out}")
 
 
 if __name__ == "__main__":

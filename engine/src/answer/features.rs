@@ -19,7 +19,7 @@ use super::shape::{Shape, SHAPES};
 use super::span_text::{
     cuts_a_name, cuts_a_phrase, follows_default, holds_a_clause, inside_a_signature, is_agent_noun,
     is_call_with_arguments, is_option_with_argument, is_plural_of_a_word_in, names_a_file,
-    signature_function,
+    signature_function, title_is_a_heading,
 };
 use crate::words::{IRREGULAR_FORMS, NON_ANSWER_STARTS};
 
@@ -143,6 +143,7 @@ pub fn names() -> Vec<String> {
     n.push("member_of_a_container_the_question_names".into());
     n.push("inside_a_signature_when_a_callable_is_asked".into());
     n.push("title_phrase_sharing_a_question_word".into());
+    n.push("title_is_a_heading".into());
     n
 }
 
@@ -293,6 +294,13 @@ pub(crate) const IN_SIGNATURE: usize = NAMED_CONTAINER + 1;
 /// answers is the one-word name of what its document describes ("pngtopnm", "sigscheme"),
 /// where a question's words are seen inside the name rather than beside it.
 pub(crate) const TOPIC_TITLE: usize = IN_SIGNATURE + 1;
+
+/// Index of `title_is_a_heading`: the span is a document's title that is a heading of its
+/// text ([`title_is_a_heading`]: "1.3. The Inner Workings of the Debian Project",
+/// "Preface"), as the pages, PDFs and books users keep are titled, where `in_title`'s weight
+/// was learnt from titles that name a record's or an article's subject ("pngtopnm",
+/// "sigscheme").
+pub(crate) const HEADING_TITLE: usize = TOPIC_TITLE + 1;
 
 /// Lines above a span searched for the term whose definition holds it.
 const TERM_REACH_LINES: usize = 40;
@@ -554,6 +562,10 @@ pub fn features(
         .filter(|c| c.whole_value && super::spelled_in(&question.text, c.text(hits)))
         .filter_map(key_text)
         .collect();
+    let heading_titles: Vec<bool> = hits
+        .iter()
+        .map(|h| title_is_a_heading(&h.title, &h.text, h.location.section.as_deref()))
+        .collect();
     let n = names().len();
     // Each candidate's line's role, computed once a line.
     let mut roles: std::collections::HashMap<(usize, usize), (LineRole, f32)> = Default::default();
@@ -744,7 +756,8 @@ pub fn features(
                 && inside_a_signature(&hit.text, c.start, c.end))
                 as u8 as f32;
             f[TOPIC_TITLE] = (c.in_title && c.words >= 2 && f[9] > 0.0) as u8 as f32;
-            debug_assert_eq!(TOPIC_TITLE + 1, n);
+            f[HEADING_TITLE] = (c.in_title && heading_titles[c.hit]) as u8 as f32;
+            debug_assert_eq!(HEADING_TITLE + 1, n);
             f
         })
         .collect()

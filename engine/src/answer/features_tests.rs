@@ -151,7 +151,7 @@ fn shapes_of_answers() {
     }
     assert_eq!(
         names().len(),
-        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 28
+        SHAPE_BASE + ASKS * SHAPES + 8 + 2 * ASKS + 29
     );
     assert_eq!(names()[CUT_PHRASE], "cuts_a_phrase");
     assert_eq!(names()[AFTER_COPULA], "after_copula");
@@ -236,4 +236,23 @@ fn a_default_is_stated_closely_after_default() {
         !at("Default is 60 seconds.", "seconds"),
         "the unit after the value"
     );
+}
+
+#[test]
+fn a_title_is_a_heading_where_it_is_numbered_or_heads_its_text() {
+    use super::super::span_text::title_is_a_heading as heading;
+    assert!(heading(
+        "1.3. The Inner Workings",
+        "Debian developers …",
+        None
+    ));
+    assert!(heading("Preface", "Next\nPreface\nI'm pleased …", None));
+    assert!(heading("Preface", "I'm pleased …", Some("Preface")));
+    assert!(!heading("xsane", "Package: xsane\nVersion: 0.999", None));
+    assert!(!heading(
+        "Ada Lovelace",
+        "Ada Lovelace was a mathematician.",
+        None
+    ));
+    assert!(!heading("", "\n", None));
 }
