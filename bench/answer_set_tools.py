@@ -23,21 +23,26 @@ MAX_ANSWER_DOCS = 20
 # ---------------------------------------------------------------- shared
 
 
+def unpack_debian_package(package, folder):
+    """Fetches `package` with `apt-get download` into `folder` and unpacks it there
+    (dpkg-deb) into `folder/package`, which is returned."""
+    subprocess.run(["apt-get", "download", package], cwd=folder, check=True, stdout=subprocess.DEVNULL)
+    deb = sorted(glob.glob(os.path.join(folder, f"{package}_*.deb")))[-1]
+    root = os.path.join(folder, package)
+    subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
+    return root
+
+
 def debian_file(package, path, cache):
     """`/path` of a Debian package where the package is installed; else the package is fetched
-    once with `apt-get download` into `cache` and unpacked there (dpkg-deb), and its copy of
-    the file is returned."""
+    once into `cache` and unpacked there (`unpack_debian_package`), and its copy of the file
+    is returned."""
     if os.path.exists("/" + path):
         return "/" + path
-    root = os.path.join(cache, package)
-    unpacked = os.path.join(root, path)
+    unpacked = os.path.join(cache, package, path)
     if os.path.exists(unpacked):
         return unpacked
-    os.makedirs(root, exist_ok=True)
-    subprocess.run(["apt-get", "download", package], cwd=cache, check=True)
-    deb = sorted(glob.glob(os.path.join(cache, f"{package}_*.deb")))[-1]
-    subprocess.run(["dpkg-deb", "-x", deb, root], check=True)
-    return unpacked
+    return os.path.join(unpack_debian_package(package, cache), path)
 
 
 def paragraphs(lines):

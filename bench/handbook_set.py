@@ -27,9 +27,11 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import answer_set_tools as tools  # noqa: E402
 
 
 def page_text(raw):
@@ -51,11 +53,8 @@ def main():
     pages = os.path.join(out, "pages")
     os.makedirs(pages, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["apt-get", "download", "debian-handbook"], cwd=tmp, check=True,
-                       stdout=subprocess.DEVNULL)
-        deb = glob.glob(os.path.join(tmp, "debian-handbook_*.deb"))[0]
-        subprocess.run(["dpkg-deb", "-x", deb, os.path.join(tmp, "x")], check=True)
-        english = os.path.join(tmp, "x", "usr", "share", "doc", "debian-handbook", "html", "en-US")
+        root = tools.unpack_debian_package("debian-handbook", tmp)
+        english = os.path.join(root, "usr", "share", "doc", "debian-handbook", "html", "en-US")
         for path in sorted(glob.glob(os.path.join(english, "*.html"))):
             shutil.copy(path, pages)
     texts = {}

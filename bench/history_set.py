@@ -21,7 +21,6 @@ import gzip
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -62,11 +61,8 @@ def main():
     out = os.path.join(args.out, "history")
     os.makedirs(out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(["apt-get", "download", "debian-history"], cwd=tmp, check=True,
-                       stdout=subprocess.DEVNULL)
-        deb = glob.glob(os.path.join(tmp, "debian-history_*.deb"))[0]
-        subprocess.run(["dpkg-deb", "-x", deb, os.path.join(tmp, "x")], check=True)
-        doc = os.path.join(tmp, "x", "usr", "share", "doc", "debian-history")
+        root = tools.unpack_debian_package("debian-history", tmp)
+        doc = os.path.join(root, "usr", "share", "doc", "debian-history")
         history = gzip.open(os.path.join(doc, "docs", "project-history.en.txt.gz"), "rt").read()
         docs = []
         for title, body in sections(history):
