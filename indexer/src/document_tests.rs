@@ -155,8 +155,8 @@ fn an_html_page_keeps_inline_text_together_and_its_headings_as_sections() {
     );
     assert_eq!(page.title.as_deref(), Some("2.2. Master Plan"));
     assert_eq!(
-        page.text,
-        "Prev Next\n\n2.2. Master Plan\n\nIt runs on OS X™. The labs agree.\n\nNOTE\n\nFictional."
+        page.text, "2.2. Master Plan\n\nIt runs on OS X™. The labs agree.\n\nNOTE\n\nFictional.",
+        "the navigation header is passed over"
     );
     let headings: Vec<_> = page
         .layout

@@ -85,6 +85,9 @@ struct BlockSink {
     main_only: bool,
     /// Open `<main>` elements.
     main_depth: Cell<usize>,
+    /// The navigation element being passed over ([`is_navigation`]) and how many elements
+    /// of its name are open inside it, itself included.
+    navigation: RefCell<Option<(String, usize)>>,
 }
 
 impl BlockSink {
@@ -99,13 +102,73 @@ impl BlockSink {
             cells: Cell::new(0),
             main_only,
             main_depth: Cell::new(0),
+            navigation: RefCell::new(None),
         }
     }
 
     /// Whether text here is shown and kept.
     fn shown(&self) -> bool {
-        self.hidden.get() == 0 && (!self.main_only || self.main_depth.get() > 0)
+        self.hidden.get() == 0
+            && (!self.main_only || self.main_depth.get() > 0)
+            && self.navigation.borrow().is_none()
     }
+
+    /// Follows `tag` into and out of a navigation element; whether it was one's own tag.
+    fn pass_over_navigation(&self, tag: &html5ever::tokenizer::Tag) -> bool {
+        let start = tag.kind == TagKind::StartTag;
+        let mut navigation = self.navigation.borrow_mut();
+        match navigation.as_mut() {
+            Some((name, depth)) if *name == *tag.name => {
+                if start && !tag.self_closing {
+                    *depth += 1;
+                } else if !start {
+                    *depth -= 1;
+                    if *depth == 0 {
+                        *navigation = None;
+                    }
+                }
+                true
+            }
+            Some(_) => false,
+            None if start && !tag.self_closing && is_navigation(tag) => {
+                *navigation = Some((tag.name.to_string(), 1));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Whether an element is a page's navigation rather than its content, as readers of the web
+/// page tell it (Readability, trafilatura): `<nav>`, a navigation or menu role, or a class or
+/// id naming navigation, a menu, breadcrumbs or a banner (`docnav`, `navheader`, `navbar`).
+/// A book's pages repeat "Prev", "Up", "Home", "Next" and the book's title on each page; as
+/// text they are found for every question and answer none. A sidebar is kept: a book's
+/// sidebars ("NOTE", "CULTURE") are content. Only an element whose end tag HTML requires is
+/// passed over (a `<div>`, a `<ul>`, not an `<li>` or a `<p>`, which may go unclosed), so
+/// the text after it is never lost to a missing end tag.
+fn is_navigation(tag: &html5ever::tokenizer::Tag) -> bool {
+    const CLOSED: &[&str] = &[
+        "nav", "div", "ul", "ol", "table", "section", "header", "footer", "aside", "span", "form",
+    ];
+    if !CLOSED.contains(&&*tag.name) {
+        return false;
+    }
+    if &*tag.name == "nav" {
+        return true;
+    }
+    tag.attrs.iter().any(|a| match &*a.name.local {
+        "role" => matches!(&*a.value, "navigation" | "menu" | "menubar"),
+        "class" | "id" => a.value.split_whitespace().any(|token| {
+            let token = token.to_ascii_lowercase();
+            token.starts_with("nav")
+                || token.ends_with("nav")
+                || token.starts_with("menu")
+                || token.contains("breadcrumb")
+                || token == "banner"
+        }),
+        _ => false,
+    })
 }
 
 /// What the tokenizer must be told after a start tag whose element holds raw
@@ -164,6 +227,11 @@ impl TokenSink for BlockSink {
                 match self.heading.borrow_mut().as_mut() {
                     Some(heading) => heading.push_str(&text),
                     None => self.out.borrow_mut().push(&text),
+                }
+            }
+            Token::TagToken(tag) if self.pass_over_navigation(&tag) => {
+                if let Some(raw) = raw_text_after(&tag) {
+                    return raw;
                 }
             }
             Token::TagToken(tag) => {
@@ -230,6 +298,21 @@ impl TokenSink for BlockSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn navigation_is_passed_over() {
+        let page = page(
+            "<body><div id=\"banner\"><a>Download the ebook</a></div>\
+             <ul class=\"docnav top\"><li>Prev</li><li><ul><li>Home</li></ul></li></ul>\
+             <h2>A.4. Knoppix</h2><div class=\"para\">Knoppix <nav>Menu</nav>is a live CD.</div>\
+             <div class=\"sidebar\">NOTE Kept.</div><li class=\"menu-item\">Unclosed item\
+             <p>After it.</p><div role=\"navigation\"><div>Up</div></div><p>End.</p></body>",
+        );
+        assert_eq!(
+            page.text,
+            "A.4. Knoppix\n\nKnoppix is a live CD.\n\nNOTE Kept.\n\nUnclosed item\n\nAfter it.\n\nEnd."
+        );
+    }
 
     #[test]
     fn blocks_headings_and_hidden_text() {
