@@ -295,9 +295,9 @@ pub(crate) const IN_SIGNATURE: usize = NAMED_CONTAINER + 1;
 /// where a question's words are seen inside the name rather than beside it.
 pub(crate) const TOPIC_TITLE: usize = IN_SIGNATURE + 1;
 
-/// Index of `title_is_a_heading`: the span is a document's title that is a heading of its
-/// text ([`title_is_a_heading`]: "1.3. The Inner Workings of the Debian Project",
-/// "Preface"), as the pages, PDFs and books users keep are titled, where `in_title`'s weight
+/// Index of `title_is_a_heading`: the span is a document's title that is a heading
+/// ([`title_is_a_heading`]: "1.3. The Inner Workings of the Debian Project", "Preface" where
+/// the passage begins in the section it heads), as the pages, PDFs and books users keep are titled, where `in_title`'s weight
 /// was learnt from titles that name a record's or an article's subject ("pngtopnm",
 /// "sigscheme").
 pub(crate) const HEADING_TITLE: usize = TOPIC_TITLE + 1;
@@ -564,7 +564,7 @@ pub fn features(
         .collect();
     let heading_titles: Vec<bool> = hits
         .iter()
-        .map(|h| title_is_a_heading(&h.title, &h.text, h.location.section.as_deref()))
+        .map(|h| title_is_a_heading(&h.title, h.location.section.as_deref()))
         .collect();
     let n = names().len();
     // Each candidate's line's role, computed once a line.

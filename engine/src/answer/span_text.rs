@@ -233,17 +233,16 @@ pub(super) fn names_a_file(title: &str) -> bool {
 }
 
 /// Whether a document's `title` is a heading rather than the name of what it describes: a
-/// numbered heading ("1.3. The Inner Workings of the Debian Project"), or a line of its own
-/// in the passage's `text` ("Preface") or the heading of the section it begins in. A page,
-/// a PDF or a chapter of a book is titled by its first heading, which says what its text
-/// tells; a record's or an article's title ("xsane", "Ada Lovelace") names its subject, and
-/// is seldom a line of its text.
-pub(super) fn title_is_a_heading(title: &str, text: &str, section: Option<&str>) -> bool {
+/// numbered heading ("1.3. The Inner Workings of the Debian Project"), or the heading of the
+/// section the passage begins in ("Preface" over the preface's paragraphs). A page, a PDF or
+/// a chapter of a book is titled by its first heading, which says what its text tells; a
+/// record's or an article's title ("xsane", "Ada Lovelace") names its subject. A title that
+/// is merely a line of the text is no heading: a manual's synopsis may be its command alone.
+pub(super) fn title_is_a_heading(title: &str, section: Option<&str>) -> bool {
     let title = title.trim();
     !title.is_empty()
         && (super::candidates::outline_number_len(title).is_some()
-            || section.is_some_and(|s| s.trim() == title)
-            || text.lines().any(|l| l.trim() == title))
+            || section.is_some_and(|s| s.trim() == title))
 }
 
 /// Whether `span` is one plain word, the plural of a word of `question` that the question
