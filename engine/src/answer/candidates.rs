@@ -196,12 +196,18 @@ pub(crate) fn outline_number_len(heading: &str) -> Option<usize> {
     (numbered && next.starts_with(char::is_alphanumeric)).then(|| heading.len() - next.len())
 }
 
-/// Whether the span `start..end` of `text` lies in the outline number of a line that begins
-/// with one ("A.5" of "A.5. Aptosid and Siduction").
-fn in_an_outline_number(text: &str, start: usize, end: usize) -> bool {
-    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[line_start..].lines().next().unwrap_or("");
-    outline_number_len(line).is_some_and(|n| end <= line_start + n)
+/// The byte ranges of the outline numbers that lines of `text` begin with ("A.5. " of "A.5.
+/// Aptosid and Siduction"), found once a passage: a span inside one is no answer.
+fn outline_numbers(text: &str) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for line in text.split_inclusive('\n') {
+        if let Some(n) = outline_number_len(line) {
+            out.push((at, at + n));
+        }
+        at += line.len();
+    }
+    out
 }
 
 /// Whether `rest` (what follows a period) is one space and a capitalised word.
@@ -268,6 +274,9 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
         let text = hit.text.as_str();
         let words = words(text);
         let fields = fields(text);
+        let outlines = outline_numbers(text);
+        let in_an_outline_number =
+            |start: usize, end: usize| outlines.iter().any(|&(s, e)| s <= start && end <= e);
         let field_at = |pos: usize| {
             fields
                 .iter()
@@ -282,7 +291,7 @@ pub fn candidates(hits: &[Hit]) -> Vec<Candidate> {
                 if is_function_word(&text[first.start..first.end])
                     || is_function_word(&text[last.start..last.end])
                     || !brackets_balance(&text[first.start..last.end])
-                    || in_an_outline_number(text, first.start, last.end)
+                    || in_an_outline_number(first.start, last.end)
                 {
                     continue;
                 }

@@ -297,9 +297,9 @@ pub(crate) const TOPIC_TITLE: usize = IN_SIGNATURE + 1;
 
 /// Index of `title_is_a_heading`: the span is a document's title that is a heading
 /// ([`title_is_a_heading`]: "1.3. The Inner Workings of the Debian Project", "Preface" where
-/// the passage begins in the section it heads), as the pages, PDFs and books users keep are titled, where `in_title`'s weight
-/// was learnt from titles that name a record's or an article's subject ("pngtopnm",
-/// "sigscheme").
+/// the passage begins in the section it heads), as the pages, PDFs and books users keep are
+/// titled, where `in_title`'s weight was learnt from titles that name a record's or an
+/// article's subject ("pngtopnm", "sigscheme").
 pub(crate) const HEADING_TITLE: usize = TOPIC_TITLE + 1;
 
 /// Lines above a span searched for the term whose definition holds it.

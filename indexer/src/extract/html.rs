@@ -20,7 +20,10 @@ use super::{Extracted, TextBuilder};
 /// Appends the visible text of `content` to `out` as blocks and sections.
 pub(crate) fn append_html(content: &str, out: &mut TextBuilder) {
     let sink = read(content, BlockSink::new(std::mem::take(out), false));
-    *out = sink.out.into_inner();
+    let mut text = sink.out.into_inner();
+    // The next content document starts a block of its own.
+    text.end_block();
+    *out = text;
 }
 
 /// The text of an HTML page as blocks and sections, only its `<main>`
@@ -48,8 +51,16 @@ fn read<S: TokenSink>(content: &str, sink: S) -> S {
     tokenizer.sink
 }
 
-/// Whether `content` has a `<main>` element (a first, cheap pass).
+/// Whether `content` has a `<main>` element: a tokenizer pass, made only where the bytes
+/// `<main` stand somewhere (in any case), as they must for a `<main>` start tag.
 fn has_main(content: &str) -> bool {
+    if !content
+        .as_bytes()
+        .windows(5)
+        .any(|w| w.eq_ignore_ascii_case(b"<main"))
+    {
+        return false;
+    }
     struct MainSink(Cell<bool>);
     impl TokenSink for MainSink {
         type Handle = ();
