@@ -6,7 +6,11 @@
 # passages; the SmolLM2 Q4_1 GGUF file. No CUDA library travels: the GPU machine's PyTorch
 # wheels have cuBLAS, cuRAND, NVRTC and the runtime (gpu-check.sh puts them on the loader's path).
 #
-#   scripts/gpu-bundle.sh [--out gpu-bundle] [--no-gguf] [--no-capstan]
+#   scripts/gpu-bundle.sh [--out gpu-bundle] [--no-gguf] [--no-capstan] [--no-encoder]
+#
+# --no-capstan and --no-encoder leave out what gpu-check.sh's goals do not use (the `capstan`
+# binary; the f16 encoder and passages of issue 10's encoder rows): three parts instead of five,
+# two fewer calls of a 15-minute lease.
 #
 # The bundle is one .tar.gz cut into parts of at most 48 MiB (the device tool carries 64 MiB a
 # call, this repo's ~12 MB included), in OUT/parts with their SHA256SUMS. Carry them over
@@ -21,12 +25,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 
-OUT=gpu-bundle GGUF=1 CAPSTAN=1 PART_MB=48
+OUT=gpu-bundle GGUF=1 CAPSTAN=1 ENCODER=1 PART_MB=48
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) OUT=$2; shift 2 ;;
     --no-gguf) GGUF=0; shift ;;
     --no-capstan) CAPSTAN=0; shift ;;
+    --no-encoder) ENCODER=0; shift ;;
     *) echo "gpu-bundle: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -50,21 +55,22 @@ strip -o "$stage/bin/capstan-bench" "$CARGO_TARGET_DIR/release/capstan-bench"
 strip -o "$stage/bin/kernels-gpu-test" "$ktest"
 [ "$CAPSTAN" = 1 ] && strip -o "$stage/bin/capstan" "$CARGO_TARGET_DIR/release/capstan"
 
-# The encoder in f16: every file as it is, the weights halved.
-[ -f "$CAPSTAN_ENCODER/model.safetensors" ] || { echo "gpu-bundle: no encoder at $CAPSTAN_ENCODER (scripts/setup.sh)" >&2; exit 1; }
-cp -r "$CAPSTAN_ENCODER" "$stage/encoder-f16"
-PY=python3
-[ -x "$CAPSTAN_HOME/bench-venv/bin/python3" ] && PY="$CAPSTAN_HOME/bench-venv/bin/python3"
-# A fresh machine has neither: the two packages the conversion needs, installed once into the
-# cache (numpy pinned as bench/requirements.txt pins it).
-if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
-  deps="$CAPSTAN_HOME/bundle-py"
-  [ -d "$deps/safetensors" ] || python3 -m pip install --quiet --disable-pip-version-check \
-    --target "$deps" safetensors==0.7.0 "$(grep '^numpy==' bench/requirements.txt)"
-  export PYTHONPATH="$deps${PYTHONPATH:+:$PYTHONPATH}"
+if [ "$ENCODER" = 1 ]; then
+  # The encoder in f16: every file as it is, the weights halved.
+  [ -f "$CAPSTAN_ENCODER/model.safetensors" ] || { echo "gpu-bundle: no encoder at $CAPSTAN_ENCODER (scripts/setup.sh)" >&2; exit 1; }
+  cp -r "$CAPSTAN_ENCODER" "$stage/encoder-f16"
   PY=python3
-fi
-"$PY" - "$CAPSTAN_ENCODER/model.safetensors" "$stage/encoder-f16/model.safetensors" <<'PYEOF'
+  [ -x "$CAPSTAN_HOME/bench-venv/bin/python3" ] && PY="$CAPSTAN_HOME/bench-venv/bin/python3"
+  # A fresh machine has neither: the two packages the conversion needs, installed once into the
+  # cache (numpy pinned as bench/requirements.txt pins it).
+  if ! "$PY" -c "import safetensors, numpy" 2>/dev/null; then
+    deps="$CAPSTAN_HOME/bundle-py"
+    [ -d "$deps/safetensors" ] || python3 -m pip install --quiet --disable-pip-version-check \
+      --target "$deps" safetensors==0.7.0 "$(grep '^numpy==' bench/requirements.txt)"
+    export PYTHONPATH="$deps${PYTHONPATH:+:$PYTHONPATH}"
+    PY=python3
+  fi
+  "$PY" - "$CAPSTAN_ENCODER/model.safetensors" "$stage/encoder-f16/model.safetensors" <<'PYEOF'
 import sys
 from safetensors.numpy import load_file, save_file
 import numpy as np
@@ -74,8 +80,10 @@ save_file({k: (v.astype(np.float16) if v.dtype == np.float32 else v) for k, v in
           metadata={"format": "pt"})
 PYEOF
 
-[ -f "$CAPSTAN_HOME/bench/real/rustdoc/corpus.jsonl" ] || python3 bench/real_sets.py --out "$CAPSTAN_HOME/bench/real" --sets rustdoc
-python3 scripts/gpu-passages.py --n 5000 >"$stage/passages.jsonl"
+  # Real passages for the encoder's rows.
+  [ -f "$CAPSTAN_HOME/bench/real/rustdoc/corpus.jsonl" ] || python3 bench/real_sets.py --out "$CAPSTAN_HOME/bench/real" --sets rustdoc
+  python3 scripts/gpu-passages.py --n 5000 >"$stage/passages.jsonl"
+fi
 if [ "$GGUF" = 1 ]; then
   [ -f "$CAPSTAN_LLM" ] || { echo "gpu-bundle: no GGUF at $CAPSTAN_LLM (scripts/setup.sh), or pass --no-gguf" >&2; exit 1; }
   cp "$CAPSTAN_LLM" "$stage/"

@@ -68,7 +68,7 @@ if [ "$CPU" = 1 ]; then
     # checks what will travel without a GPU.
     BUNDLE=$(cd "$BUNDLE" && pwd)
     ENCODER="$BUNDLE/encoder-f16"
-    head -200 "$BUNDLE/passages.jsonl" >"$PASSAGES"
+    [ -f "$BUNDLE/passages.jsonl" ] && head -200 "$BUNDLE/passages.jsonl" >"$PASSAGES"
     GGUF=$(ls "$BUNDLE"/*.gguf 2>/dev/null | head -1)
   else
     python3 scripts/gpu-passages.py --n 200 >"$PASSAGES"
@@ -279,11 +279,15 @@ step prefill "$BENCH" gpu prefill $PREFILL --device "$DEV" --dtype "$DT"
 step prefill_peer "$PY" bench/gpu_peers.py sdpa $SDPA --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step passage_cache "$BENCH" gpu passage-cache $PASSAGE_CACHE --device "$DEV" --dtype "$DT"
-step encode "$BENCH" gpu encode --passages "$PASSAGES" --encoder "$ENCODER" --n "$ENC_N" \
-  --device "$DEV" --dtype "$ENC_DT" --out "$W/encoder-vectors.f32"
-step encode_peer "$PY" bench/gpu_peers.py encode --passages "$PASSAGES" --encoder "$ENCODER" \
-  --n "$ENC_N" --device "$DEV" --dtype "$ENC_DT" --vectors "$W/encoder-vectors.f32"
-rm -f "$W/encoder-vectors.f32"
+if [ -f "$ENCODER/model.safetensors" ] && [ -f "$PASSAGES" ]; then
+  step encode "$BENCH" gpu encode --passages "$PASSAGES" --encoder "$ENCODER" --n "$ENC_N" \
+    --device "$DEV" --dtype "$ENC_DT" --out "$W/encoder-vectors.f32"
+  step encode_peer "$PY" bench/gpu_peers.py encode --passages "$PASSAGES" --encoder "$ENCODER" \
+    --n "$ENC_N" --device "$DEV" --dtype "$ENC_DT" --vectors "$W/encoder-vectors.f32"
+  rm -f "$W/encoder-vectors.f32"
+else
+  say "no encoder in the bundle (gpu-bundle.sh --no-encoder): steps encode and encode_peer not run"
+fi
 for shape in $DECODE_SHAPES; do
   [ "$shape" = "$SHAPE" ] && continue
   step "decode_$shape" "$BENCH" gpu decode --shape "$shape" --contexts "$CONTEXTS" --steps "$STEPS" \
