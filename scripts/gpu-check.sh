@@ -128,7 +128,9 @@ else
   export LD_LIBRARY_PATH
   nvidia-smi -L >"$OUT/device.txt" 2>/dev/null || echo "unknown GPU (no nvidia-smi)" >"$OUT/device.txt"
 fi
-export CAPSTAN_KERNELS_POISON=1
+# Outputs filled with NaN first (an element a kernel fails to write shows) in the parity steps
+# alone: a benchmark times the kernels, not the fill.
+POISON="CAPSTAN_KERNELS_POISON=1"
 # The CPU dry run runs the profiles' commands without a profiler (scripts/gpu-profile.sh).
 [ "$CPU" = 1 ] && export CAPSTAN_PROFILE_DRY=1
 W="$OUT/raw"
@@ -171,15 +173,15 @@ step() {
 # once their parity steps have run.
 KERNEL=""
 if [ -n "$KTEST" ]; then
-  step kernels env CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1 --skip tensor_core \
+  step kernels env $POISON CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1 --skip tensor_core \
     --skip cudnn
-  step kernels_mma env CAPSTAN_REQUIRE_GPU=1 "$KTEST" tensor_core --nocapture --test-threads 1
+  step kernels_mma env $POISON CAPSTAN_REQUIRE_GPU=1 "$KTEST" tensor_core --nocapture --test-threads 1
   # cuDNN's fused attention (loaded from the PyTorch wheel's nvidia/cudnn/lib or the system's),
   # with its API log kept for the first failing case.
-  step kernels_cudnn env CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 "$KTEST" cudnn --nocapture \
+  step kernels_cudnn env $POISON CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 "$KTEST" cudnn --nocapture \
     --test-threads 1
   if [ -f "$W/kernels_cudnn.status" ] && ! grep -q '"rc": 0' "$W/kernels_cudnn.status"; then
-    step cudnn_log env CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 CUDNN_LOGLEVEL_DBG=3 \
+    step cudnn_log env $POISON CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 CUDNN_LOGLEVEL_DBG=3 \
       CUDNN_LOGDEST_DBG="$W/cudnn-api.log" "$KTEST" cudnn --nocapture --test-threads 1
     "$PY" bench/gpu_peers.py cudnn-log --out "$W/torch-cudnn-api.log" >>"$LOG" 2>&1 || true
   fi
@@ -188,9 +190,9 @@ if [ -n "$KTEST" ]; then
   KERNEL="CAPSTAN_ATTENTION_KERNEL=cudnn"
 else
   # No GPU: the kernels' CPU-reference suite stands in (the GPU suite needs a device).
-  step kernels cargo test --release -p capstan-kernels --quiet
+  step kernels env $POISON cargo test --release -p capstan-kernels --quiet
 fi
-step parity "$BENCH" gpu parity --fixtures reader/tests/fixtures --device "$DEV"
+step parity env $POISON "$BENCH" gpu parity --fixtures reader/tests/fixtures --device "$DEV"
 # shellcheck disable=SC2086
 step attention env $KERNEL "$BENCH" gpu attention $ATTN --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086

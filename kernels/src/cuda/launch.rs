@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
 use candle_core::backend::BackendStorage;
-use candle_core::cuda_backend::cudarc::driver::{CudaFunction, CudaSlice, DeviceRepr};
+use candle_core::cuda_backend::cudarc::driver::{
+    result, CudaFunction, CudaSlice, DevicePtrMut, DeviceRepr,
+};
 use candle_core::cuda_backend::cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 use candle_core::cuda_backend::{CudaDType, CudaStorageSlice, WrapErr};
 use candle_core::{bail, CudaDevice, CudaStorage, Layout, Result, Storage, WithDType};
@@ -87,16 +89,26 @@ pub(super) fn suffix(s: &CudaStorage) -> Result<&'static str> {
 
 /// A kernel's output buffer, left uninitialised (the kernel writes every element) unless
 /// `CAPSTAN_KERNELS_POISON` is set: then filled with NaN first, so that an element a kernel
-/// fails to write shows up in a comparison (scripts/gpu-check.sh sets it).
+/// fails to write shows up in a comparison (scripts/gpu-check.sh sets it for its parity steps,
+/// not for its benchmarks). The fill is a memset on the device's stream: every byte 0xFF is a
+/// NaN in f32, bf16 and f16 alike. (It was a host vector of NaN copied over, a transfer as
+/// large as the output on every call: the 2026-11-29 H200 run measured that copy, not the
+/// kernels, wherever an output was allocated a call.)
 pub(super) fn output<T: CudaDType + DeviceRepr + WithDType>(
     dev: &CudaDevice,
     n: usize,
 ) -> Result<CudaSlice<T>> {
+    // SAFETY: every element is written by the kernel (or by the fill below first).
+    let mut out = unsafe { dev.alloc::<T>(n) }?;
     if std::env::var_os("CAPSTAN_KERNELS_POISON").is_some() {
-        return dev.clone_htod(&vec![T::from_f64(f64::NAN); n]);
+        let stream = dev.cuda_stream();
+        let bytes = n * std::mem::size_of::<T>();
+        let (ptr, _guard) = out.device_ptr_mut(&stream);
+        // SAFETY: `ptr` addresses `bytes` bytes of `out`, written in the stream's order.
+        unsafe { result::memset_d8_async(ptr, 0xFF, bytes, stream.cu_stream()) }
+            .map_err(|e| candle_core::Error::Msg(format!("capstan-kernels: NaN fill: {e}")))?;
     }
-    // SAFETY: every element is written by the kernel.
-    unsafe { dev.alloc::<T>(n) }
+    Ok(out)
 }
 
 pub(super) fn offsets(l: &Layout) -> Result<(usize, usize)> {
