@@ -12,7 +12,9 @@ import io
 import json
 import re
 
-UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+# ncu 2025 writes "ns" (and "us", "ms", "s") where older versions wrote "nsecond" and the like.
+UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6,
+         "ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
 def short(name):
