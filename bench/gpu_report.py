@@ -283,6 +283,8 @@ def main():
         way: {"tokens_per_s": r.get("contexts", {}).get("1k", {}).get("tokens_per_s"),
               "over_one_sequence_step": ratio(r.get("contexts", {}).get("1k", {}).get("tokens_per_s"), one),
               "packed_vs_alone_max_rel_diff": r.get("contexts", {}).get("1k", {}).get("packed_vs_alone_max_rel_diff"),
+              "packed_vs_alone_same_way_max_rel_diff":
+                  r.get("contexts", {}).get("1k", {}).get("packed_vs_alone_same_way_max_rel_diff"),
               "decode_step": r.get("decode_step")}
         for way, r in (gb.get("by_way") or {}).items()}
     # Decoding attention alone on both of attention_decode.cu's kernels: the decoding step's
@@ -373,7 +375,8 @@ def main():
     for way, r in res["gguf_batch16"].items():
         md += [f"GGUF, 16 sequences at 1K ({way}): {fmt(r['tokens_per_s'], 1)} tokens/s, "
                f"{fmt(r['over_one_sequence_step'], 2)}x one sequence's fused step; logits vs alone "
-               f"{fmt(r['packed_vs_alone_max_rel_diff'], 5)}.", ""]
+               f"{fmt(r['packed_vs_alone_max_rel_diff'], 5)} (through the layers), "
+               f"{fmt(r.get('packed_vs_alone_same_way_max_rel_diff'), 5)} (the same way, one at a time).", ""]
     for name, st in steps.items():
         if isinstance(st["rc"], str):
             md.append(f"SKIPPED {name}: {st['rc']}")

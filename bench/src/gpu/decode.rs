@@ -216,6 +216,7 @@ fn batched(
         // Parity: the caches' clones share their buffers, and both passes write the same
         // position, each reading back what it wrote before the other writes.
         let mut alone_caches = caches.clone();
+        let mut step_alone_caches = caches.clone();
         let packed = packed_logits(&model, &mut caches, &tokens)?;
         if fused.is_some()
             && device.is_cuda()
@@ -233,6 +234,16 @@ fn batched(
             worst = worst.max(max_rel_diff(&packed.get(i)?, &alone)?);
         }
         drop(alone_caches);
+        // The same sequences one at a time through the batch's own way (the fused step alone,
+        // where it runs): a difference here and not above is the batch's products, not the
+        // step against the layers (a quantized model's layers round their inputs to 8 bits).
+        let mut worst_same_way = 0f32;
+        for (i, cache) in step_alone_caches.iter_mut().enumerate() {
+            let x = Tensor::new(&[[tokens[i]]], &device)?;
+            let alone = model.forward_last(&x, None, cache)?.squeeze(0)?;
+            worst_same_way = worst_same_way.max(max_rel_diff(&packed.get(i)?, &alone)?);
+        }
+        drop(step_alone_caches);
         let mut next = tokens.clone();
         for _ in 0..2 {
             next = step_packed(&model, &mut caches, &next)?;
@@ -252,6 +263,7 @@ fn batched(
                 "tokens_per_s": (batch * steps) as f64 / seconds,
                 "steps_per_s": steps as f64 / seconds,
                 "packed_vs_alone_max_rel_diff": worst,
+                "packed_vs_alone_same_way_max_rel_diff": worst_same_way,
             }),
         );
     }

@@ -334,7 +334,7 @@ fn the_cuda_sources_decode_a_smollm2_shaped_model() {
     let e = Some(GgmlDType::Q8_0);
     let formats = [q, q, q, q, q, q, q, e, e];
     let m = shaped(RandomShape::SMOLLM2, DType::F32, formats, false);
-    check(&m, TF32_TOL, Runner::CudaSource, 0);
+    check(&m, TF32_TOL, Runner::CudaSource, 15);
 }
 
 /// Heads 128 wide, four query heads over one key head (Llama 3's), through the CUDA sources:
