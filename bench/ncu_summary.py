@@ -36,7 +36,8 @@ def summarize(text, top=15):
     kernels = {}
     launches = set()
     for r in rows:
-        if r["Metric Name"] != "gpu__time_duration.sum":
+        # "Duration": the same metric as a section set (--set full) names it.
+        if r["Metric Name"] not in ("gpu__time_duration.sum", "Duration"):
             continue
         unit = UNITS.get(r["Metric Unit"].strip())
         if unit is None:

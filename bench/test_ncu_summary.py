@@ -36,6 +36,10 @@ assert top["total_us"] == 20.0 and top["mean_us"] == 10.0 and abs(top["share"] -
 # ncu 2025 (the H200 machines' 2025.3) writes "ns" and "us": the same figures.
 short = text.replace('"nsecond"', '"ns"').replace('"usecond"', '"us"')
 assert summarize(short) == s, summarize(short)
+# A section set's CSV (--set full) names the duration "Duration", among other metrics.
+full = "\n".join([HEADER, row(0, "k", "ns", "1500", metric="Duration"),
+                  row(0, "k", "%", "40", metric="Achieved Occupancy")])
+assert summarize(full)["total_us"] == 1.5, summarize(full)
 # Not ncu's CSV, or a unit it does not know: an error, not a figure.
 assert "error" in summarize("ncu: no kernels were profiled")
 assert "error" in summarize("\n".join([HEADER, row(0, "k", "cycle", "3")]))

@@ -255,6 +255,14 @@ step "profile_decode_$SHAPE" env $KERNEL scripts/gpu-profile.sh "$W/profile_deco
 step "profile_decode_long_$SHAPE" env $KERNEL scripts/gpu-profile.sh "$W/profile_decode_long.csv" 400 -- \
   "$BENCH" gpu decode --shape "$SHAPE" --contexts "${CONTEXTS##*,}" --steps 1 --full-attention step \
   --device "$DEV" --dtype "$DT"
+# Decoding attention at the longest context, every section of Nsight Compute for two launches
+# (its occupancy, stalls and memory throughput): the 2026-11-29 run timed the grouped kernel at
+# ~150 us a layer at 32K, under a third of the bandwidth its bytes need, and ~33 us at 1K.
+step "profile_decode_attention_$SHAPE" env $KERNEL \
+  CAPSTAN_PROFILE_NCU_ARGS="--set full -k regex:attention_decode" \
+  scripts/gpu-profile.sh "$W/profile_decode_attention.csv" 2 -- \
+  "$BENCH" gpu decode --shape "$SHAPE" --contexts "${CONTEXTS##*,}" --steps 1 --full-attention step \
+  --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step profile_prefill env $KERNEL scripts/gpu-profile.sh "$W/profile_prefill.csv" 400 -- \
   "$BENCH" gpu prefill --model-only $PREFILL_MODEL --model-contexts "${PREFILL_MODEL_CONTEXTS%% *}" \

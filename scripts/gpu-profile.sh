@@ -21,9 +21,12 @@ if [ -z "$ncu" ]; then
   echo '{"skipped": "no ncu on this machine"}'
   exit 0
 fi
+# CAPSTAN_PROFILE_NCU_ARGS: what ncu reads instead of each kernel's duration alone (a kernel's
+# whole section set, say: `--set full -k regex:NAME`), for the kernel a goal waits on.
+# shellcheck disable=SC2086
 CAPSTAN_PROFILE_TIMED=1 "$ncu" --clock-control none --profile-from-start off \
-  --metrics gpu__time_duration.sum --csv --print-units base --launch-count "$launches" \
-  --log-file "$csv" "$@" >/dev/null
+  ${CAPSTAN_PROFILE_NCU_ARGS:---metrics gpu__time_duration.sum} --csv --print-units base \
+  --launch-count "$launches" --log-file "$csv" "$@" >/dev/null
 rc=$?
 "$PY" "$(dirname "$0")/../bench/ncu_summary.py" "$csv" || exit 1
 exit $rc
