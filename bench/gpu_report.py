@@ -79,10 +79,10 @@ def ran_as_graph(record):
 FUSED_TOLERANCE = 0.05
 
 
-def fused_step_rows(raw, tolerance=FUSED_TOLERANCE):
+def fused_step_rows(raw, tolerance=FUSED_TOLERANCE, name="fused_decode"):
     """The fused decoding step's rows by context (the CUDA graph), where its first logits were
-    within `tolerance` of the layers' (relative to their largest magnitude)."""
-    step = (load(raw, "fused_decode_llama3-8b") or load(raw, "fused_decode_llama3-tiny") or {})
+    within `tolerance` of the layers' (relative to their largest magnitude); `name`: the step."""
+    step = (load(raw, f"{name}_llama3-8b") or load(raw, f"{name}_llama3-tiny") or {})
     rows = step.get("by_full_attention", {}).get("step", {})
     return {k: r for k, r in rows.items()
             if isinstance(r.get("step_vs_layers_max_rel_diff"), (int, float))
@@ -113,6 +113,8 @@ def vs_pytorch(raw, res):
     decode_kernel = ratios(llama3_rows(raw, "kernel_decode"), graph)
     fused_rows = fused_step_rows(raw)
     decode_step = ratios(fused_rows, graph)
+    # The same step with decoding attention's ranges of 64 keys or more (CAPSTAN_DECODE_SPLIT_KEYS).
+    split64 = ratios(fused_step_rows(raw, name="fused_decode_split64"), graph)
     b16 = llama3_rows(raw, "batch16")
     # 16 sequences through the fused step, against one sequence through it: counted where the
     # batch ran the step as a graph and its logits matched each sequence's alone.
@@ -138,7 +140,8 @@ def vs_pytorch(raw, res):
     return {"attention": attention, "prefill": prefill, "decode": decode,
             "decode_kernel": decode_kernel,
             "decode_step": decode_step,
-            "decode_best": {k: best(decode.get(k), decode_step.get(k)) for k in decode},
+            "decode_step_split64": split64,
+            "decode_best": {k: best(decode.get(k), decode_step.get(k), split64.get(k)) for k in decode},
             "batch16_decode": batch16_layers,
             "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
             "batch16_step_decode": batch16_step,

@@ -214,6 +214,12 @@ step "graph_peer_$SHAPE" "$PY" bench/gpu_peers.py decode-graph --shape "$SHAPE" 
 # launched eagerly, each first checked against the layers on the same cache.
 step "fused_decode_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" \
   --steps "$STEPS" --full-attention step,step-eager --device "$DEV" --dtype "$DT"
+# The same with decoding attention's key ranges of 64 or more (CAPSTAN_DECODE_SPLIT_KEYS; the
+# default 256): more blocks at short contexts, where the 2026-11-29 run found attention taking
+# 15% of a 1K token on 64 blocks. The default follows this measurement.
+step "fused_decode_split64_$SHAPE" env $KERNEL CAPSTAN_DECODE_SPLIT_KEYS=64 "$BENCH" gpu decode \
+  --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
+  --dtype "$DT"
 step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
 # The same 16 sequences through the fused step (one launch sequence, each weight row read once
@@ -263,12 +269,19 @@ step "profile_decode_attention_$SHAPE" env $KERNEL \
   scripts/gpu-profile.sh "$W/profile_decode_attention.csv" 2 -- \
   "$BENCH" gpu decode --shape "$SHAPE" --contexts "${CONTEXTS##*,}" --steps 1 --full-attention step \
   --device "$DEV" --dtype "$DT"
+# 16 sequences through the fused step (3.56x one sequence on the 2026-11-29 run, PyTorch 13.3x):
+# each kernel's time for two steps.
+step "profile_decode_batch16_$SHAPE" env $KERNEL scripts/gpu-profile.sh \
+  "$W/profile_decode_batch16.csv" 600 -- "$BENCH" gpu decode --shape "$SHAPE" \
+  --contexts "$BATCH_CONTEXTS" --batch 16 --steps 2 --full-attention step --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step profile_prefill env $KERNEL scripts/gpu-profile.sh "$W/profile_prefill.csv" 400 -- \
   "$BENCH" gpu prefill --model-only $PREFILL_MODEL --model-contexts "${PREFILL_MODEL_CONTEXTS%% *}" \
   --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
-  step profile_gguf scripts/gpu-profile.sh "$W/profile_gguf.csv" 600 -- \
+  # The step's own kernels: the prompt's layers spent all 600 launches on the 2026-11-29 run.
+  step profile_gguf env CAPSTAN_PROFILE_NCU_ARGS="--metrics gpu__time_duration.sum -k regex:capstan_step|capstan_attention_decode" \
+    scripts/gpu-profile.sh "$W/profile_gguf.csv" 600 -- \
     "$BENCH" gpu gguf --model "$GGUF" --new-tokens 4 --ways step --device "$DEV"
 fi
 # The GGUF model with 16 sequences decoding together (no goal of its own: after the goals'

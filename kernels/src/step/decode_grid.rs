@@ -20,6 +20,11 @@ const GQA_HEADS: usize = 4;
 /// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
 /// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
 const TARGET_BLOCKS: usize = 528;
+/// The fewest keys a range takes, unless `CAPSTAN_DECODE_SPLIT_KEYS` says otherwise (read once;
+/// 16 or more): the 2026-11-29 H200 run timed the grouped kernel at ~33 µs a layer for a 1K
+/// context, whose 8 ranges of 256 (a 2K capacity) leave most of the 132 multiprocessors idle
+/// while each block walks its range 16 keys an iteration, ~4 µs each. The check times 64 beside
+/// the default; the default follows the measurement.
 const MIN_SPLIT_KEYS: usize = 256;
 /// The most ranges: one sequence of Llama 3's 8 key heads on the grouped kernel takes 8
 /// blocks a range, so 64 ranges for a device's 528 blocks.
@@ -29,10 +34,28 @@ pub(crate) const MAX_SPLITS: usize = 64;
 /// range ([`DecodeKernel::blocks`] times the sequences): enough blocks for the device, ranges
 /// of at least `MIN_SPLIT_KEYS`.
 pub(crate) fn splits(blocks: usize, longest: usize) -> usize {
+    splits_of(blocks, longest, min_split_keys())
+}
+
+/// [`splits`] with ranges of at least `min_keys`.
+fn splits_of(blocks: usize, longest: usize, min_keys: usize) -> usize {
     TARGET_BLOCKS
         .div_ceil(blocks.max(1))
-        .min(longest.div_ceil(MIN_SPLIT_KEYS))
+        .min(longest.div_ceil(min_keys.max(1)))
         .clamp(1, MAX_SPLITS)
+}
+
+/// `MIN_SPLIT_KEYS`, or `CAPSTAN_DECODE_SPLIT_KEYS` where it is a number of 16 or more (read
+/// once a process: a captured step replays the ranges it was captured with).
+fn min_split_keys() -> usize {
+    static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("CAPSTAN_DECODE_SPLIT_KEYS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&k| k >= 16)
+            .unwrap_or(MIN_SPLIT_KEYS)
+    })
 }
 
 /// The two kernels of attention_decode.cu.
@@ -148,7 +171,13 @@ mod tests {
         assert_eq!(DecodeKernel::Grouped.blocks(9, 9), 9);
         assert_eq!(DecodeKernel::PerHead.blocks(32, 8), 32);
         // One sequence at 32K on the grouped kernel: 64 ranges (the cap), 512 blocks.
-        assert_eq!(splits(8, 32_768), 64);
-        assert_eq!(splits(32, 32_768), 17);
+        assert_eq!(splits_of(8, 32_768, MIN_SPLIT_KEYS), 64);
+        assert_eq!(splits_of(32, 32_768, MIN_SPLIT_KEYS), 17);
+        // A 2K capacity (a 1K context and room to grow): 8 ranges of 256, or 32 of 64.
+        assert_eq!(splits_of(8, 2_048, MIN_SPLIT_KEYS), 8);
+        assert_eq!(splits_of(8, 2_048, 64), 32);
+        // Never more than the device's blocks call for, nor than MAX_SPLITS.
+        assert_eq!(splits_of(8, 32_768, 16), 64);
+        assert_eq!(splits_of(264, 2_048, 16), 2);
     }
 }
