@@ -115,6 +115,8 @@ def vs_pytorch(raw, res):
     decode_step = ratios(fused_rows, graph)
     # The same step with decoding attention's ranges of 64 keys or more (CAPSTAN_DECODE_SPLIT_KEYS).
     split64 = ratios(fused_step_rows(raw, name="fused_decode_split64"), graph)
+    # ... and with 4 keys a slot in the grouped kernel (CAPSTAN_DECODE_GQA_KEYS).
+    keys4 = ratios(fused_step_rows(raw, name="fused_decode_keys4"), graph)
     b16 = llama3_rows(raw, "batch16")
     # 16 sequences through the fused step, against one sequence through it: counted where the
     # batch ran the step as a graph and its logits matched each sequence's alone.
@@ -141,7 +143,9 @@ def vs_pytorch(raw, res):
             "decode_kernel": decode_kernel,
             "decode_step": decode_step,
             "decode_step_split64": split64,
-            "decode_best": {k: best(decode.get(k), decode_step.get(k), split64.get(k)) for k in decode},
+            "decode_step_keys4": keys4,
+            "decode_best": {k: best(decode.get(k), decode_step.get(k), split64.get(k), keys4.get(k))
+                            for k in decode},
             "batch16_decode": batch16_layers,
             "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
             "batch16_step_decode": batch16_step,
@@ -301,6 +305,10 @@ def main():
                     "grouped_of_copy_bandwidth": c["grouped"]["of_copy_bandwidth"],
                     "grouped_speedup": c["grouped_speedup"], "max_abs_diff": c["max_abs_diff"]}
         for c in da.get("cases", [])}
+    # The grouped kernel with 4 keys a slot (CAPSTAN_DECODE_GQA_KEYS=4), where that step ran.
+    dk = load(raw, "decoding_attention_keys4") or {}
+    res["decoding_attention"]["grouped_keys4_us"] = {
+        c["case"]: 1e6 * c["grouped"]["seconds"] for c in dk.get("cases", [])} or None
     # Where the time went (scripts/gpu-profile.sh: each kernel's duration under Nsight Compute).
     res["profile"] = {os.path.basename(p)[len("profile_"):-5]: load(raw, os.path.basename(p)[:-5])
                       for p in sorted(glob.glob(os.path.join(raw, "profile_*.json")))}

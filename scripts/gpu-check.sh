@@ -220,6 +220,11 @@ step "fused_decode_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --co
 step "fused_decode_split64_$SHAPE" env $KERNEL CAPSTAN_DECODE_SPLIT_KEYS=64 "$BENCH" gpu decode \
   --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
   --dtype "$DT"
+# ... and with 4 keys a slot in the grouped decoding kernel (CAPSTAN_DECODE_GQA_KEYS; default 2):
+# more loads in flight an iteration, where the 2026-11-29 run found the kernel bound by its loop.
+step "fused_decode_keys4_$SHAPE" env $KERNEL CAPSTAN_DECODE_GQA_KEYS=4 "$BENCH" gpu decode \
+  --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
+  --dtype "$DT"
 step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
 # The same 16 sequences through the fused step (one launch sequence, each weight row read once
@@ -230,6 +235,9 @@ step "fused_batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --c
 # by measurement.
 # shellcheck disable=SC2086
 step decoding_attention "$BENCH" gpu decode-attention $DECODE_ATTN --device "$DEV" --dtype "$DT"
+# shellcheck disable=SC2086
+step decoding_attention_keys4 env CAPSTAN_DECODE_GQA_KEYS=4 "$BENCH" gpu decode-attention $DECODE_ATTN \
+  --device "$DEV" --dtype "$DT"
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --ways layers,step,step-eager \
     --device "$DEV"

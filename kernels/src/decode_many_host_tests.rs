@@ -10,7 +10,8 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::host_kernels::{
-    assert_same_in_every_schedule, launch, with_schedule, worst_relative_diff, Params, SCHEDULES,
+    assert_same_in_every_schedule, launch, launch_variant, with_schedule, worst_relative_diff,
+    Params, SCHEDULES,
 };
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
 use crate::step::decode_grid::{DecodeArgs, DecodeKernel, DECODE_WARPS};
@@ -26,6 +27,21 @@ fn run(
     lens: &[usize],
     splits: usize,
     skew: usize,
+) -> f32 {
+    run_with(kernel, dtype, dim, groups, lens, splits, skew, "")
+}
+
+/// [`run`] of the module built with `defines` before its source (as NVRTC's `-D` options).
+#[allow(clippy::too_many_arguments)]
+fn run_with(
+    kernel: DecodeKernel,
+    dtype: DType,
+    dim: usize,
+    groups: usize,
+    lens: &[usize],
+    splits: usize,
+    skew: usize,
+    defines: &str,
 ) -> f32 {
     let (kv_heads, n) = (2, lens.len());
     let heads = kv_heads * groups;
@@ -99,7 +115,19 @@ fn run(
         let block = (32 * DECODE_WARPS as u32, 1, 1);
         let shared = kernel.shared_bytes(dim);
         with_schedule(schedule, || {
-            launch("attention_decode", &name, grid, block, shared, &mut p)
+            if defines.is_empty() {
+                launch("attention_decode", &name, grid, block, shared, &mut p)
+            } else {
+                launch_variant(
+                    "attention_decode",
+                    defines,
+                    &name,
+                    grid,
+                    block,
+                    shared,
+                    &mut p,
+                )
+            }
         })
         .unwrap_or_else(|e| panic!("{schedule:?}: {e}"));
         // Zero again for the next launch (the step's graph replays it as it stands).
@@ -141,6 +169,39 @@ fn the_cuda_source_decodes_as_the_cpu_path() {
                              skew {skew}: {diff} of the largest"
                         );
                     }
+                }
+            }
+        }
+    }
+}
+
+/// The grouped kernel with another count of keys a slot takes at once (`GQA_KEYS`, which
+/// `CAPSTAN_DECODE_GQA_KEYS` sets through NVRTC): 1 and 4, Llama's 128-wide heads and 64, a
+/// range shorter than one pass of the block's slots and longer, aligned and not.
+#[test]
+fn the_grouped_kernel_decodes_as_the_cpu_path_with_other_keys_a_slot() {
+    let lens = [1, 37, 300];
+    for keys in [1, 4] {
+        let defines = format!("#define GQA_KEYS {keys}");
+        for (dtype, tol) in [(DType::F32, 1e-5), (DType::BF16, 2e-2)] {
+            for dim in [64, 128] {
+                for (groups, splits, skew) in [(4, 1, 0), (8, 3, 0), (5, 3, dtype.size_in_bytes())]
+                {
+                    let diff = run_with(
+                        DecodeKernel::Grouped,
+                        dtype,
+                        dim,
+                        groups,
+                        &lens,
+                        splits,
+                        skew,
+                        &defines,
+                    );
+                    assert!(
+                        diff <= tol,
+                        "GQA_KEYS {keys}, {dtype:?}, d {dim}, {groups} a group, {splits} splits, \
+                         skew {skew}: {diff} of the largest"
+                    );
                 }
             }
         }

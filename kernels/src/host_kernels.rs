@@ -274,6 +274,30 @@ pub(crate) fn launch(
     launch_with(module, build, name, grid, block, shared, params)
 }
 
+/// [`launch`] of `module` with `defines` (`#define` lines) put before its source, as NVRTC's
+/// `-D` options set them: a module of its own among the loaded ones.
+#[cfg(test)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_variant(
+    module: &str,
+    defines: &str,
+    name: &str,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
+    params: &mut Params,
+) -> Result<(), String> {
+    let key = format!("{module} with {defines}");
+    let build_variant = |_: &str| -> Result<PathBuf, String> {
+        let (_, src) = crate::SOURCES
+            .iter()
+            .find(|(m, _)| *m == module)
+            .ok_or_else(|| format!("no CUDA module {module}"))?;
+        build_source(&format!("{module}-variant"), &format!("{defines}\n{src}"))
+    };
+    launch_with(&key, build_variant, name, grid, block, shared, params)
+}
+
 /// [`launch`] of a module `build` builds (tests of the shim build theirs from their own
 /// source).
 fn launch_with(

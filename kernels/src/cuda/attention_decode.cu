@@ -231,7 +231,10 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
 // Query heads a block of attention_decode_gqa takes (of one key head).
 #define GQA_HEADS 4
 // Keys a slot (the lanes sharing a row) takes at once: their loads are in flight together.
+// NVRTC's -DGQA_KEYS=N (CAPSTAN_DECODE_GQA_KEYS) sets another, for the check to time.
+#ifndef GQA_KEYS
 #define GQA_KEYS 2
+#endif
 
 // N elements in 16 bytes: loaded as they are (one 16-byte load where `wide`, the address
 // 16-byte aligned, else N loads), converted to f32 one at a time as they are used (the loads'

@@ -31,7 +31,12 @@ fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
         .find(|(name, _)| *name == module)
         .map(|(_, src)| *src)
         .expect("known module");
-    let options = vec!["-default-device".to_string()];
+    let mut options = vec!["-default-device".to_string()];
+    if module == "attention_decode" {
+        if let Some(keys) = crate::step::decode_grid::gqa_keys_define() {
+            options.push(format!("-DGQA_KEYS={keys}"));
+        }
+    }
     let key = [src, &arch, &options.join(" "), &nvrtc_version()];
     let dir = crate::ptx_cache::directory();
     let compiled = crate::ptx_cache::cached(dir.as_deref(), module, &key, || {

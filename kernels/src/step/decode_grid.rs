@@ -58,6 +58,21 @@ fn min_split_keys() -> usize {
     })
 }
 
+/// `CAPSTAN_DECODE_GQA_KEYS` (1 to 8, read once a process): the keys a slot of the grouped
+/// kernel takes at once (`GQA_KEYS`, 2 unless set), given to NVRTC as `-DGQA_KEYS=N`. The
+/// 2026-11-29 H200 run found that kernel bound by its loop's latency at 32K (~4 µs an
+/// iteration, 0.91 TB/s): more keys a slot puts more loads in flight an iteration, at the cost
+/// of registers. The check times 4 beside the default.
+pub(crate) fn gqa_keys_define() -> Option<usize> {
+    static KEYS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *KEYS.get_or_init(|| {
+        std::env::var("CAPSTAN_DECODE_GQA_KEYS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|k| (1..=8).contains(k))
+    })
+}
+
 /// The two kernels of attention_decode.cu.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeKernel {
