@@ -63,6 +63,7 @@ fn min_split_keys() -> usize {
 /// 2026-11-29 H200 run found that kernel bound by its loop's latency at 32K (~4 µs an
 /// iteration, 0.91 TB/s): more keys a slot puts more loads in flight an iteration, at the cost
 /// of registers. The check times 4 beside the default.
+#[cfg(feature = "cuda")]
 pub(crate) fn gqa_keys_define() -> Option<usize> {
     static KEYS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *KEYS.get_or_init(|| {
