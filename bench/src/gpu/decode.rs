@@ -215,8 +215,8 @@ fn batched(
         let tokens: Vec<u32> = (0..batch as u32).map(|i| 1 + i).collect();
         // Parity: the caches' clones share their buffers, and both passes write the same
         // position, each reading back what it wrote before the other writes.
-        let mut alone_caches = caches.clone();
-        let mut step_alone_caches = caches.clone();
+        let alone_caches = caches.clone();
+        let step_alone_caches = caches.clone();
         let packed = packed_logits(&model, &mut caches, &tokens)?;
         if fused.is_some()
             && device.is_cuda()
@@ -227,23 +227,22 @@ fn batched(
                 model.decode_step_status()
             )
         }
-        let mut worst = 0f32;
-        for (i, cache) in alone_caches.iter_mut().enumerate() {
-            let x = Tensor::new(&[[tokens[i]]], &device)?;
-            let alone = alone_model.forward_last(&x, None, cache)?.squeeze(0)?;
-            worst = worst.max(max_rel_diff(&packed.get(i)?, &alone)?);
-        }
-        drop(alone_caches);
+        // Each sequence stepped alone through `m`, on its own clones of the caches: the largest
+        // difference from its packed logits.
+        let worst_alone = |m: &Llama, mut alone: Vec<Cache>| -> anyhow::Result<f32> {
+            let mut worst = 0f32;
+            for (i, cache) in alone.iter_mut().enumerate() {
+                let x = Tensor::new(&[[tokens[i]]], &device)?;
+                let row = m.forward_last(&x, None, cache)?.squeeze(0)?;
+                worst = worst.max(max_rel_diff(&packed.get(i)?, &row)?);
+            }
+            Ok(worst)
+        };
+        let worst = worst_alone(&alone_model, alone_caches)?;
         // The same sequences one at a time through the batch's own way (the fused step alone,
         // where it runs): a difference here and not above is the batch's products, not the
         // step against the layers (a quantized model's layers round their inputs to 8 bits).
-        let mut worst_same_way = 0f32;
-        for (i, cache) in step_alone_caches.iter_mut().enumerate() {
-            let x = Tensor::new(&[[tokens[i]]], &device)?;
-            let alone = model.forward_last(&x, None, cache)?.squeeze(0)?;
-            worst_same_way = worst_same_way.max(max_rel_diff(&packed.get(i)?, &alone)?);
-        }
-        drop(step_alone_caches);
+        let worst_same_way = worst_alone(&model, step_alone_caches)?;
         let mut next = tokens.clone();
         for _ in 0..2 {
             next = step_packed(&model, &mut caches, &next)?;
