@@ -18,22 +18,10 @@ use crate::step::decode_grid::{DecodeArgs, DecodeKernel, DECODE_WARPS};
 
 /// The largest difference of `kernel`'s output from the CPU path's, relative to the CPU
 /// path's largest value, for `groups` query heads over each of 2 key heads (`skew`: the caches
-/// placed that many bytes past 16-byte alignment).
-fn run(
-    kernel: DecodeKernel,
-    dtype: DType,
-    dim: usize,
-    groups: usize,
-    lens: &[usize],
-    splits: usize,
-    skew: usize,
-) -> f32 {
-    run_with(kernel, dtype, dim, groups, lens, splits, skew, "")
-}
-
-/// [`run`] of the module built with `defines` before its source (as NVRTC's `-D` options).
+/// placed that many bytes past 16-byte alignment), the module built with `defines` before its
+/// source (as NVRTC's `-D` options; empty: as it is).
 #[allow(clippy::too_many_arguments)]
-fn run_with(
+fn run(
     kernel: DecodeKernel,
     dtype: DType,
     dim: usize,
@@ -162,7 +150,7 @@ fn the_cuda_source_decodes_as_the_cpu_path() {
                         }
                     }
                     for (kernel, skew) in kernels {
-                        let diff = run(kernel, dtype, dim, groups, &lens, splits, skew);
+                        let diff = run(kernel, dtype, dim, groups, &lens, splits, skew, "");
                         assert!(
                             diff <= tol,
                             "{kernel:?}, {dtype:?}, d {dim}, {groups} a group, {splits} splits, \
@@ -187,7 +175,7 @@ fn the_grouped_kernel_decodes_as_the_cpu_path_with_other_keys_a_slot() {
             for dim in [64, 128] {
                 for (groups, splits, skew) in [(4, 1, 0), (8, 3, 0), (5, 3, dtype.size_in_bytes())]
                 {
-                    let diff = run_with(
+                    let diff = run(
                         DecodeKernel::Grouped,
                         dtype,
                         dim,
