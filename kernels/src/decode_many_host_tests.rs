@@ -10,7 +10,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::host_kernels::{
-    assert_same_in_every_schedule, launch, launch_variant, with_schedule, worst_relative_diff,
+    assert_same_in_every_schedule, launch, with_defines, with_schedule, worst_relative_diff,
     Params, SCHEDULES,
 };
 use crate::host_memory::{f32_values, tensor_bytes, Memory};
@@ -103,19 +103,9 @@ fn run(
         let block = (32 * DECODE_WARPS as u32, 1, 1);
         let shared = kernel.shared_bytes(dim);
         with_schedule(schedule, || {
-            if defines.is_empty() {
+            with_defines(defines, || {
                 launch("attention_decode", &name, grid, block, shared, &mut p)
-            } else {
-                launch_variant(
-                    "attention_decode",
-                    defines,
-                    &name,
-                    grid,
-                    block,
-                    shared,
-                    &mut p,
-                )
-            }
+            })
         })
         .unwrap_or_else(|e| panic!("{schedule:?}: {e}"));
         // Zero again for the next launch (the step's graph replays it as it stands).

@@ -59,6 +59,8 @@ impl Schedule {
 
 thread_local! {
     static SCHEDULE: std::cell::Cell<Schedule> = const { std::cell::Cell::new(Schedule::InOrder) };
+    /// `#define` lines put before a module's source ([`with_defines`]).
+    static DEFINES: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
 }
 
 /// The orders of turns the kernels' tests compare: in order, reversed, and one shuffle.
@@ -104,6 +106,20 @@ pub(crate) fn with_schedule<R>(schedule: Schedule, f: impl FnOnce() -> R) -> R {
         }
     }
     let _restore = Restore(SCHEDULE.with(|s| s.replace(schedule)));
+    f()
+}
+
+/// Runs `f` with this thread's launches of modules built with `defines` (`#define` lines) put
+/// before their sources, as NVRTC's `-D` options set them: each such build a module of its own.
+#[cfg(test)]
+pub(crate) fn with_defines<R>(defines: &str, f: impl FnOnce() -> R) -> R {
+    struct Restore(String);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            DEFINES.with(|d| *d.borrow_mut() = std::mem::take(&mut self.0));
+        }
+    }
+    let _restore = Restore(DEFINES.with(|d| d.replace(defines.to_string())));
     f()
 }
 
@@ -271,23 +287,10 @@ pub(crate) fn launch(
     shared: u32,
     params: &mut Params,
 ) -> Result<(), String> {
-    launch_with(module, build, name, grid, block, shared, params)
-}
-
-/// [`launch`] of `module` with `defines` (`#define` lines) put before its source, as NVRTC's
-/// `-D` options set them: a module of its own among the loaded ones.
-#[cfg(test)]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch_variant(
-    module: &str,
-    defines: &str,
-    name: &str,
-    grid: (u32, u32, u32),
-    block: (u32, u32, u32),
-    shared: u32,
-    params: &mut Params,
-) -> Result<(), String> {
-    let key = format!("{module} with {defines}");
+    let defines = DEFINES.with(|d| d.borrow().clone());
+    if defines.is_empty() {
+        return launch_with(module, build, name, grid, block, shared, params);
+    }
     let build_variant = |_: &str| -> Result<PathBuf, String> {
         let (_, src) = crate::SOURCES
             .iter()
@@ -295,6 +298,7 @@ pub(crate) fn launch_variant(
             .ok_or_else(|| format!("no CUDA module {module}"))?;
         build_source(&format!("{module}-variant"), &format!("{defines}\n{src}"))
     };
+    let key = format!("{module} with {defines}");
     launch_with(&key, build_variant, name, grid, block, shared, params)
 }
 
