@@ -173,13 +173,14 @@ step() {
 # once their parity steps have run.
 KERNEL=""
 if [ -n "$KTEST" ]; then
-  step kernels env $POISON CAPSTAN_REQUIRE_GPU=1 "$KTEST" --nocapture --test-threads 1 --skip tensor_core \
+  # One test at a time, each one's seconds in the step's log (scripts/gpu-tests.sh).
+  step kernels env $POISON CAPSTAN_REQUIRE_GPU=1 scripts/gpu-tests.sh "$KTEST" --skip tensor_core \
     --skip cudnn
-  step kernels_mma env $POISON CAPSTAN_REQUIRE_GPU=1 "$KTEST" tensor_core --nocapture --test-threads 1
+  step kernels_mma env $POISON CAPSTAN_REQUIRE_GPU=1 scripts/gpu-tests.sh "$KTEST" tensor_core
   # cuDNN's fused attention (loaded from the PyTorch wheel's nvidia/cudnn/lib or the system's),
   # with its API log kept for the first failing case.
-  step kernels_cudnn env $POISON CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 "$KTEST" cudnn --nocapture \
-    --test-threads 1
+  step kernels_cudnn env $POISON CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 scripts/gpu-tests.sh \
+    "$KTEST" cudnn
   if [ -f "$W/kernels_cudnn.status" ] && ! grep -q '"rc": 0' "$W/kernels_cudnn.status"; then
     step cudnn_log env $POISON CAPSTAN_REQUIRE_GPU=1 CAPSTAN_REQUIRE_CUDNN=1 CUDNN_LOGLEVEL_DBG=3 \
       CUDNN_LOGDEST_DBG="$W/cudnn-api.log" "$KTEST" cudnn --nocapture --test-threads 1

@@ -16,7 +16,7 @@ cargo test --release --workspace
 # The CUDA kernel sources compile with NVRTC for sm_90 (no GPU needed).
 kernels/scripts/nvrtc-check.sh
 # The GPU proof's scripts (issue 10): they parse, and the report of a recorded run holds every field.
-bash -n scripts/gpu-check.sh scripts/gpu-bundle.sh scripts/gpu-profile.sh
+bash -n scripts/gpu-check.sh scripts/gpu-bundle.sh scripts/gpu-profile.sh scripts/gpu-tests.sh
 python3 bench/test_gpu_report.py
 python3 bench/test_ncu_summary.py
 
