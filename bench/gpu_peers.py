@@ -367,10 +367,12 @@ def attention(args):
             bm = create_block_mask(masks[name], None, None, s, s, device=device)
             call = lambda: flex(q, k, v, block_mask=bm, enable_gqa=True)  # noqa: E731
         elif name == "scca":
-            def scca_mask(b, h, qi, ki):
-                shift = torch.where(h < heads // 2, chunk // 2, 0)
+            def scca_rule(qi, ki, shift):
                 shift = torch.where((qi // chunk + 1) * chunk <= shift, 0, shift)
                 return (ki <= qi) & ((ki + shift) // chunk == qi // chunk)
+
+            def scca_mask(b, h, qi, ki):
+                return scca_rule(qi, ki, torch.where(h < heads // 2, chunk // 2, 0))
             masks[name] = scca_mask
             # The rule depends on the head only through "in the shifted half": one block mask a
             # half, each broadcast over its heads. A mask over all heads at once is materialized
@@ -382,10 +384,8 @@ def attention(args):
                 raise SystemExit(f"--cases {case}: half the heads ({half}) are not whole groups of {group}")
 
             def half_mask(shift):
-                def mask(b, h, qi, ki):
-                    sh = torch.where((qi // chunk + 1) * chunk <= shift, 0, shift)
-                    return (ki <= qi) & ((ki + sh) // chunk == qi // chunk)
-                return create_block_mask(mask, None, None, s, s, device=device)
+                return create_block_mask(lambda b, h, qi, ki: scca_rule(qi, ki, shift), None, None,
+                                         s, s, device=device)
 
             shifted, plain = half_mask(chunk // 2), half_mask(0)
             kh = half // group

@@ -157,11 +157,16 @@ fn host_source(src: &str) -> String {
 /// The module's shared library, built on first use into the temp directory (keyed by the
 /// shim, the source and the flags; written under a temporary name, then renamed).
 fn build(module: &str) -> Result<PathBuf, String> {
-    let (_, src) = crate::SOURCES
+    build_source(module, source(module)?)
+}
+
+/// The CUDA C source of `module`, as NVRTC gets it (`crate::SOURCES`).
+fn source(module: &str) -> Result<&'static str, String> {
+    crate::SOURCES
         .iter()
         .find(|(m, _)| *m == module)
-        .ok_or_else(|| format!("no CUDA module {module}"))?;
-    build_source(module, src)
+        .map(|(_, src)| *src)
+        .ok_or_else(|| format!("no CUDA module {module}"))
 }
 
 /// [`build`] of the CUDA C source `src`, called `module`.
@@ -292,11 +297,8 @@ pub(crate) fn launch(
         return launch_with(module, build, name, grid, block, shared, params);
     }
     let build_variant = |_: &str| -> Result<PathBuf, String> {
-        let (_, src) = crate::SOURCES
-            .iter()
-            .find(|(m, _)| *m == module)
-            .ok_or_else(|| format!("no CUDA module {module}"))?;
-        build_source(&format!("{module}-variant"), &format!("{defines}\n{src}"))
+        let src = format!("{defines}\n{}", source(module)?);
+        build_source(&format!("{module}-variant"), &src)
     };
     let key = format!("{module} with {defines}");
     launch_with(&key, build_variant, name, grid, block, shared, params)

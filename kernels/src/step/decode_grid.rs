@@ -32,7 +32,7 @@ pub(crate) const MAX_SPLITS: usize = 64;
 
 /// How many ranges attention_decode.cu splits each sequence's keys into, for `blocks` blocks a
 /// range ([`DecodeKernel::blocks`] times the sequences): enough blocks for the device, ranges
-/// of at least `MIN_SPLIT_KEYS`.
+/// of at least `MIN_SPLIT_KEYS` (or `CAPSTAN_DECODE_SPLIT_KEYS`).
 pub(crate) fn splits(blocks: usize, longest: usize) -> usize {
     splits_of(blocks, longest, min_split_keys())
 }
@@ -50,12 +50,16 @@ fn splits_of(blocks: usize, longest: usize, min_keys: usize) -> usize {
 fn min_split_keys() -> usize {
     static KEYS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *KEYS.get_or_init(|| {
-        std::env::var("CAPSTAN_DECODE_SPLIT_KEYS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&k| k >= 16)
-            .unwrap_or(MIN_SPLIT_KEYS)
+        env_count("CAPSTAN_DECODE_SPLIT_KEYS", 16..=usize::MAX).unwrap_or(MIN_SPLIT_KEYS)
     })
+}
+
+/// The number the environment variable `name` holds, where it is one within `range`.
+fn env_count(name: &str, range: std::ops::RangeInclusive<usize>) -> Option<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|k| range.contains(k))
 }
 
 /// `CAPSTAN_DECODE_GQA_KEYS` (1 to 8, read once a process): the keys a slot of the grouped
@@ -66,12 +70,7 @@ fn min_split_keys() -> usize {
 #[cfg(feature = "cuda")]
 pub(crate) fn gqa_keys_define() -> Option<usize> {
     static KEYS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *KEYS.get_or_init(|| {
-        std::env::var("CAPSTAN_DECODE_GQA_KEYS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|k| (1..=8).contains(k))
-    })
+    *KEYS.get_or_init(|| env_count("CAPSTAN_DECODE_GQA_KEYS", 1..=8))
 }
 
 /// The two kernels of attention_decode.cu.
