@@ -1,11 +1,17 @@
 //! CEPE's context encoder: chunks encoded in parallel, cross-attention keys and values cached.
 
+use std::collections::{BTreeMap, HashMap, HashSet};
+
 use candle_core::{Module, Tensor};
 
 use super::cache::{Cache, CrossContext, CrossKv, CrossLayerState, EncodedChunks};
 use super::passage_states::PassageCache;
 use super::{CResult, Llama, MASKED};
 use crate::error::{Error, Result};
+
+/// Tokens one pass of the context encoder takes at most when chunks are batched: 128 chunks of
+/// 256 tokens (bf16 activations of a CEPE-7B-shaped encoder: ~1 GB at its widest).
+const ENCODE_BATCH_TOKENS: usize = 32 * 1024;
 
 impl Llama {
     /// Runs CEPE's bidirectional encoder over `chunks`, each on its own: chunks are left-padded
@@ -101,13 +107,14 @@ impl Llama {
         if len == 0 {
             return Err(Error::invalid("no encoder tokens"));
         }
+        let states_of = self.distinct_chunk_states(rows, pad_id, passages)?;
         // Each chunk's states, left-padded with zeros to `len` (padding is masked).
         let mut padded = Vec::with_capacity(b * n_ctx);
         let mut chunk_mask = Vec::with_capacity(b * n_ctx);
         for row in rows {
             for i in 0..n_ctx {
                 let chunk = row.get(i).map_or(&[][..], Vec::as_slice);
-                padded.push(self.chunk_states(chunk, len, pad_id, passages)?);
+                padded.push(self.padded_states(chunk, len, &states_of)?);
                 chunk_mask.push(
                     (0..len)
                         .map(|p| p >= len - chunk.len())
@@ -186,14 +193,59 @@ impl Llama {
         Ok(())
     }
 
-    /// The states of one chunk, `(len, hidden)`: from `passages` or encoded alone, then
-    /// left-padded with zeros to `len` rows.
-    fn chunk_states(
+    /// The states of each distinct chunk of `rows`, `(len, hidden)`: from `passages`, or
+    /// encoded. The chunks `passages` lacks are encoded together, those of one length in
+    /// passes of at most [`ENCODE_BATCH_TOKENS`] tokens without padding (positions `0..len`,
+    /// as alone): one pass for a 128K-token context's 496 chunks of 256 tokens would otherwise
+    /// be 496 launch-bound passes. A chunk's states are the same function of its tokens
+    /// whatever it shares a pass with (no padding, no cross-chunk attention); only a device's
+    /// choice of product kernel by batch size can round them differently.
+    fn distinct_chunk_states(
+        &self,
+        rows: &[Vec<Vec<u32>>],
+        pad_id: u32,
+        passages: &mut PassageCache,
+    ) -> Result<HashMap<Vec<u32>, Tensor>> {
+        let mut states: HashMap<Vec<u32>, Tensor> = HashMap::new();
+        // Chunks to encode, by length, in the order first met (deterministic passes).
+        let mut missing: BTreeMap<usize, Vec<Vec<u32>>> = BTreeMap::new();
+        let mut queued: HashSet<&[u32]> = HashSet::new();
+        for chunk in rows.iter().flatten().filter(|c| !c.is_empty()) {
+            if states.contains_key(chunk) || queued.contains(chunk.as_slice()) {
+                // Read again within the request: its states are at hand.
+                passages.note_reused(chunk);
+                continue;
+            }
+            match passages.get(chunk) {
+                Some(found) => {
+                    states.insert(chunk.clone(), found);
+                }
+                None => {
+                    queued.insert(chunk);
+                    missing.entry(chunk.len()).or_default().push(chunk.clone());
+                }
+            }
+        }
+        for (len, chunks) in missing {
+            for pass in chunks.chunks((ENCODE_BATCH_TOKENS / len).max(1)) {
+                let encoded = self.encode_chunks(pass, pad_id)?.hidden_states;
+                for (i, chunk) in pass.iter().enumerate() {
+                    let one = encoded.get(i)?;
+                    passages.put(chunk, &one);
+                    states.insert(chunk.clone(), one);
+                }
+            }
+        }
+        Ok(states)
+    }
+
+    /// One chunk's states from `states_of` (zeros for a missing chunk), left-padded with
+    /// zeros to `len` rows.
+    fn padded_states(
         &self,
         chunk: &[u32],
         len: usize,
-        pad_id: u32,
-        passages: &mut PassageCache,
+        states_of: &HashMap<Vec<u32>, Tensor>,
     ) -> Result<Tensor> {
         let hidden = self
             .cfg
@@ -205,17 +257,10 @@ impl Llama {
         if chunk.is_empty() {
             return Ok(zeros(len)?);
         }
-        let states = match passages.get(chunk) {
-            Some(states) => states,
-            None => {
-                let states = self
-                    .encode_chunks(&[chunk.to_vec()], pad_id)?
-                    .hidden_states
-                    .squeeze(0)?;
-                passages.put(chunk, &states);
-                states
-            }
-        };
+        let states = states_of
+            .get(chunk)
+            .expect("every non-empty chunk's states were gathered")
+            .clone();
         if chunk.len() == len {
             return Ok(states);
         }

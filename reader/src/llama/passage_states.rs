@@ -3,9 +3,10 @@
 //! other passages), so a passage's states are the same in every request and every order:
 //! they can be reused exactly, which no decoder-only reader's keys and values allow.
 //!
-//! Exact by construction: every chunk is encoded alone, at positions `0..len` without
-//! padding, whether the cache holds it or not; requests then assemble the same states the
-//! same way. (The reference pads a batch of chunks to the longest and shifts positions; with
+//! Exact by construction: every chunk is encoded at positions `0..len` without padding,
+//! alone or beside chunks of its own length (never attending to them), whether the cache
+//! holds it or not; requests then assemble the same states the same way. On a GPU the
+//! product kernels chosen for a pass's size may round a chunk differently beside others. (The reference pads a batch of chunks to the longest and shifts positions; with
 //! relative RoPE and masked padding that is the same function, up to rounding.)
 
 use std::collections::HashMap;
@@ -81,6 +82,12 @@ impl PassageCache {
         entry.last_used = self.clock;
         self.stats.hit_tokens += tokens.len() as u64;
         Some(entry.states.clone())
+    }
+
+    /// Records that `tokens` were read again within one request: their states, found or
+    /// encoded for its first reading, are reused (counted as found).
+    pub(super) fn note_reused(&mut self, tokens: &[u32]) {
+        self.stats.hit_tokens += tokens.len() as u64;
     }
 
     /// Records that `tokens` were encoded into `states`, keeping them if the budget allows
