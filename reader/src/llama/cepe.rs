@@ -9,9 +9,11 @@ use super::passage_states::PassageCache;
 use super::{CResult, Llama, MASKED};
 use crate::error::{Error, Result};
 
-/// Tokens one pass of the context encoder takes at most when chunks are batched: 128 chunks of
-/// 256 tokens (bf16 activations of a CEPE-7B-shaped encoder: ~1 GB at its widest).
-const ENCODE_BATCH_TOKENS: usize = 32 * 1024;
+/// Tokens one pass of the context encoder takes at most when chunks are batched: 64 chunks of
+/// 256 tokens. CEPE-7B's encoder (24 layers of width 1024) does ~14 TFLOP a pass, far past its
+/// launches' cost, and holds ~1 GB of bf16 activations at its widest (the MLP's, and the
+/// attention scores), beside the 7B decoder's 17 GB of weights.
+const ENCODE_BATCH_TOKENS: usize = 16 * 1024;
 
 impl Llama {
     /// Runs CEPE's bidirectional encoder over `chunks`, each on its own: chunks are left-padded
