@@ -460,10 +460,13 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
     }
 #if defined(STEP_MMA) || defined(STEP_GGML)
 // A batch's products on tensor cores (compute capability 8.0 and up; lib.rs puts mma.cuh first
-// in these modules): 16 sequences a pass as mma.sync's A operand, a warp taking 8 output rows
+// in these modules): 16 sequences a pass as mma.sync's A operand, a block taking 8 output rows
 // (mode 3: 8 pairs) as its B operand, over k in chunks of 32, each lane reading 8 contiguous
 // values of its row and of two sequences' inputs: k is permuted alike in both operands (a dot
-// product allows it). Two kinds of operands (`Op`):
+// product allows it). The block's MMA_GEMV_WARPS warps split k and warp 0 sums them: a warp
+// for each 8 rows left a 4,096-row product on 512 warps, too few loads in flight to read the
+// weights at the memory's speed (the 2026-11-30 H200 run: 16 sequences' products 4-6x one
+// sequence's time for the same bytes). Two kinds of operands (`Op`):
 // - `Dense16` (`decode_step_mma`, STEP_MMA): bf16/f16 weights in the activations' type,
 //   m16n8k16; lane t's eight values 8t..8t+7 are the logical k 2t, 2t+1, 2t+8, 2t+9 of two mmas.
 // - `GgmlTf32` (each GGML format's module): weights decoded from their blocks (a chunk is one
@@ -476,7 +479,7 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
 // inputs are each sequence's f32 residual normalised as it is read (`MmaRow`), and a product
 // adding to the residual adds each sequence's new squares to `ss_out` (one atomic add a warp and
 // sequence), so that a batch's norms need no launches of their own.
-#define MMA_GEMV_WARPS 4
+#define MMA_GEMV_WARPS 8
 
 // One sequence's row of the A operand, from this lane's first column (8t): the activations as
 // stored, or (NORM) the f32 residual times its inverse RMS and the norm's weights, rounded to
@@ -604,6 +607,45 @@ struct GgmlTf32 {
 };
 #endif
 
+// Warp 0's end of a batch's tensor-core product: the outputs of its 8 rows for 16 sequences
+// from s0, written through the mode's epilogue, and each sequence's new squares added to
+// `ss_out`.
+template <typename L>
+__device__ __forceinline__ void mma_epilogue(
+    const float (*c)[4], long long n0, int s0, int g, int t, long long total, long long half,
+    const u8* w0, const u8* w1, const u8* w2, const float* b0, const float* b1, const float* b2,
+    float* out_f32, typename L::T* out_t, float* ss_out, const RopeArgs& ra, const GemvArgs& a,
+    bool lo_live, bool hi_live) {
+    const int slo = s0 + g, shi = s0 + g + 8;
+    // C: lane (g, t) holds outputs n0 + 2t and n0 + 2t + 1 of sequences g and g + 8.
+    float sq[2] = {0.f, 0.f};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int s = s0 + g + 8 * (e >> 1);
+        const long long n = n0 + 2 * t + (e & 1);
+        if (s >= a.batch || n >= total) continue;
+        const u8* w;
+        const float* b;
+        long long i;
+        output_row(n, half, w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
+        const float bias = b ? b[i] : 0.f, bias2 = b && half ? b[i + half] : 0.f;
+        const float y = write_output<L>(a, ra, out_f32, out_t, s, n, half, c[0][e] + bias,
+                                        c[1][e] + bias2);
+        sq[e >> 1] += y * y;
+    }
+    // Each sequence's new squares over the warp's 8 outputs (the four lanes of a row g),
+    // one atomic add each. `ss_out` is uniform: every lane shuffles.
+    if (ss_out) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 1);
+            sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 2);
+        }
+        if (t == 0 && lo_live) atomicAdd(ss_out + slo, sq[0]);
+        if (t == 0 && hi_live) atomicAdd(ss_out + shi, sq[1]);
+    }
+}
+
 template <typename L, typename Op, bool NORM>
 __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
                          const u8* __restrict__ w2, const float* __restrict__ b0,
@@ -615,8 +657,8 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     const long long rows = a.rows0 + a.rows1 + a.rows2;
     const long long total = a.mode == 2 ? a.rows0 : a.mode == 3 ? rows / 2 : rows;
-    const long long n0 = ((long long)blockIdx.x * MMA_GEMV_WARPS + warp) * 8;
-    // Warp-uniform, and nothing below waits for other warps.
+    const long long n0 = (long long)blockIdx.x * 8;
+    // Block-uniform: no warp of the block waits at a barrier for one that left.
     if (n0 >= total) return;
     const long long half = a.mode == 3 ? ra.dim / 2 : 0;
     // The rows this lane loads as B: output n0 + g's first and (modes 2, 3) second row.
@@ -632,41 +674,39 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
         rb[1] = product_row(a, w, w1, i, half, 1);
     }
     const int products = a.mode >= 2 ? 2 : 1;
+    // The other warps' partial products, summed by warp 0 in warp order (the same bits in
+    // every order of turns).
+    __shared__ float partial[MMA_GEMV_WARPS - 1][2][4][32];
     for (int s0 = 0; s0 < a.batch; s0 += 16) {
         float c[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
         const int slo = s0 + g, shi = s0 + g + 8;
         const MmaRow<L, NORM> lo(x, ss_in, norm_w, a, slo, t), hi(x, ss_in, norm_w, a, shi, t);
+        // The block's warps take every MMA_GEMV_WARPS-th chunk of 32 columns: together they
+        // read 256 contiguous bytes of each row (16-bit weights) a step.
 #pragma unroll(Op::UNROLL)
-        for (int k = 0; k < a.cols; k += 32) Op::chunk(c, products, rb, has_b, lo, hi, k, t);
-        // C: lane (g, t) holds outputs n0 + 2t and n0 + 2t + 1 of sequences g and g + 8.
-        float sq[2] = {0.f, 0.f};
+        for (int k = 32 * warp; k < a.cols; k += 32 * MMA_GEMV_WARPS)
+            Op::chunk(c, products, rb, has_b, lo, hi, k, t);
+        if (warp > 0) {
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int s = s0 + g + 8 * (e >> 1);
-            const long long n = n0 + 2 * t + (e & 1);
-            if (s >= a.batch || n >= total) continue;
-            const u8* w;
-            const float* b;
-            long long i;
-            output_row(n, half, w0, w1, w2, b0, b1, b2, a, &w, &b, &i);
-            const float bias = b ? b[i] : 0.f, bias2 = b && half ? b[i + half] : 0.f;
-            const float y = write_output<L>(a, ra, out_f32, out_t, s, n, half, c[0][e] + bias,
-                                            c[1][e] + bias2);
-            sq[e >> 1] += y * y;
-        }
-        // Each sequence's new squares over the warp's 8 outputs (the four lanes of a row g),
-        // one atomic add each. `ss_out` is uniform: every lane shuffles.
-        if (ss_out) {
+            for (int m = 0; m < 2; m++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 1);
-                sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 2);
-            }
-            if (t == 0 && lo.live) atomicAdd(ss_out + slo, sq[0]);
-            if (t == 0 && hi.live) atomicAdd(ss_out + shi, sq[1]);
+                for (int e = 0; e < 4; e++) partial[warp - 1][m][e][lane] = c[m][e];
         }
+        __syncthreads();
+        if (warp == 0) {
+            for (int w = 0; w < MMA_GEMV_WARPS - 1; w++)
+#pragma unroll
+                for (int m = 0; m < 2; m++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) c[m][e] += partial[w][m][e][lane];
+            mma_epilogue<L>(c, n0, s0, g, t, total, half, w0, w1, w2, b0, b1, b2, out_f32, out_t,
+                            ss_out, ra, a, lo.live, hi.live);
+        }
+        // `partial` is written again for the next 16 sequences.
+        __syncthreads();
     }
 }
+
 #endif
 
 #ifdef STEP_MMA

@@ -13,8 +13,9 @@ use super::{StepDims, StepMatrix, StepModel};
 
 /// `GEMV_WARPS` of decode_step.cu: output rows a block.
 pub(crate) const GEMV_ROWS: u32 = 8;
-/// `MMA_GEMV_WARPS`: warps a block of the tensor-core products, 8 output rows each.
-const MMA_GEMV_WARPS: u32 = 4;
+/// `MMA_GEMV_WARPS`: warps a block of the tensor-core products, splitting the columns of the
+/// block's 8 output rows.
+const MMA_GEMV_WARPS: u32 = 8;
 /// `STEP_NORM_THREADS`.
 pub(crate) const NORM_THREADS: u32 = 1024;
 /// `GemvArgs` of decode_step.cu, field for field.
@@ -499,7 +500,7 @@ impl Layout {
                 } else {
                     "gemv_mma_norm"
                 };
-                (module, entry, 8 * MMA_GEMV_WARPS, 32 * MMA_GEMV_WARPS)
+                (module, entry, 8, 32 * MMA_GEMV_WARPS)
             }
             (false, 1, 0) => (m0.module, "gemv", GEMV_ROWS, 32 * GEMV_ROWS),
             (false, 1, _) => (m0.module, "gemv_norm", GEMV_ROWS, 32 * GEMV_ROWS),
