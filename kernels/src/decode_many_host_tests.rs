@@ -130,8 +130,13 @@ fn the_cuda_source_decodes_as_the_cpu_path() {
         for dim in [64, 128, 256] {
             // Groups of 5 and 8: a key head's query heads over two blocks of the grouped kernel.
             for groups in [1, 3, 4, 5, 8] {
-                // Keys in one range; split (some ranges of the shortest cache empty).
-                for splits in [1, 3, 8] {
+                // Keys in one range; split (some ranges of the shortest cache empty); and
+                // (Llama 3's heads) more splits than a warp's lanes, merged in two rounds.
+                let mut all_splits = vec![1, 3, 8];
+                if dim == 128 && groups == 4 {
+                    all_splits.push(40);
+                }
+                for splits in all_splits {
                     let mut kernels = vec![(DecodeKernel::PerHead, 0)];
                     if (dim * elem).is_power_of_two() && dim * elem <= 512 {
                         kernels.push((DecodeKernel::Grouped, 0));

@@ -70,14 +70,53 @@ __device__ __forceinline__ float parts_value(Ld ld, int count, int dim, int d, f
 
 // The splits' partial results `p` of one (query head, sequence) combined by one warp into its
 // output row. The rows were written by other blocks of this launch: read past the L1 cache.
+// The lanes share the splits: each lane's splits' maxima and sums, then the warp's; then each
+// lane's `dim / 32` accumulators over every split, in split order, the split's scale shuffled
+// from the lane that computed it. The last block of a long context runs this alone after the
+// others: a lane walking all the splits' rows one load after another (the 2026-11-30 H200
+// profile, 64 splits at 32K) left the device idle for ~40% of the launch.
 template <typename L>
 __device__ void merge_splits(const float* p, typename L::T* __restrict__ out, DecodeArgs a,
                              int lane) {
-    const auto ld = [p](int i) { return __ldcg(p + i); };
-    float big, total;
-    parts_stats(ld, a.splits, a.dim, &big, &total);
+    const int stride = 2 + a.dim;
+    float big = NEG_INF;
+    for (int z = lane; z < a.splits; z += 32) big = fmaxf(big, __ldcg(p + (size_t)z * stride));
+    big = warp_max(big);
+    float total = 0.f;
+    for (int z = lane; z < a.splits; z += 32) {
+        const float mz = __ldcg(p + (size_t)z * stride);
+        total += mz == NEG_INF ? 0.f : __ldcg(p + (size_t)z * stride + 1) * __expf(mz - big);
+    }
+    total = warp_sum(total);
     const float inv = total > 0.f ? 1.f / total : 0.f;
-    for (int d = lane; d < a.dim; d += 32) out[d] = L::st(parts_value(ld, a.splits, a.dim, d, big) * inv);
+    float acc[DEC_MAXD / 32];
+#pragma unroll
+    for (int t = 0; t < DEC_MAXD / 32; t++) acc[t] = 0.f;
+    for (int z0 = 0; z0 < a.splits; z0 += 32) {
+        const int z = z0 + lane;
+        const float mz = z < a.splits ? __ldcg(p + (size_t)z * stride) : NEG_INF;
+        // A split that saw no key adds nothing (its accumulators are not read).
+        const float scale = mz == NEG_INF ? 0.f : __expf(mz - big);
+        const bool seen = mz != NEG_INF;
+        const int n = min(32, a.splits - z0);
+#pragma unroll 4
+        for (int j = 0; j < n; j++) {
+            const float w = __shfl_sync(0xffffffffu, scale, j);
+            const bool any = __shfl_sync(0xffffffffu, (int)seen, j) != 0;
+            if (!any) continue;
+            const float* row = p + (size_t)(z0 + j) * stride + 2;
+#pragma unroll
+            for (int t = 0; t < DEC_MAXD / 32; t++) {
+                const int d = lane + 32 * t;
+                if (d < a.dim) acc[t] += __ldcg(row + d) * w;
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < DEC_MAXD / 32; t++) {
+        const int d = lane + 32 * t;
+        if (d < a.dim) out[d] = L::st(acc[t] * inv);
+    }
 }
 
 // The keys a block reads: range `split` of sequence s's (rows [first, end) of `splits` equal
