@@ -286,7 +286,9 @@ pub fn context_key(n: usize) -> String {
 /// Decoding tokens/s of a GGUF checkpoint in its quantized form (greedy, no stop), for each
 /// way a step runs (`layers`: layer by layer; `step`: the fused decoding step as a CUDA graph;
 /// `step-eager`: its kernels one by one); the top-level figures are the first way's, and each
-/// other way says whether it generated the first way's tokens.
+/// other way says whether it generated the first way's tokens. Each way's logits, with the
+/// first way's first tokens fed back, are compared with the layers' on the CPU: the way that
+/// parts from the model shows.
 pub fn gguf(
     path: &Path,
     new_tokens: usize,
@@ -302,6 +304,7 @@ pub fn gguf(
     let params = GenerationParams::greedy(new_tokens);
     let mut by_way = serde_json::Map::new();
     let mut first: Option<(Value, Vec<u32>)> = None;
+    let mut cpu_logits: Option<anyhow::Result<Vec<Tensor>>> = None;
     for way in ways {
         let fused = gguf_way(way)?;
         lm.model_mut().set_decode_step(fused);
@@ -325,6 +328,22 @@ pub fn gguf(
         if first.is_none() {
             first = Some((row.clone(), out.tokens.clone()));
         }
+        // Which way computes the model: the logits after the prompt and after each of the
+        // first way's first tokens fed back, against the same through the layers on the CPU.
+        let forced = &first.as_ref().expect("set above").1;
+        let forced = &forced[..FORCED_TOKENS.min(forced.len())];
+        let want = cpu_logits.get_or_insert_with(|| {
+            LanguageModel::load(path, &Device::Cpu, LoadOptions::default())
+                .map_err(anyhow::Error::from)
+                .and_then(|cpu| forced_logits(cpu.model(), &request.prompt, forced))
+        });
+        let want = want.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+        let got = forced_logits(lm.model(), &request.prompt, forced)?;
+        let mut worst = 0f32;
+        for (g, w) in got.iter().zip(want) {
+            worst = worst.max(max_rel_diff(g, w)?);
+        }
+        row["forced_vs_cpu_layers_max_rel_diff"] = json!(worst);
         by_way.insert(way.clone(), row);
     }
     let Some((mut top, _)) = first else {
@@ -334,6 +353,26 @@ pub fn gguf(
     top["device"] = json!(describe(device));
     top["by_way"] = Value::Object(by_way);
     Ok(top)
+}
+
+/// Tokens fed back after the prompt in [`gguf`]'s check of each way against the CPU.
+const FORCED_TOKENS: usize = 8;
+
+/// `model`'s logits (on the CPU, f32) after `prompt` and after each of `tokens` read one at a
+/// time, the model's decoding step as it is set.
+fn forced_logits(model: &Llama, prompt: &[u32], tokens: &[u32]) -> anyhow::Result<Vec<Tensor>> {
+    let device = model.device().clone();
+    let mut cache = Cache::new(model);
+    let mut read = |ids: &[u32]| -> anyhow::Result<Tensor> {
+        let x = Tensor::new(ids, &device)?.unsqueeze(0)?;
+        let row = model.forward_last(&x, None, &mut cache)?.squeeze(0)?;
+        Ok(row.to_dtype(DType::F32)?.to_device(&Device::Cpu)?)
+    };
+    let mut out = vec![read(prompt)?];
+    for &t in tokens {
+        out.push(read(&[t])?);
+    }
+    Ok(out)
 }
 
 /// A GGUF checkpoint in its quantized form with `batch` sequences decoding together (the
