@@ -117,6 +117,8 @@ def vs_pytorch(raw, res):
     split64 = ratios(fused_step_rows(raw, name="fused_decode_split64"), graph)
     # ... and with 4 keys a slot in the grouped kernel (CAPSTAN_DECODE_GQA_KEYS).
     keys4 = ratios(fused_step_rows(raw, name="fused_decode_keys4"), graph)
+    # ... and with decoding attention on tensor cores (CAPSTAN_DECODE_ATTENTION=mma).
+    mma = ratios(fused_step_rows(raw, name="fused_decode_mma"), graph)
     b16 = llama3_rows(raw, "batch16")
     # 16 sequences through the fused step, against one sequence through it: counted where the
     # batch ran the step as a graph and its logits matched each sequence's alone.
@@ -144,7 +146,9 @@ def vs_pytorch(raw, res):
             "decode_step": decode_step,
             "decode_step_split64": split64,
             "decode_step_keys4": keys4,
-            "decode_best": {k: best(decode.get(k), decode_step.get(k), split64.get(k), keys4.get(k))
+            "decode_step_mma": mma,
+            "decode_best": {k: best(decode.get(k), decode_step.get(k), split64.get(k), keys4.get(k),
+                                    mma.get(k))
                             for k in decode},
             "batch16_decode": batch16_layers,
             "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
@@ -303,7 +307,11 @@ def main():
                     "grouped_us": 1e6 * c["grouped"]["seconds"],
                     "per_head_of_copy_bandwidth": c["per_head"]["of_copy_bandwidth"],
                     "grouped_of_copy_bandwidth": c["grouped"]["of_copy_bandwidth"],
-                    "grouped_speedup": c["grouped_speedup"], "max_abs_diff": c["max_abs_diff"]}
+                    "grouped_speedup": c["grouped_speedup"], "max_abs_diff": c["max_abs_diff"],
+                    # The tensor-core kernel (absent from runs before 2026-11-30's second).
+                    "tensor_cores_us": 1e6 * c["tensor_cores"]["seconds"] if "tensor_cores" in c else None,
+                    "tensor_cores_of_copy_bandwidth": (c.get("tensor_cores") or {}).get("of_copy_bandwidth"),
+                    "tensor_cores_max_abs_diff": c.get("tensor_cores_max_abs_diff")}
         for c in da.get("cases", [])}
     # The grouped kernel with 4 keys a slot (CAPSTAN_DECODE_GQA_KEYS=4), where that step ran.
     dk = load(raw, "decoding_attention_keys4") or {}
@@ -410,6 +418,11 @@ def main():
     md += [f"| decode {k} (peer under a CUDA graph) | {f3(x)} |" for k, x in v["decode"].items()]
     md += [f"| decode {k} on the decoding kernel | {f3(x)} |" for k, x in v["decode_kernel"].items()]
     md += [f"| decode {k}, the fused step as a CUDA graph | {f3(x)} |" for k, x in v["decode_step"].items()]
+    md += [f"| decode {k}, the fused step, {what} | {f3(x)} |"
+           for key, what in (("decode_step_keys4", "4 keys a slot"),
+                             ("decode_step_split64", "ranges of 64 keys"),
+                             ("decode_step_mma", "decoding attention on tensor cores"))
+           for k, x in v[key].items()]
     md += [f"| 16 sequences / one, decoding at 1K (Capstan) | {f3(v['batch16_decode'])} |",
            f"| 16 sequences / one, the fused step at 1K (Capstan) | {f3(v['batch16_step_decode'])} |",
            f"| 16 sequences through the fused step, tokens/s | {f3(v['batch16_step_tokens_per_s'])} |",
@@ -423,11 +436,13 @@ def main():
         md += ["", f"Decoding attention alone ({da['heads']} query heads over {da['kv_heads']}, "
                f"{da['dim']} wide, {da['dtype']}; µs a call, and the caches' bytes a second over the "
                "copy bandwidth):", "",
-               "| batch x context | per head | grouped | grouped speed-up | max abs diff |",
-               "|---|---|---|---|---|"]
+               "| batch x context | per head | grouped | tensor cores | grouped speed-up | max abs diff |",
+               "|---|---|---|---|---|---|"]
         md += [f"| {k} | {r['per_head_us']:.1f} µs ({100 * r['per_head_of_copy_bandwidth']:.0f}%) | "
                f"{r['grouped_us']:.1f} µs ({100 * r['grouped_of_copy_bandwidth']:.0f}%) | "
-               f"{f3(r['grouped_speedup'])} | {r['max_abs_diff']:.2g} |"
+               + (f"{r['tensor_cores_us']:.1f} µs ({100 * r['tensor_cores_of_copy_bandwidth']:.0f}%, "
+                  f"diff {r['tensor_cores_max_abs_diff']:.2g})" if r.get("tensor_cores_us") else "—")
+               + f" | {f3(r['grouped_speedup'])} | {r['max_abs_diff']:.2g} |"
                for k, r in da["cases"].items()]
     for name, prof in res["profile"].items():
         prof = prof or {}

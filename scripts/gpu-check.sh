@@ -226,6 +226,12 @@ step "fused_decode_split64_$SHAPE" env $KERNEL CAPSTAN_DECODE_SPLIT_KEYS=64 "$BE
 step "fused_decode_keys4_$SHAPE" env $KERNEL CAPSTAN_DECODE_GQA_KEYS=4 "$BENCH" gpu decode \
   --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
   --dtype "$DT"
+# ... and decoding attention on tensor cores (CAPSTAN_DECODE_ATTENTION=mma: attention_decode_mma,
+# 16 keys a warp's tile as mma.sync): the grouped kernel issued ~190 instructions a key row at
+# 0.94 TB/s on the 2026-11-30 run. Opt-in until this measures it.
+step "fused_decode_mma_$SHAPE" env $KERNEL CAPSTAN_DECODE_ATTENTION=mma "$BENCH" gpu decode \
+  --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
+  --dtype "$DT"
 step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 \
   --steps "$STEPS" --device "$DEV" --dtype "$DT"
 # The same 16 sequences through the fused step (one launch sequence, each weight row read once
@@ -276,6 +282,11 @@ step "profile_decode_long_$SHAPE" env $KERNEL scripts/gpu-profile.sh "$W/profile
 step "profile_decode_attention_$SHAPE" env $KERNEL \
   CAPSTAN_PROFILE_NCU_ARGS="--set full -k regex:attention_decode" \
   scripts/gpu-profile.sh "$W/profile_decode_attention.csv" 2 -- \
+  "$BENCH" gpu decode --shape "$SHAPE" --contexts "${CONTEXTS##*,}" --steps 1 --full-attention step \
+  --device "$DEV" --dtype "$DT"
+# The same with decoding attention on tensor cores.
+step "profile_decode_long_mma_$SHAPE" env $KERNEL CAPSTAN_DECODE_ATTENTION=mma \
+  scripts/gpu-profile.sh "$W/profile_decode_long_mma.csv" 400 -- \
   "$BENCH" gpu decode --shape "$SHAPE" --contexts "${CONTEXTS##*,}" --steps 1 --full-attention step \
   --device "$DEV" --dtype "$DT"
 # 16 sequences through the fused step (3.56x one sequence on the 2026-11-29 run, PyTorch 13.3x):

@@ -27,7 +27,8 @@ SOURCES = {
         for d in (64, 128)
     ],
     "attention_decode.cu": [f"capstan_attention_decode_{g}{t}" for g in ("", "gqa_")
-                           for t in ("f32", "bf16", "f16")],
+                           for t in ("f32", "bf16", "f16")]
+    + [f"capstan_attention_decode_mma_{t}" for t in ("bf16", "f16")],
     "attention_merge.cu": [
         "capstan_attention_merge_f32",
         "capstan_attention_merge_bf16",
@@ -47,7 +48,8 @@ SOURCES = {
 
 # Headers after common.cuh, as the concat! of kernels/src/lib.rs (SOURCES) puts them.
 HEADERS = {"decode_step.cu": ["ggml_units.cuh"],
-           "attention_mma.cu": ["attention_rules.cuh", "mma.cuh"]}
+           "attention_mma.cu": ["attention_rules.cuh", "mma.cuh"],
+           "attention_decode.cu": ["attention_rules.cuh", "mma.cuh"]}
 # Modules compiled from a source with a line put before common.cuh: (module, file, prefix,
 # entry points, headers after common.cuh).
 # A GGML format's module also holds its batched products on tensor cores (TF32, f32 inputs).
@@ -65,7 +67,7 @@ VARIANTS.append(("decode_step_mma", "decode_step.cu", "#define STEP_MMA\n",
 # The grouped decoding kernel with 4 keys a slot (CAPSTAN_DECODE_GQA_KEYS=4: NVRTC's -DGQA_KEYS=4).
 VARIANTS.append(("attention_decode_keys4", "attention_decode.cu", "#define GQA_KEYS 4\n",
                  [f"capstan_attention_decode_gqa_{t}" for t in ("f32", "bf16", "f16")],
-                 ["attention_rules.cuh"]))
+                 ["attention_rules.cuh", "mma.cuh"]))
 
 
 def find_nvrtc():

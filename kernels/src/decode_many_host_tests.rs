@@ -144,6 +144,12 @@ fn the_cuda_source_decodes_as_the_cpu_path() {
                             kernels.push((DecodeKernel::Grouped, elem));
                         }
                     }
+                    if elem == 2 && (dim == 64 || dim == 128) {
+                        kernels.push((DecodeKernel::TensorCores, 0));
+                        if splits == 3 {
+                            kernels.push((DecodeKernel::TensorCores, elem));
+                        }
+                    }
                     for (kernel, skew) in kernels {
                         let diff = run(kernel, dtype, dim, groups, &lens, splits, skew, "");
                         assert!(

@@ -205,6 +205,7 @@ pub const SOURCES: [(&str, &str); 15] = [
         concat!(
             include_str!("cuda/common.cuh"),
             include_str!("cuda/attention_rules.cuh"),
+            include_str!("cuda/mma.cuh"),
             include_str!("cuda/attention_decode.cu")
         ),
     ),

@@ -364,12 +364,18 @@ fn cudnn_attention_matches_the_cpu_reference() {
 /// Decoding rows of many sequences in one launch (attention_decode.cu) against each sequence's
 /// CPU attention: caches of different lengths (one key to 1,030) and capacities read in place,
 /// grouped-query heads (7 a key head: two blocks of the grouped kernel), head widths 64, 80
-/// (not a multiple of 32: the per-head kernel) and 128, every type, both kernels.
+/// (not a multiple of 32: the per-head kernel) and 128, every type, every kernel.
 #[test]
 fn decoding_many_sequences_in_one_launch_matches_the_cpu_reference() {
     let Some(dev) = gpu() else { return };
     let on = |t: &Tensor| t.to_device(&dev).unwrap();
-    for kernel in [DecodeKernel::PerHead, DecodeKernel::Grouped] {
+    // The tensor-core kernel where it takes the heads (bf16, f16; 64 or 128 wide), else the
+    // grouped kernel it falls back to.
+    for kernel in [
+        DecodeKernel::PerHead,
+        DecodeKernel::Grouped,
+        DecodeKernel::TensorCores,
+    ] {
         capstan_kernels::set_decode_kernel(kernel);
         for (dtype, tol) in [(DType::F32, 1e-4), (DType::BF16, 2e-2), (DType::F16, 4e-3)] {
             for (h, kvh, d) in [(8, 2, 128), (4, 4, 64), (6, 3, 80), (14, 2, 64)] {
@@ -407,6 +413,7 @@ fn decoding_many_sequences_in_one_launch_matches_the_cpu_reference() {
             }
         }
     }
+    capstan_kernels::set_decode_kernel(DecodeKernel::Grouped);
 }
 
 /// One decoding row through `attention` on CUDA with the new kernels chosen (the decoding

@@ -1,4 +1,4 @@
-//! Decoding attention alone, on both of attention_decode.cu's kernels
+//! Decoding attention alone, on each of attention_decode.cu's kernels
 //! ([`capstan_kernels::DecodeKernel`]): each sequence's query row per head against its own
 //! cache, every sequence in one launch (`attention_decode_many`), at `BATCHxCONTEXT` cases.
 //! Reports seconds a call and the caches' bytes read a second against the copy bandwidth, so
@@ -86,6 +86,7 @@ pub fn run(
         for (name, kernel) in [
             ("per_head", DecodeKernel::PerHead),
             ("grouped", DecodeKernel::Grouped),
+            ("tensor_cores", DecodeKernel::TensorCores),
         ] {
             set_decode_kernel(kernel);
             outputs.push(attention_decode_many(&q, &kvs, None)?);
@@ -103,13 +104,18 @@ pub fn run(
             });
             per_call.push(s);
         }
-        // The two kernels sum in different orders: equal to rounding.
-        let diff = (outputs[0].to_dtype(DType::F32)? - outputs[1].to_dtype(DType::F32)?)?
-            .abs()?
-            .max_all()?
-            .to_scalar::<f32>()?;
-        row["max_abs_diff"] = json!(diff);
+        // The kernels sum in different orders (the tensor-core kernel's weights rounded to
+        // the activations' type): equal to rounding.
+        let diff = |a: &Tensor, b: &Tensor| -> anyhow::Result<f32> {
+            Ok((a.to_dtype(DType::F32)? - b.to_dtype(DType::F32)?)?
+                .abs()?
+                .max_all()?
+                .to_scalar::<f32>()?)
+        };
+        row["max_abs_diff"] = json!(diff(&outputs[0], &outputs[1])?);
+        row["tensor_cores_max_abs_diff"] = json!(diff(&outputs[0], &outputs[2])?);
         row["grouped_speedup"] = json!(per_call[0] / per_call[1]);
+        row["tensor_cores_over_grouped"] = json!(per_call[1] / per_call[2]);
         rows.push(row);
     }
     set_decode_kernel(chosen);

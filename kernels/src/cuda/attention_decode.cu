@@ -440,6 +440,175 @@ __device__ void attention_decode_gqa(const typename L::T* __restrict__ q,
     }
 }
 
+// The grouped kernel on tensor cores (compute capability 8.0 and up; bf16 and f16 heads 64 or
+// 128 wide): up to MMA_DEC_HEADS query heads of one key head a block, each warp taking tiles of
+// 16 keys of the block's range (warp w: tiles w, w + warps, ...), its own online softmax per
+// head, the warps combined and finished as attention_decode_gqa's are. The 2026-11-30 H200
+// profile had the CUDA-core grouped kernel issuing ~190 instructions a key row (dot products
+// summed by shuffles, per head), at 0.94 TB/s; here a tile's scores are 16 mma.sync and its
+// values 8, the loads in flight the tile's 8 KB a warp.
+// Scores S = Q K^T (m16n8k16: heads as the 16 rows, of which MMA_DEC_HEADS are read, keys as
+// the 8 columns, two tiles of 8 keys; k over the head's dimensions, permuted alike in Q and K
+// as decode_step.cu's Dense16 permutes them: lane t's 8 contiguous values 8t..8t+7 of each 32
+// are the logical k 2t, 2t+1, 2t+8, 2t+9 of two mmas). Values O^T = V^T P^T (dimensions as the
+// rows, 16 a tile; heads as the columns; k over the 16 keys): P^T is the scores' accumulator
+// fragment as it stands (each lane's keys 2t, 2t+1 of both key tiles, rounded to L); V^T's
+// rows are permuted so that lane group g holds dimensions [g dim/8, (g+1) dim/8): a lane
+// reads that piece of 4 keys' value rows (2t, 2t+1, 2t+8, 2t+9) and pairs their halves.
+#define MMA_DEC_HEADS 8
+#define MMA_DEC_MAXD 128
+
+// The lower halves of two words, `a`'s in the lower half; the upper halves likewise.
+__device__ __forceinline__ u32 lower_halves(u32 a, u32 b) { return (a & 0xffffu) | (b << 16); }
+__device__ __forceinline__ u32 upper_halves(u32 a, u32 b) { return (a >> 16) | (b & 0xffff0000u); }
+__device__ __forceinline__ u32 word_of(const uint4& u, int i) {
+    return i == 0 ? u.x : i == 1 ? u.y : i == 2 ? u.z : u.w;
+}
+
+template <typename L>
+__device__ void attention_decode_mma(const typename L::T* __restrict__ q,
+                                     const unsigned long long* __restrict__ kptr,
+                                     const unsigned long long* __restrict__ vptr,
+                                     const int* __restrict__ lens, const int* __restrict__ caps,
+                                     typename L::T* __restrict__ out, float* __restrict__ partial,
+                                     int* __restrict__ counters, DecodeArgs a) {
+    extern __shared__ float part[];  // per head, per warp: m, l, then dim accumulators
+    const int group = a.heads / a.kv_heads;
+    const int chunks = (group + MMA_DEC_HEADS - 1) / MMA_DEC_HEADS;
+    const int kh = blockIdx.x / chunks;
+    const int h0 = kh * group + (blockIdx.x % chunks) * MMA_DEC_HEADS;
+    const int nh = min(MMA_DEC_HEADS, (kh + 1) * group - h0);
+    const int s = blockIdx.y, split = blockIdx.z;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+    const int g = lane >> 2, t = lane & 3;
+    const int D = a.dim;         // 64 or 128 (the host's choice)
+    const int kc = D / 32;       // 32-wide pieces of a row: two score mmas each
+    const int per_lane = D / 8;  // a lane group's value dimensions
+    const DecodeKeys keys = decode_keys(lens, caps, s, kh, split, a);
+    const typename L::T* kb = (const typename L::T*)kptr[s] + keys.head;
+    const typename L::T* vb = (const typename L::T*)vptr[s] + keys.head;
+    const bool wide = ((kptr[s] | vptr[s]) & 15) == 0;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+
+    // Q as the A operand: head g's values 32c + 8t .. + 8 (rows g + 8 are zeros).
+    uint4 qa[MMA_DEC_MAXD / 32];
+#pragma unroll
+    for (int c = 0; c < MMA_DEC_MAXD / 32; c++) {
+        const bool ok = c < kc && g < nh;
+        qa[c] = ok ? Row16<L>::load(q + ((size_t)s * a.heads + h0 + g) * D + 32 * c + 8 * t, false)
+                   : zero;
+    }
+    // O^T: tile i's rows g, g + 8 are dimensions g D/8 + 2i and + 1; columns 2t, 2t + 1 heads.
+    float acc[MMA_DEC_MAXD / 16][4];
+#pragma unroll
+    for (int i = 0; i < MMA_DEC_MAXD / 16; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+    float m_run = NEG_INF, l_part = 0.f;  // head g's max (every lane of g) and this lane's sum
+
+    for (int j0 = keys.first + 16 * warp; j0 < keys.end; j0 += 16 * warps) {
+        // Keys: tile n's key j0 + 8n + g, this lane's 8 values of each 32. Values: keys j0 +
+        // 2t, 2t + 1, 2t + 8, 2t + 9, this lane group's dimensions. Rows past the range: zeros.
+        uint4 kw[2][MMA_DEC_MAXD / 32], vw[4][MMA_DEC_MAXD / 64];
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const int j = j0 + 8 * n + g;
+#pragma unroll
+            for (int c = 0; c < MMA_DEC_MAXD / 32; c++)
+                kw[n][c] = j < keys.end && c < kc
+                               ? Row16<L>::load(kb + (size_t)j * D + 32 * c + 8 * t, wide)
+                               : zero;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const int j = j0 + 2 * t + (r & 1) + 8 * (r >> 1);
+#pragma unroll
+            for (int p = 0; p < MMA_DEC_MAXD / 64; p++)
+                vw[r][p] = j < keys.end && p < D / 64
+                               ? Row16<L>::load(vb + (size_t)j * D + g * per_lane + 8 * p, wide)
+                               : zero;
+        }
+        float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int c = 0; c < MMA_DEC_MAXD / 32; c++) {
+                if (c >= kc) break;
+                const u32 a0[4] = {qa[c].x, 0u, qa[c].y, 0u}, a1[4] = {qa[c].z, 0u, qa[c].w, 0u};
+                Mma<L>::mma(sc[n], a0, kw[n][c].x, kw[n][c].y);
+                Mma<L>::mma(sc[n], a1, kw[n][c].z, kw[n][c].w);
+            }
+        }
+        // Head g's scores of keys j0 + 8n + 2t + e, scaled, masked past the range; the
+        // tile's max over the four lanes of g (the tile's first key is in range: finite).
+        float p[2][2], mx = NEG_INF;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int j = j0 + 8 * n + 2 * t + e;
+                p[n][e] = j < keys.end ? sc[n][e] * a.scale : NEG_INF;
+                mx = fmaxf(mx, p[n][e]);
+            }
+        }
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m_run, mx);
+        const float corr = __expf(m_run - m_new);
+        l_part *= corr;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                p[n][e] = __expf(p[n][e] - m_new);
+                l_part += p[n][e];
+            }
+        }
+        m_run = m_new;
+        // The accumulators' columns are heads 2t and 2t + 1: their rescaling from lanes 8t
+        // and 8t + 4 (g = 2t, 2t + 1).
+        const float c_lo = __shfl_sync(0xffffffffu, corr, 8 * t);
+        const float c_hi = __shfl_sync(0xffffffffu, corr, 8 * t + 4);
+        const u32 b0 = Mma<L>::pack(p[0][0], p[0][1]), b1 = Mma<L>::pack(p[1][0], p[1][1]);
+#pragma unroll
+        for (int i = 0; i < MMA_DEC_MAXD / 16; i++) {
+            if (i >= D / 16) break;
+            acc[i][0] *= c_lo;
+            acc[i][1] *= c_hi;
+            acc[i][2] *= c_lo;
+            acc[i][3] *= c_hi;
+            // Word i of the lane group's piece: dimensions g D/8 + 2i (lower half) and + 1.
+            const u32 w0 = word_of(vw[0][i / 4], i % 4), w1 = word_of(vw[1][i / 4], i % 4);
+            const u32 w2 = word_of(vw[2][i / 4], i % 4), w3 = word_of(vw[3][i / 4], i % 4);
+            const u32 av[4] = {lower_halves(w0, w1), upper_halves(w0, w1), lower_halves(w2, w3),
+                               upper_halves(w2, w3)};
+            Mma<L>::mma(acc[i], av, b0, b1);
+        }
+    }
+    const float l_all = l_part + __shfl_xor_sync(0xffffffffu, l_part, 1);
+    const float l_sum = l_all + __shfl_xor_sync(0xffffffffu, l_all, 2);
+    // This warp's part of each head: (max, sum) from lane (g, 0), the accumulators from the
+    // lanes holding them.
+    if (t == 0 && g < nh) {
+        float* mine = part + (g * warps + warp) * (2 + D);
+        mine[0] = m_run;
+        mine[1] = l_sum;
+    }
+#pragma unroll
+    for (int i = 0; i < MMA_DEC_MAXD / 16; i++) {
+        if (i >= D / 16) break;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = 2 * t + (e & 1);
+            const int d = g * per_lane + 2 * i + (e >> 1);
+            if (h < nh) part[(h * warps + warp) * (2 + D) + 2 + d] = acc[i][e];
+        }
+    }
+    __syncthreads();
+    for (int h = warp; h < nh; h += warps) {
+        finish_head<L>(part + h * warps * (2 + D), warps, s, h0 + h, split, out, partial,
+                       counters, a, lane);
+    }
+}
+
 // Blocks of 4 warps (DECODE_WARPS of step/decode_grid.rs); the grouped kernel's 4 to a
 // multiprocessor (BOUNDS): at most 128 registers a thread.
 #define DECODE_ENTRY(NAME, KERNEL, L, BOUNDS)                                                 \
@@ -455,3 +624,16 @@ DECODE_ENTRY(capstan_attention_decode_f16, attention_decode, F16, )
 DECODE_ENTRY(capstan_attention_decode_gqa_f32, attention_decode_gqa, F32, __launch_bounds__(128, 4))
 DECODE_ENTRY(capstan_attention_decode_gqa_bf16, attention_decode_gqa, BF16, __launch_bounds__(128, 4))
 DECODE_ENTRY(capstan_attention_decode_gqa_f16, attention_decode_gqa, F16, __launch_bounds__(128, 4))
+// The tensor-core kernel, 3 blocks to a multiprocessor (a tile's loads and the accumulators in
+// registers); an empty entry point below compute capability 8.0, which the host never chooses.
+#if defined(CAPSTAN_HOST_KERNELS) || __CUDA_ARCH__ >= 800
+#define DECODE_MMA_KERNEL attention_decode_mma
+#else
+template <typename L>
+__device__ void attention_decode_none(const typename L::T*, const unsigned long long*,
+                                      const unsigned long long*, const int*, const int*,
+                                      typename L::T*, float*, int*, DecodeArgs) {}
+#define DECODE_MMA_KERNEL attention_decode_none
+#endif
+DECODE_ENTRY(capstan_attention_decode_mma_bf16, DECODE_MMA_KERNEL, BF16, __launch_bounds__(128, 3))
+DECODE_ENTRY(capstan_attention_decode_mma_f16, DECODE_MMA_KERNEL, F16, __launch_bounds__(128, 3))

@@ -17,6 +17,8 @@ pub(crate) struct DecodeArgs {
 pub(crate) const DECODE_WARPS: usize = 4;
 /// `GQA_HEADS`: query heads (of one key head) a block of the grouped kernel takes.
 const GQA_HEADS: usize = 4;
+/// `MMA_DEC_HEADS`: the same for the tensor-core kernel (mma.sync's 8 columns).
+const MMA_HEADS: usize = 8;
 /// Blocks that keep an H100's or H200's 132 multiprocessors busy (a few each): below this,
 /// the keys are split into ranges of at least `MIN_SPLIT_KEYS`.
 const TARGET_BLOCKS: usize = 528;
@@ -83,6 +85,11 @@ pub enum DecodeKernel {
     /// and value row read once for all of them, in 16-byte pieces. Where a row is 16 to 512
     /// bytes, a power of two (bf16 or f16 heads 8 to 256 wide; f32 up to 128).
     Grouped,
+    /// `attention_decode_mma`: the grouped kernel on tensor cores (compute capability 8.0 and
+    /// up), up to eight query heads of one key head a block, each warp taking tiles of 16 keys:
+    /// bf16 and f16 heads 64 or 128 wide. Chosen only by `CAPSTAN_DECODE_ATTENTION=mma` until
+    /// a GPU run has timed it.
+    TensorCores,
 }
 
 impl DecodeKernel {
@@ -91,10 +98,11 @@ impl DecodeKernel {
     pub(crate) fn choose(dim: usize, elem: usize) -> Self {
         let row = dim * elem;
         let fits = row.is_power_of_two() && (16..=512).contains(&row);
-        if fits && decode_kernel() == DecodeKernel::Grouped {
-            DecodeKernel::Grouped
-        } else {
-            DecodeKernel::PerHead
+        let on_tensor_cores = elem == 2 && (dim == 64 || dim == 128);
+        match decode_kernel() {
+            DecodeKernel::TensorCores if on_tensor_cores => DecodeKernel::TensorCores,
+            DecodeKernel::Grouped | DecodeKernel::TensorCores if fits => DecodeKernel::Grouped,
+            _ => DecodeKernel::PerHead,
         }
     }
 
@@ -103,6 +111,16 @@ impl DecodeKernel {
         match self {
             DecodeKernel::PerHead => format!("capstan_attention_decode_{suffix}"),
             DecodeKernel::Grouped => format!("capstan_attention_decode_gqa_{suffix}"),
+            DecodeKernel::TensorCores => format!("capstan_attention_decode_mma_{suffix}"),
+        }
+    }
+
+    /// Query heads (of one key head) a block takes at most.
+    fn heads_a_block(self) -> usize {
+        match self {
+            DecodeKernel::PerHead => 1,
+            DecodeKernel::Grouped => GQA_HEADS,
+            DecodeKernel::TensorCores => MMA_HEADS,
         }
     }
 
@@ -110,31 +128,29 @@ impl DecodeKernel {
     pub(crate) fn blocks(self, heads: usize, kv_heads: usize) -> usize {
         match self {
             DecodeKernel::PerHead => heads,
-            DecodeKernel::Grouped => kv_heads * (heads / kv_heads.max(1)).div_ceil(GQA_HEADS),
+            _ => kv_heads * (heads / kv_heads.max(1)).div_ceil(self.heads_a_block()),
         }
     }
 
     /// Dynamic shared memory a block: a part (max, sum, accumulators) per warp, per head.
     pub(crate) fn shared_bytes(self, dim: usize) -> u32 {
-        let heads = match self {
-            DecodeKernel::PerHead => 1,
-            DecodeKernel::Grouped => GQA_HEADS,
-        };
-        (heads * DECODE_WARPS * (2 + dim) * 4) as u32
+        (self.heads_a_block() * DECODE_WARPS * (2 + dim) * 4) as u32
     }
 }
 
-/// The decoding-attention kernel where both fit: chosen by [`set_decode_kernel`], else by
-/// `CAPSTAN_DECODE_ATTENTION` (`per-head`; anything else, or nothing, is grouped) when first
-/// asked.
+/// The decoding-attention kernel where it fits: chosen by [`set_decode_kernel`], else by
+/// `CAPSTAN_DECODE_ATTENTION` (`per-head`, `mma`; anything else, or nothing, is grouped) when
+/// first asked.
 pub fn decode_kernel() -> DecodeKernel {
     use std::sync::atomic::Ordering::Relaxed;
     match DECODE_KERNEL.load(Relaxed) {
         1 => DecodeKernel::PerHead,
         2 => DecodeKernel::Grouped,
+        3 => DecodeKernel::TensorCores,
         _ => {
             let kernel = match std::env::var("CAPSTAN_DECODE_ATTENTION").as_deref() {
                 Ok("per-head") => DecodeKernel::PerHead,
+                Ok("mma") => DecodeKernel::TensorCores,
                 _ => DecodeKernel::Grouped,
             };
             set_decode_kernel(kernel);
@@ -149,6 +165,7 @@ pub fn set_decode_kernel(kernel: DecodeKernel) {
     let code = match kernel {
         DecodeKernel::PerHead => 1,
         DecodeKernel::Grouped => 2,
+        DecodeKernel::TensorCores => 3,
     };
     DECODE_KERNEL.store(code, std::sync::atomic::Ordering::Relaxed);
 }

@@ -186,9 +186,12 @@ impl Emulator {
                     panic!("{name} without its arguments")
                 };
                 let (heads, kv_heads) = (d.heads as usize, d.kv_heads as usize);
-                let (kernel, t) = match t.strip_prefix("gqa_") {
-                    Some(t) => (DecodeKernel::Grouped, t),
-                    None => (DecodeKernel::PerHead, t),
+                let (kernel, t) = if let Some(t) = t.strip_prefix("gqa_") {
+                    (DecodeKernel::Grouped, t)
+                } else if let Some(t) = t.strip_prefix("mma_") {
+                    (DecodeKernel::TensorCores, t)
+                } else {
+                    (DecodeKernel::PerHead, t)
                 };
                 assert_eq!(
                     l.grid.0 as usize,
