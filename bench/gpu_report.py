@@ -122,10 +122,21 @@ def vs_pytorch(raw, res):
     b16 = llama3_rows(raw, "batch16")
     # 16 sequences through the fused step, against one sequence through it: counted where the
     # batch ran the step as a graph and its logits matched each sequence's alone.
-    fused16 = load(raw, "fused_batch16_llama3-8b") or load(raw, "fused_batch16_llama3-tiny") or {}
-    f16 = fused16.get("contexts", {}).get("1k", {})
-    f16_ok = ran_as_graph(fused16) and \
-        (f16.get("packed_vs_alone_max_rel_diff") or 1) <= FUSED_TOLERANCE
+    # The batch counts where its logits are each sequence's through the same step alone (the
+    # step alone is held to the layers by the batch-1 check, `step_vs_layers_max_rel_diff`):
+    # against the layers the bf16 random model's own packed layers stray 0.078 (2026-11-30), past
+    # the tolerance, so the layers cannot be the batch's reference.
+    def fused16_row(name):
+        fused = load(raw, f"{name}_llama3-8b") or load(raw, f"{name}_llama3-tiny") or {}
+        row = fused.get("contexts", {}).get("1k", {})
+        same = row.get("packed_vs_alone_same_way_max_rel_diff")
+        ok = ran_as_graph(fused) and (1 if same is None else same) <= FUSED_TOLERANCE
+        return row, ok
+    f16, f16_ok = fused16_row("fused_batch16")
+    # ... and with decoding attention on tensor cores, where it ran and matched: the faster.
+    f16_mma, f16_mma_ok = fused16_row("fused_batch16_mma")
+    if f16_mma_ok and (f16_mma.get("tokens_per_s") or 0) > (f16.get("tokens_per_s") if f16_ok else 0):
+        f16, f16_ok = f16_mma, True
     step1 = fused_rows.get("1k", {})
     batch16_step = ratio(f16.get("tokens_per_s"), step1.get("tokens_per_s")) if f16_ok else None
     # The goal takes the way that decodes 16 sequences faster (what a server would run).
@@ -139,6 +150,10 @@ def vs_pytorch(raw, res):
     # The fused step's SmolLM2 figure counts where it generated the layers' tokens (a quantized
     # product's rounding may flip a late one: at least the first half).
     step_same = (step_way.get("tokens_as_first_way") or 0) >= (step_way.get("new_tokens") or 1) / 2
+    # ... or where its logits, the first tokens fed back, are the CPU layers' (both ways' own
+    # rounding: the layers' 8-bit inputs, the step's f32).
+    forced = step_way.get("forced_vs_cpu_layers_max_rel_diff")
+    step_same = step_same or (forced is not None and forced <= FUSED_TOLERANCE)
     # ... and where the step ran as a graph (on the CPU, or refused, the layers ran instead).
     smollm2_step = step_way.get("tokens_per_s") if step_same and ran_as_graph(step_way) else None
     return {"attention": attention, "prefill": prefill, "decode": decode,
@@ -391,6 +406,9 @@ def main():
                f"cache off; logits identical: {p['logits_identical']}.", ""]
     if res["gguf"]:
         md += [f"GGUF {res['gguf'].get('model')}: {res['gguf'].get('tokens_per_s'):.1f} tokens/s decoding.", ""]
+        md += [f"GGUF way {way}: {fmt(r.get('tokens_per_s'), 1)} tokens/s; logits (prompt, then the first "
+               f"tokens fed back) vs the CPU layers {fmt(r.get('forced_vs_cpu_layers_max_rel_diff'), 4)}"
+               for way, r in (res["gguf"].get("by_way") or {}).items()] + [""]
     for way, r in res["gguf_batch16"].items():
         md += [f"GGUF, 16 sequences at 1K ({way}): {fmt(r['tokens_per_s'], 1)} tokens/s, "
                f"{fmt(r['over_one_sequence_step'], 2)}x one sequence's fused step; logits vs alone "

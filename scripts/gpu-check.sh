@@ -238,6 +238,10 @@ step "batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --context
 # for all of them), checked against each sequence alone through the layers.
 step "fused_batch16_$SHAPE" env $KERNEL "$BENCH" gpu decode --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" \
   --batch 16 --full-attention step --steps "$STEPS" --device "$DEV" --dtype "$DT"
+# ... with decoding attention on tensor cores.
+step "fused_batch16_mma_$SHAPE" env $KERNEL CAPSTAN_DECODE_ATTENTION=mma "$BENCH" gpu decode \
+  --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 --full-attention step --steps "$STEPS" \
+  --device "$DEV" --dtype "$DT"
 # Decoding attention alone on both kernels (per query head; grouped, the default): the choice
 # by measurement.
 # shellcheck disable=SC2086
@@ -248,6 +252,11 @@ step decoding_attention_keys4 env CAPSTAN_DECODE_GQA_KEYS=4 "$BENCH" gpu decode-
 if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step gguf "$BENCH" gpu gguf --model "$GGUF" --new-tokens 128 --ways layers,step,step-eager \
     --device "$DEV"
+  # The same step with decoding attention's ranges of 32 keys or more: SmolLM2's 3 key heads
+  # give the grouped kernel 3 blocks a range, one range below 256 keys (the default's least):
+  # ~9 us a layer on the 2026-11-30 run, a fifth of the token.
+  step gguf_split32 env CAPSTAN_DECODE_SPLIT_KEYS=32 "$BENCH" gpu gguf --model "$GGUF" \
+    --new-tokens 128 --ways step --device "$DEV"
 else
   say "no GGUF model in the bundle: step gguf not run"
 fi
