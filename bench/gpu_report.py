@@ -301,6 +301,8 @@ def main():
                       "max_abs_diff_vs_cpu": enc.get("max_abs_diff_vs_cpu"),
                       "min_cosine_vs_sentence_transformers": encp.get("min_cosine_vs_capstan")}
     res["gguf"] = load(raw, "gguf")
+    # SmolLM2's fused step with decoding attention's ranges of 32 keys or more.
+    res["gguf_split32"] = ((load(raw, "gguf_split32") or {}).get("by_way") or {}).get("step")
     # The same GGUF model with 16 sequences decoding together (continuous batching): each way's
     # tokens/s, over the one-sequence fused step's, and its logits against the sequences alone.
     gb = load(raw, "gguf_batch16") or {}
@@ -409,6 +411,10 @@ def main():
         md += [f"GGUF way {way}: {fmt(r.get('tokens_per_s'), 1)} tokens/s; logits (prompt, then the first "
                f"tokens fed back) vs the CPU layers {fmt(r.get('forced_vs_cpu_layers_max_rel_diff'), 4)}"
                for way, r in (res["gguf"].get("by_way") or {}).items()] + [""]
+    if res.get("gguf_split32"):
+        r = res["gguf_split32"]
+        md += [f"GGUF step, decoding attention's ranges of 32 keys or more: {fmt(r.get('tokens_per_s'), 1)} "
+               f"tokens/s; vs the CPU layers {fmt(r.get('forced_vs_cpu_layers_max_rel_diff'), 4)}", ""]
     for way, r in res["gguf_batch16"].items():
         md += [f"GGUF, 16 sequences at 1K ({way}): {fmt(r['tokens_per_s'], 1)} tokens/s, "
                f"{fmt(r['over_one_sequence_step'], 2)}x one sequence's fused step; logits vs alone "
