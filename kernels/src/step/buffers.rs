@@ -60,8 +60,13 @@ impl BufferAddrs {
     pub(crate) fn sizes(dims: &StepDims, layers: usize, elem: usize, batch: usize) -> [usize; 16] {
         let d = dims;
         let (qw, kvw) = (d.heads * d.head_dim, d.kv_heads * d.head_dim);
-        // One sequence splits its keys the most, on the kernel of the fewest blocks.
-        let fewest = DecodeKernel::Grouped.blocks(d.heads, d.kv_heads);
+        // One sequence splits its keys the most, on the kernel of the fewest blocks (the
+        // tensor-core kernel's 8 heads a block, or the grouped kernel's 4).
+        let fewest = [DecodeKernel::Grouped, DecodeKernel::TensorCores]
+            .map(|k| k.blocks(d.heads, d.kv_heads))
+            .into_iter()
+            .min()
+            .expect("two kernels");
         let max_splits = splits(fewest, usize::MAX / 2);
         let (l, n) = (layers.max(1), batch.max(1));
         [

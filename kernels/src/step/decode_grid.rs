@@ -202,6 +202,12 @@ mod tests {
         assert_eq!(DecodeKernel::Grouped.blocks(14, 2), 4);
         assert_eq!(DecodeKernel::Grouped.blocks(9, 9), 9);
         assert_eq!(DecodeKernel::PerHead.blocks(32, 8), 32);
+        // The tensor-core kernel: up to 8 heads a block (so the step's buffers take the most
+        // splits of the two grouped kernels).
+        assert_eq!(DecodeKernel::TensorCores.blocks(32, 8), 8);
+        assert_eq!(DecodeKernel::TensorCores.blocks(14, 2), 2);
+        assert_eq!(DecodeKernel::TensorCores.blocks(64, 8), 8);
+        assert_eq!(DecodeKernel::Grouped.blocks(64, 8), 16);
         // One sequence at 32K on the grouped kernel: 64 ranges (the cap), 512 blocks.
         assert_eq!(splits_of(8, 32_768, MIN_SPLIT_KEYS), 64);
         assert_eq!(splits_of(32, 32_768, MIN_SPLIT_KEYS), 17);
