@@ -303,6 +303,13 @@ step "profile_decode_long_mma_$SHAPE" env $KERNEL CAPSTAN_DECODE_ATTENTION=mma \
 step "profile_decode_batch16_$SHAPE" env $KERNEL scripts/gpu-profile.sh \
   "$W/profile_decode_batch16.csv" 600 -- "$BENCH" gpu decode --shape "$SHAPE" \
   --contexts "$BATCH_CONTEXTS" --batch 16 --steps 2 --full-attention step --device "$DEV" --dtype "$DT"
+# Every section for two of the batch's tensor-core products (split over a block's warps since
+# the 2026-11-30 run).
+step "profile_decode_batch16_products_$SHAPE" env $KERNEL \
+  CAPSTAN_PROFILE_NCU_ARGS="--set full -k regex:capstan_step_gemv_mma" \
+  scripts/gpu-profile.sh "$W/profile_decode_batch16_products.csv" 2 -- "$BENCH" gpu decode \
+  --shape "$SHAPE" --contexts "$BATCH_CONTEXTS" --batch 16 --steps 1 --full-attention step \
+  --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step profile_prefill env $KERNEL scripts/gpu-profile.sh "$W/profile_prefill.csv" 400 -- \
   "$BENCH" gpu prefill --model-only $PREFILL_MODEL --model-contexts "${PREFILL_MODEL_CONTEXTS%% *}" \
@@ -312,6 +319,12 @@ if [ -n "$GGUF" ] && [ -f "$GGUF" ]; then
   step profile_gguf env CAPSTAN_PROFILE_NCU_ARGS="--metrics gpu__time_duration.sum -k regex:capstan_step|capstan_attention_decode" \
     scripts/gpu-profile.sh "$W/profile_gguf.csv" 600 -- \
     "$BENCH" gpu gguf --model "$GGUF" --new-tokens 4 --ways step --device "$DEV"
+  # Every section of Nsight Compute for two of SmolLM2's normalising products: ~96 MB a token
+  # took ~1.2 ms of kernels on the 2026-11-30 run, 5.6-8.8 us a launch for 0.4-1.1 MB.
+  step profile_gguf_products env \
+    CAPSTAN_PROFILE_NCU_ARGS="--set full -k regex:capstan_step_gemv_norm_q4_1" \
+    scripts/gpu-profile.sh "$W/profile_gguf_products.csv" 2 -- \
+    "$BENCH" gpu gguf --model "$GGUF" --new-tokens 2 --ways step --device "$DEV"
 fi
 # The GGUF model with 16 sequences decoding together (no goal of its own: after the goals'
 # steps): the packed layers, and the fused step whose batched GGML products run on TF32
