@@ -118,6 +118,17 @@ with tempfile.TemporaryDirectory() as raw:
     json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
     w = report(raw)
     assert w["batch16_step_decode"] is None and w["batch16_best"] == w["batch16_decode"], w
+    # ... but one that strays from the layers as far as the layers' own packed rows do, and
+    # matches each sequence through the same step alone, counts.
+    f16["contexts"]["1k"]["packed_vs_alone_same_way_max_rel_diff"] = 0.01
+    json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
+    w = report(raw)
+    assert w["batch16_step_decode"] is not None, w
+    # ... and one that strays from its own sequences alone does not.
+    f16["contexts"]["1k"]["packed_vs_alone_same_way_max_rel_diff"] = 0.2
+    json.dump(f16, open(os.path.join(raw, "fused_batch16_llama3-tiny.json"), "w"))
+    w = report(raw)
+    assert w["batch16_step_decode"] is None, w
 # A profile where ncu ran (bench/ncu_summary.py's output) becomes a table in results.md.
 with tempfile.TemporaryDirectory() as raw:
     copy_recorded(raw)

@@ -287,8 +287,8 @@ pub fn context_key(n: usize) -> String {
 /// way a step runs (`layers`: layer by layer; `step`: the fused decoding step as a CUDA graph;
 /// `step-eager`: its kernels one by one); the top-level figures are the first way's, and each
 /// other way says whether it generated the first way's tokens. Each way's logits, with the
-/// first way's first tokens fed back, are compared with the layers' on the CPU: the way that
-/// parts from the model shows.
+/// first way's first tokens fed back, are compared with the same weights dequantized to f32 on
+/// the CPU: the way that parts from the model shows.
 pub fn gguf(
     path: &Path,
     new_tokens: usize,
@@ -329,11 +329,16 @@ pub fn gguf(
             first = Some((row.clone(), out.tokens.clone()));
         }
         // Which way computes the model: the logits after the prompt and after each of the
-        // first way's first tokens fed back, against the same through the layers on the CPU.
+        // first way's first tokens fed back, against the same weights dequantized to f32 on the
+        // CPU (what transformers does with a GGUF file): no 8-bit inputs, no TF32.
         let forced = &first.as_ref().expect("set above").1;
         let forced = &forced[..FORCED_TOKENS.min(forced.len())];
         let want = cpu_logits.get_or_insert_with(|| {
-            LanguageModel::load(path, &Device::Cpu, LoadOptions::default())
+            let f32 = LoadOptions {
+                dtype: Some(DType::F32),
+                ..LoadOptions::default()
+            };
+            LanguageModel::load(path, &Device::Cpu, f32)
                 .map_err(anyhow::Error::from)
                 .and_then(|cpu| forced_logits(cpu.model(), &request.prompt, forced))
         });
@@ -343,7 +348,7 @@ pub fn gguf(
         for (g, w) in got.iter().zip(want) {
             worst = worst.max(max_rel_diff(g, w)?);
         }
-        row["forced_vs_cpu_layers_max_rel_diff"] = json!(worst);
+        row["forced_vs_cpu_f32_max_rel_diff"] = json!(worst);
         by_way.insert(way.clone(), row);
     }
     let Some((mut top, _)) = first else {

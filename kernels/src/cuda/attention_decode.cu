@@ -175,13 +175,15 @@ __device__ void finish_head(const float* parts, int count, int s, int h, int spl
     if (lane == 0) counters[s * a.heads + h] = 0;
 }
 
+// A decoding kernel's parameters (every kernel below and its entry points take the same).
+#define DECODE_KERNEL_PARAMS                                                                  \
+    const typename L::T *__restrict__ q, const unsigned long long *__restrict__ kptr,         \
+        const unsigned long long *__restrict__ vptr, const int *__restrict__ lens,            \
+        const int *__restrict__ caps, typename L::T *__restrict__ out,                        \
+        float *__restrict__ partial, int *__restrict__ counters, DecodeArgs a
+
 template <typename L>
-__device__ void attention_decode(const typename L::T* __restrict__ q,
-                                 const unsigned long long* __restrict__ kptr,
-                                 const unsigned long long* __restrict__ vptr,
-                                 const int* __restrict__ lens, const int* __restrict__ caps,
-                                 typename L::T* __restrict__ out, float* __restrict__ partial,
-                                 int* __restrict__ counters, DecodeArgs a) {
+__device__ void attention_decode(DECODE_KERNEL_PARAMS) {
     extern __shared__ float part[];  // per warp: m, l, then dim accumulators
     const int h = blockIdx.x, s = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
@@ -267,6 +269,19 @@ __device__ void attention_decode(const typename L::T* __restrict__ q,
     if (warp == 0) finish_head<L>(part, warps, s, h, split, out, partial, counters, a, lane);
 }
 
+// The query heads a block of a grouped kernel takes: key head kh's heads h0 .. h0 + nh, at
+// most `per_block` of them (blockIdx.x: kh's chunk of its group).
+struct GroupHeads {
+    int kh, h0, nh;
+};
+__device__ __forceinline__ GroupHeads group_heads(const DecodeArgs& a, int per_block) {
+    const int group = a.heads / a.kv_heads;
+    const int chunks = (group + per_block - 1) / per_block;
+    const int kh = blockIdx.x / chunks;
+    const int h0 = kh * group + (blockIdx.x % chunks) * per_block;
+    return {kh, h0, min(per_block, (kh + 1) * group - h0)};
+}
+
 // Query heads a block of attention_decode_gqa takes (of one key head).
 #define GQA_HEADS 4
 // Keys a slot (the lanes sharing a row) takes at once: their loads are in flight together.
@@ -312,19 +327,11 @@ struct Row16 {
 // slots of a warp are combined by shuffles, the warps through shared memory (a region per
 // head), and warp g finishes head g as attention_decode does.
 template <typename L>
-__device__ void attention_decode_gqa(const typename L::T* __restrict__ q,
-                                     const unsigned long long* __restrict__ kptr,
-                                     const unsigned long long* __restrict__ vptr,
-                                     const int* __restrict__ lens, const int* __restrict__ caps,
-                                     typename L::T* __restrict__ out, float* __restrict__ partial,
-                                     int* __restrict__ counters, DecodeArgs a) {
+__device__ void attention_decode_gqa(DECODE_KERNEL_PARAMS) {
     constexpr int N = Row16<L>::N;
     extern __shared__ float part[];  // per head, per warp: m, l, then dim accumulators
-    const int group = a.heads / a.kv_heads;
-    const int chunks = (group + GQA_HEADS - 1) / GQA_HEADS;
-    const int kh = blockIdx.x / chunks;
-    const int h0 = kh * group + (blockIdx.x % chunks) * GQA_HEADS;
-    const int nh = min(GQA_HEADS, (kh + 1) * group - h0);
+    const GroupHeads gh = group_heads(a, GQA_HEADS);
+    const int kh = gh.kh, h0 = gh.h0, nh = gh.nh;
     const int s = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int lanes = a.dim / N;  // a row's lanes: a power of two up to 32 (the host's choice)
@@ -466,18 +473,10 @@ __device__ __forceinline__ u32 word_of(const uint4& u, int i) {
 }
 
 template <typename L>
-__device__ void attention_decode_mma(const typename L::T* __restrict__ q,
-                                     const unsigned long long* __restrict__ kptr,
-                                     const unsigned long long* __restrict__ vptr,
-                                     const int* __restrict__ lens, const int* __restrict__ caps,
-                                     typename L::T* __restrict__ out, float* __restrict__ partial,
-                                     int* __restrict__ counters, DecodeArgs a) {
+__device__ void attention_decode_mma(DECODE_KERNEL_PARAMS) {
     extern __shared__ float part[];  // per head, per warp: m, l, then dim accumulators
-    const int group = a.heads / a.kv_heads;
-    const int chunks = (group + MMA_DEC_HEADS - 1) / MMA_DEC_HEADS;
-    const int kh = blockIdx.x / chunks;
-    const int h0 = kh * group + (blockIdx.x % chunks) * MMA_DEC_HEADS;
-    const int nh = min(MMA_DEC_HEADS, (kh + 1) * group - h0);
+    const GroupHeads gh = group_heads(a, MMA_DEC_HEADS);
+    const int kh = gh.kh, h0 = gh.h0, nh = gh.nh;
     const int s = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
     const int g = lane >> 2, t = lane & 3;
@@ -630,9 +629,7 @@ DECODE_ENTRY(capstan_attention_decode_gqa_f16, attention_decode_gqa, F16, __laun
 #define DECODE_MMA_KERNEL attention_decode_mma
 #else
 template <typename L>
-__device__ void attention_decode_none(const typename L::T*, const unsigned long long*,
-                                      const unsigned long long*, const int*, const int*,
-                                      typename L::T*, float*, int*, DecodeArgs) {}
+__device__ void attention_decode_none(DECODE_KERNEL_PARAMS) {}
 #define DECODE_MMA_KERNEL attention_decode_none
 #endif
 DECODE_ENTRY(capstan_attention_decode_mma_bf16, DECODE_MMA_KERNEL, BF16, __launch_bounds__(128, 3))
