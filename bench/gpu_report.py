@@ -119,6 +119,8 @@ def vs_pytorch(raw, res):
     keys4 = ratios(fused_step_rows(raw, name="fused_decode_keys4"), graph)
     # ... and with decoding attention on tensor cores (CAPSTAN_DECODE_ATTENTION=mma).
     mma = ratios(fused_step_rows(raw, name="fused_decode_mma"), graph)
+    # ... and with one sequence's paired products walked one row after the other.
+    unpaired = ratios(fused_step_rows(raw, name="fused_decode_unpaired"), graph)
     b16 = llama3_rows(raw, "batch16")
     # 16 sequences through the fused step, against one sequence through it: counted where the
     # batch ran the step as a graph and its logits matched each sequence's alone.
@@ -164,8 +166,9 @@ def vs_pytorch(raw, res):
             "decode_step_split64": split64,
             "decode_step_keys4": keys4,
             "decode_step_mma": mma,
+            "decode_step_unpaired": unpaired,
             "decode_best": {k: best(decode.get(k), decode_step.get(k), split64.get(k), keys4.get(k),
-                                    mma.get(k))
+                                    mma.get(k), unpaired.get(k))
                             for k in decode},
             "batch16_decode": batch16_layers,
             "batch16_max_rel_diff": b16.get("1k", {}).get("packed_vs_alone_max_rel_diff"),
@@ -447,7 +450,8 @@ def main():
     md += [f"| decode {k}, the fused step, {what} | {f3(x)} |"
            for key, what in (("decode_step_keys4", "4 keys a slot"),
                              ("decode_step_split64", "ranges of 64 keys"),
-                             ("decode_step_mma", "decoding attention on tensor cores"))
+                             ("decode_step_mma", "decoding attention on tensor cores"),
+                             ("decode_step_unpaired", "paired rows one after the other"))
            for k, x in v[key].items()]
     md += [f"| 16 sequences / one, decoding at 1K (Capstan) | {f3(v['batch16_decode'])} |",
            f"| 16 sequences / one, the fused step at 1K (Capstan) | {f3(v['batch16_step_decode'])} |",

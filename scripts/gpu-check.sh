@@ -169,9 +169,11 @@ step() {
 
 # Issue 39's steps first (the GPU reader against PyTorch on the same card), then issue 10's
 # remaining rows while the budget lasts. On the GPU, Capstan's attention runs on cuDNN's fused
-# attention and the tensor-core kernel (CAPSTAN_ATTENTION_KERNEL=cudnn, the candidate default)
-# once their parity steps have run.
+# attention and the tensor-core kernel (the default since 2026-11-30; CAPSTAN_ATTENTION_KERNEL=
+# cudnn says so) once their parity steps have run; the baselines of the CUDA-core kernel and
+# the cuBLAS products say CAPSTAN_ATTENTION_KERNEL=cuda-cores (CORES).
 KERNEL=""
+CORES="CAPSTAN_ATTENTION_KERNEL=cuda-cores"
 if [ -n "$KTEST" ]; then
   # One test at a time, each one's seconds in the step's log (scripts/gpu-tests.sh).
   step kernels env $POISON CAPSTAN_REQUIRE_GPU=1 scripts/gpu-tests.sh "$KTEST" --skip tensor_core \
@@ -203,7 +205,7 @@ step attention_peer "$PY" bench/gpu_peers.py attention $ATTN --device "$DEV" --d
 step attention_long env $KERNEL "$BENCH" gpu attention $ATTN_LONG --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step attention_long_peer "$PY" bench/gpu_peers.py attention $ATTN_LONG --device "$DEV" --dtype "$DT"
-step "decode_$SHAPE" "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" \
+step "decode_$SHAPE" env $CORES "$BENCH" gpu decode --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" \
   --full-attention matmul --device "$DEV" --dtype "$DT"
 # The decoding kernel (attention_decode.cu, keys split into ranges) in place of cuBLAS products,
 # and 16 sequences packed (their rows in one launch): both come with the new kernels' choice.
@@ -224,6 +226,11 @@ step "fused_decode_split64_$SHAPE" env $KERNEL CAPSTAN_DECODE_SPLIT_KEYS=64 "$BE
 # ... and with 4 keys a slot in the grouped decoding kernel (CAPSTAN_DECODE_GQA_KEYS; default 2):
 # more loads in flight an iteration, where the 2026-11-29 run found the kernel bound by its loop.
 step "fused_decode_keys4_$SHAPE" env $KERNEL CAPSTAN_DECODE_GQA_KEYS=4 "$BENCH" gpu decode \
+  --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
+  --dtype "$DT"
+# ... and one sequence's paired products walked one row after the other (CAPSTAN_STEP_PAIRED=0,
+# as on the 2026-11-30 run: the pairing reads the input once for both rows, with fewer warps).
+step "fused_decode_unpaired_$SHAPE" env $KERNEL CAPSTAN_STEP_PAIRED=0 "$BENCH" gpu decode \
   --shape "$SHAPE" --contexts "$CONTEXTS" --steps "$STEPS" --full-attention step --device "$DEV" \
   --dtype "$DT"
 # ... and decoding attention on tensor cores (CAPSTAN_DECODE_ATTENTION=mma: attention_decode_mma,
@@ -339,7 +346,7 @@ fi
 step "graph_peer_batch16_$SHAPE" "$PY" bench/gpu_peers.py decode-graph --shape "$SHAPE" \
   --contexts "$BATCH_CONTEXTS" --batch 16 --steps "$STEPS" --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
-step prefill "$BENCH" gpu prefill $PREFILL --device "$DEV" --dtype "$DT"
+step prefill env $CORES "$BENCH" gpu prefill $PREFILL --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
 step prefill_peer "$PY" bench/gpu_peers.py sdpa $SDPA --device "$DEV" --dtype "$DT"
 # shellcheck disable=SC2086
@@ -355,7 +362,7 @@ else
 fi
 for shape in $DECODE_SHAPES; do
   [ "$shape" = "$SHAPE" ] && continue
-  step "decode_$shape" "$BENCH" gpu decode --shape "$shape" --contexts "$CONTEXTS" --steps "$STEPS" \
+  step "decode_$shape" env $CORES "$BENCH" gpu decode --shape "$shape" --contexts "$CONTEXTS" --steps "$STEPS" \
     --device "$DEV" --dtype "$DT"
   step "decode_peer_$shape" "$PY" bench/gpu_peers.py decode --shape "$shape" --contexts "$CONTEXTS" \
     --steps "$STEPS" --device "$DEV" --dtype "$DT"

@@ -64,6 +64,11 @@ VARIANTS.append(("decode_step_mma", "decode_step.cu", "#define STEP_MMA\n",
                  [f"capstan_step_gemv_mma{k}_{t}_{t}" for k in ("", "_norm") for t in ("bf16", "f16")],
                  ["ggml_units.cuh", "mma.cuh"]))
 
+# The decoding step with one sequence's paired products walked one row after the other
+# (CAPSTAN_STEP_PAIRED=0: NVRTC's -DSTEP_PAIRED=0).
+VARIANTS.append(("decode_step_unpaired", "decode_step.cu", "#define STEP_PAIRED 0\n",
+                 SOURCES["decode_step.cu"], ["ggml_units.cuh"]))
+
 # The grouped decoding kernel with 4 keys a slot (CAPSTAN_DECODE_GQA_KEYS=4: NVRTC's -DGQA_KEYS=4).
 VARIANTS.append(("attention_decode_keys4", "attention_decode.cu", "#define GQA_KEYS 4\n",
                  [f"capstan_attention_decode_gqa_{t}" for t in ("f32", "bf16", "f16")],

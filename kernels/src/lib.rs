@@ -60,8 +60,8 @@ pub use step::decode_grid::{decode_kernel, set_decode_kernel, DecodeKernel};
 /// How CUDA attention runs where there is a choice (no effect on the CPU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionKernel {
-    /// One warp per query row on CUDA cores (attention.cu): every case; the default until a
-    /// GPU run has checked the others against the CPU reference (`kernels/tests/gpu.rs`).
+    /// One warp per query row on CUDA cores (attention.cu): every case
+    /// (`CAPSTAN_ATTENTION_KERNEL=cuda-cores`); what the others fall back to.
     CudaCores,
     /// Tensor cores (attention_mma.cu) for bf16 or f16 prefill and cross-attention with a head
     /// width of 64 or 128, at least 16 query rows; CUDA cores for the rest (decoding rows).
@@ -70,12 +70,14 @@ pub enum AttentionKernel {
     /// causal, causal with the queries at the keys' tail, either with Zebra's local window,
     /// SelfExtend (two passes merged), cross-attention without padding, in bf16 or f16 with a
     /// head width up to 128 ([`cudnn_version`] says whether it loads); tensor cores, then CUDA
-    /// cores, for the rest.
+    /// cores, for the rest. The default: on the H200 runs of 2026-11-29 and -30 every pattern
+    /// matched the CPU reference on it, at 0.99-1.63x PyTorch's attention and 1.67-2.21x its
+    /// model prefill (docs/BENCHMARKS.md, GPU).
     Cudnn,
 }
 
 /// The attention kernel chosen by [`set_attention_kernel`], else by `CAPSTAN_ATTENTION_KERNEL`
-/// (`mma`: tensor cores, `cudnn`: cuDNN) when first asked.
+/// (`cuda-cores`, `mma`: tensor cores; anything else, or nothing, cuDNN) when first asked.
 pub fn attention_kernel() -> AttentionKernel {
     match ATTENTION_KERNEL.load(std::sync::atomic::Ordering::Relaxed) {
         1 => AttentionKernel::CudaCores,
@@ -83,9 +85,9 @@ pub fn attention_kernel() -> AttentionKernel {
         3 => AttentionKernel::Cudnn,
         _ => {
             let kernel = match std::env::var("CAPSTAN_ATTENTION_KERNEL").as_deref() {
+                Ok("cuda-cores") => AttentionKernel::CudaCores,
                 Ok("mma") => AttentionKernel::TensorCores,
-                Ok("cudnn") => AttentionKernel::Cudnn,
-                _ => AttentionKernel::CudaCores,
+                _ => AttentionKernel::Cudnn,
             };
             set_attention_kernel(kernel);
             kernel
@@ -103,10 +105,9 @@ pub fn set_attention_kernel(kernel: AttentionKernel) {
     ATTENTION_KERNEL.store(code, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether one of the new GPU kernels is chosen (tensor cores or cuDNN, opt-in until a GPU run
-/// has checked them): CUDA prefill attention then runs on tensor cores (Capstan's kernel or
-/// cuDNN's), and decoding rows on the decoding kernel, every sequence of a packed step in one
-/// launch.
+/// Whether one of the tensor-core kernels is chosen (cuDNN, the default, or Capstan's): CUDA
+/// prefill attention then runs on tensor cores, and decoding rows of a packed step on the
+/// decoding kernel, every sequence in one launch.
 pub fn tensor_core_attention() -> bool {
     attention_kernel() != AttentionKernel::CudaCores
 }

@@ -59,6 +59,7 @@ template <typename L, bool NORM>
 struct Input;
 template <typename L>
 struct Input<L, false> {
+    static constexpr bool NORMED = false;
     const typename L::T* __restrict__ x;
     int cols;
     __device__ __forceinline__ void load8(int s, int c, float* y) const {
@@ -70,6 +71,7 @@ struct Input<L, false> {
 };
 template <typename L>
 struct Input<L, true> {
+    static constexpr bool NORMED = true;
     const float* __restrict__ x;
     const typename L::T* __restrict__ w;
     float inv;
@@ -160,58 +162,41 @@ __device__ void row_dots(const u8* row, const In& in, int cols, int n, int vec, 
         if (s < n) acc[s] = warp_sum(acc[s]);
 }
 
-// One sequence's dot products of two rows at once (SwiGLU's gate and up, RoPE's pair of rows)
-// into *acc0 and *acc1, summed over the warp: each lane reads its inputs once for both rows
-// (with NORM the residual, the norm's weights and their product), and has both rows' loads in
-// flight. `row_dots` walked the rows one after the other, the inputs read and normalised
-// twice: the 2026-11-30 H200 profile had these products at ~2.2 TB/s against the single-row
-// products' ~3.0.
-template <typename W, typename L, bool DENSE, typename In>
+// One sequence's dot products of two dense rows at once (SwiGLU's gate and up, RoPE's pair of
+// rows) into *acc0 and *acc1, summed over the warp: each lane reads its inputs once for both
+// rows (with NORM the residual, the norm's weights and their product), and has both rows'
+// loads in flight. `row_dots` walks the rows one after the other, the inputs read and
+// normalised twice: the 2026-11-30 H200 profile had these products at ~2.2 TB/s against the
+// single-row products' ~3.0. Dense rows only: two decoded GGML units a lane took up to 128
+// registers (SmolLM2's q8_0 output layer, occupancy-bound, had 56). NVRTC's -DSTEP_PAIRED=0
+// (CAPSTAN_STEP_PAIRED=0) walks them one after the other, for the check to time both.
+#ifndef STEP_PAIRED
+#define STEP_PAIRED 1
+#endif
+template <typename W, typename L, typename In>
 __device__ void row_pair_dots(const u8* row0, const u8* row1, const In& in, int cols, int vec,
                               int lane, float* acc0, float* acc1) {
+    const typename W::T* w0 = (const typename W::T*)row0;
+    const typename W::T* w1 = (const typename W::T*)row1;
     float a0 = 0.f, a1 = 0.f;
-    if constexpr (DENSE) {
-        const typename W::T* w0 = (const typename W::T*)row0;
-        const typename W::T* w1 = (const typename W::T*)row1;
-        if (vec) {
+    if (vec) {
 #pragma unroll 2
-            for (int c = lane * 8; c < cols; c += 256) {
-                float u[8], v[8], xv[8];
-                load8<W>(w0 + c, u);
-                load8<W>(w1 + c, v);
-                in.load8(0, c, xv);
+        for (int c = lane * 8; c < cols; c += 256) {
+            float u[8], v[8], xv[8];
+            load8<W>(w0 + c, u);
+            load8<W>(w1 + c, v);
+            in.load8(0, c, xv);
 #pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    a0 += u[i] * xv[i];
-                    a1 += v[i] * xv[i];
-                }
-            }
-        } else {
-            for (int c = lane; c < cols; c += 32) {
-                const float xv = in.load1(0, c);
-                a0 += W::ld(w0[c]) * xv;
-                a1 += W::ld(w1[c]) * xv;
+            for (int i = 0; i < 8; i++) {
+                a0 += u[i] * xv[i];
+                a1 += v[i] * xv[i];
             }
         }
     } else {
-        for (int unit = lane; unit < cols / 32; unit += 32) {
-            float u[32], v[32];
-            W::unit(row0, unit, u);
-            W::unit(row1, unit, v);
-            for (int i = 0; i < 32; i += 8) {
-                float xv[8];
-                if (vec) {
-                    in.load8(0, unit * 32 + i, xv);
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; j++) xv[j] = in.load1(0, unit * 32 + i + j);
-                }
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    a0 += u[i + j] * xv[j];
-                    a1 += v[i + j] * xv[j];
-                }
-            }
+        for (int c = lane; c < cols; c += 32) {
+            const float xv = in.load1(0, c);
+            a0 += W::ld(w0[c]) * xv;
+            a1 += W::ld(w1[c]) * xv;
         }
     }
     *acc0 = warp_sum(a0);
@@ -360,12 +345,14 @@ __device__ float gemv_row(const u8* __restrict__ w0, const u8* __restrict__ w1,
         In in = in_all;
         if (s0 > 0) in.x += (long long)s0 * a.cols;
         bool paired = false;
-        if constexpr (PASS == 1) {
-            // One sequence's two products in one walk of the row pair.
+        // One sequence's two products in one walk of the row pair: in the normalising
+        // products, where a step's paired products are (its norms folded), so that the others
+        // keep their registers (46 against 56 with the pair's code beside them).
+        if constexpr (PASS == 1 && DENSE && STEP_PAIRED && In::NORMED) {
             if (products == 2) {
-                row_pair_dots<W, L, DENSE>(product_row(a, w, w1, i, half, 0),
-                                           product_row(a, w, w1, i, half, 1), in, a.cols, a.vec,
-                                           lane, &gate[0], &acc[0]);
+                row_pair_dots<W, L>(product_row(a, w, w1, i, half, 0),
+                                    product_row(a, w, w1, i, half, 1), in, a.cols, a.vec, lane,
+                                    &gate[0], &acc[0]);
                 paired = true;
             }
         }

@@ -37,6 +37,11 @@ fn ptx(module: &'static str, dev: &CudaDevice) -> Result<String> {
             options.push(format!("-DGQA_KEYS={keys}"));
         }
     }
+    if module.starts_with("decode_step") {
+        if let Some(paired) = crate::step::decode_grid::step_paired_define() {
+            options.push(format!("-DSTEP_PAIRED={paired}"));
+        }
+    }
     let key = [src, &arch, &options.join(" "), &nvrtc_version()];
     let dir = crate::ptx_cache::directory();
     let compiled = crate::ptx_cache::cached(dir.as_deref(), module, &key, || {

@@ -75,7 +75,16 @@ pub(crate) fn gqa_keys_define() -> Option<usize> {
     *KEYS.get_or_init(|| env_count("CAPSTAN_DECODE_GQA_KEYS", 1..=8))
 }
 
-/// The two kernels of attention_decode.cu.
+/// `CAPSTAN_STEP_PAIRED=0` (read once a process): the decoding step's modules compiled with
+/// `-DSTEP_PAIRED=0`, one sequence's paired products (gate and up, RoPE's row pairs) walked one
+/// row after the other as before 2026-11-30, for the check to time both ways.
+#[cfg(feature = "cuda")]
+pub(crate) fn step_paired_define() -> Option<usize> {
+    static PAIRED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *PAIRED.get_or_init(|| env_count("CAPSTAN_STEP_PAIRED", 0..=0))
+}
+
+/// The kernels of attention_decode.cu.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeKernel {
     /// `attention_decode`: a block per query head, each lane reading a key's elements one at a

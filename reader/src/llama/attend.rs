@@ -162,7 +162,7 @@ pub(super) fn attend_many(
     parts: Vec<(Tensor, Tensor, Tensor)>,
     n_rep: usize,
 ) -> CResult<Vec<Tensor>> {
-    // On CUDA with the new GPU kernels chosen (`CAPSTAN_ATTENTION_KERNEL=mma|cudnn`), every
+    // On CUDA with the tensor-core kernels chosen (the default; not `cuda-cores`), every
     // sequence's decoding row in one launch (a launch per sequence and layer, several for the
     // products path, cost more than the attention of a decoding row).
     let chosen = capstan_kernels::tensor_core_attention();

@@ -32,10 +32,10 @@ impl Llama {
     /// run one by one (still correct, not batched) with a decoder attention pattern other than
     /// full, or with more than a prefill chunk of new tokens. On CUDA, one new token each runs
     /// through the fused decoding step when `CAPSTAN_DECODE_STEP` chooses it (every sequence
-    /// in one launch sequence); otherwise they run packed when `CAPSTAN_ATTENTION_KERNEL`
-    /// chooses the new GPU kernels (decoding rows in one launch; `capstan-bench gpu decode
-    /// --batch 16` measures both and checks them against each sequence alone), else one by
-    /// one.
+    /// in one launch sequence); otherwise they run packed on the tensor-core attention kernels
+    /// (cuDNN's, the default, or Capstan's: decoding rows in one launch; `capstan-bench gpu
+    /// decode --batch 16` measures both and checks them against each sequence alone), and one
+    /// by one under `CAPSTAN_ATTENTION_KERNEL=cuda-cores`.
     pub fn forward_packed(&self, seqs: &mut [PackedInput<'_>]) -> Result<Tensor> {
         self.on_pool(|| self.forward_packed_here(seqs))
     }
@@ -75,8 +75,8 @@ impl Llama {
                 return Ok(logits);
             }
         }
-        // On CUDA with the new GPU kernels chosen (their decoding kernel runs every sequence's
-        // row in one launch); opt-in until a GPU run has checked them.
+        // On CUDA with the tensor-core kernels chosen (the default: their decoding kernel runs
+        // every sequence's row in one launch).
         let packable = (self.device.is_cpu() || capstan_kernels::tensor_core_attention())
             && self.attention == AttentionPattern::Full
             && seqs.iter().all(|s| s.tokens.len() <= PREFILL_CHUNK);
