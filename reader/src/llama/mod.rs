@@ -509,10 +509,11 @@ impl Llama {
         // cores (`capstan_kernels::tensor_core_attention`): the products below materialise
         // every score, which at 8K and more is most of a prefill's time. So do decoding rows
         // past DECODE_KERNEL_MIN_KEYS keys, where the products' cost grows with the keys and
-        // the decoding kernel's hardly does.
+        // the decoding kernel's hardly does (rows without padding: a key mask leaves a row to
+        // the general kernel, one warp a row, far slower than the products at long contexts).
+        let decoding_on_kernel = s == 1 && !any_pad && total >= DECODE_KERNEL_MIN_KEYS;
         let full_on_kernel = self.full_attention_kernel
-            || (capstan_kernels::tensor_core_attention()
-                && (s >= 16 || total >= DECODE_KERNEL_MIN_KEYS));
+            || (capstan_kernels::tensor_core_attention() && (s >= 16 || decoding_on_kernel));
         let mut x = self.decoder.embed_tokens.forward(ids)?;
         for (i, layer) in self.decoder.layers.iter().enumerate() {
             let state = match &cache.cross {
