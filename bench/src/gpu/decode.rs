@@ -304,7 +304,7 @@ pub fn gguf(
     let params = GenerationParams::greedy(new_tokens);
     let mut by_way = serde_json::Map::new();
     let mut first: Option<(Value, Vec<u32>)> = None;
-    let mut cpu_logits: Option<anyhow::Result<Vec<Tensor>>> = None;
+    let mut cpu_logits: Option<Vec<Tensor>> = None;
     for way in ways {
         let fused = gguf_way(way)?;
         lm.model_mut().set_decode_step(fused);
@@ -333,16 +333,15 @@ pub fn gguf(
         // CPU (what transformers does with a GGUF file): no 8-bit inputs, no TF32.
         let forced = &first.as_ref().expect("set above").1;
         let forced = &forced[..FORCED_TOKENS.min(forced.len())];
-        let want = cpu_logits.get_or_insert_with(|| {
+        if cpu_logits.is_none() {
             let f32 = LoadOptions {
                 dtype: Some(DType::F32),
                 ..LoadOptions::default()
             };
-            LanguageModel::load(path, &Device::Cpu, f32)
-                .map_err(anyhow::Error::from)
-                .and_then(|cpu| forced_logits(cpu.model(), &request.prompt, forced))
-        });
-        let want = want.as_ref().map_err(|e| anyhow::anyhow!("{e:#}"))?;
+            let cpu = LanguageModel::load(path, &Device::Cpu, f32)?;
+            cpu_logits = Some(forced_logits(cpu.model(), &request.prompt, forced)?);
+        }
+        let want = cpu_logits.as_ref().expect("set above");
         let got = forced_logits(lm.model(), &request.prompt, forced)?;
         let mut worst = 0f32;
         for (g, w) in got.iter().zip(want) {

@@ -95,15 +95,14 @@ __device__ void merge_splits(const float* p, typename L::T* __restrict__ out, De
     for (int z0 = 0; z0 < a.splits; z0 += 32) {
         const int z = z0 + lane;
         const float mz = z < a.splits ? __ldcg(p + (size_t)z * stride) : NEG_INF;
-        // A split that saw no key adds nothing (its accumulators are not read).
+        // A split that saw no key, or whose scale is below f32's, adds nothing (its
+        // accumulators are not read).
         const float scale = mz == NEG_INF ? 0.f : __expf(mz - big);
-        const bool seen = mz != NEG_INF;
         const int n = min(32, a.splits - z0);
 #pragma unroll 4
         for (int j = 0; j < n; j++) {
             const float w = __shfl_sync(0xffffffffu, scale, j);
-            const bool any = __shfl_sync(0xffffffffu, (int)seen, j) != 0;
-            if (!any) continue;
+            if (w == 0.f) continue;
             const float* row = p + (size_t)(z0 + j) * stride + 2;
 #pragma unroll
             for (int t = 0; t < DEC_MAXD / 32; t++) {

@@ -535,7 +535,7 @@ __device__ void swiglu(const float* __restrict__ g, const float* __restrict__ u,
 // Needs cols a multiple of 32 and 16-byte aligned rows (dense) and inputs (the plan checks).
 // Same arguments and epilogues as `gemv`, norms folded as one sequence's are: with NORM the
 // inputs are each sequence's f32 residual normalised as it is read (`MmaRow`), and a product
-// adding to the residual adds each sequence's new squares to `ss_out` (one atomic add a warp and
+// adding to the residual adds each sequence's new squares to `ss_out` (one atomic add a block and
 // sequence), so that a batch's norms need no launches of their own.
 #define MMA_GEMV_WARPS 8
 
@@ -672,8 +672,7 @@ template <typename L>
 __device__ __forceinline__ void mma_epilogue(
     const float (*c)[4], long long n0, int s0, int g, int t, long long total, long long half,
     const u8* w0, const u8* w1, const u8* w2, const float* b0, const float* b1, const float* b2,
-    float* out_f32, typename L::T* out_t, float* ss_out, const RopeArgs& ra, const GemvArgs& a,
-    bool lo_live, bool hi_live) {
+    float* out_f32, typename L::T* out_t, float* ss_out, const RopeArgs& ra, const GemvArgs& a) {
     const int slo = s0 + g, shi = s0 + g + 8;
     // C: lane (g, t) holds outputs n0 + 2t and n0 + 2t + 1 of sequences g and g + 8.
     float sq[2] = {0.f, 0.f};
@@ -699,8 +698,8 @@ __device__ __forceinline__ void mma_epilogue(
             sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 1);
             sq[h] += __shfl_xor_sync(0xffffffffu, sq[h], 2);
         }
-        if (t == 0 && lo_live) atomicAdd(ss_out + slo, sq[0]);
-        if (t == 0 && hi_live) atomicAdd(ss_out + shi, sq[1]);
+        if (t == 0 && slo < a.batch) atomicAdd(ss_out + slo, sq[0]);
+        if (t == 0 && shi < a.batch) atomicAdd(ss_out + shi, sq[1]);
     }
 }
 
@@ -758,13 +757,12 @@ __device__ void gemv_mma(const u8* __restrict__ w0, const u8* __restrict__ w1,
 #pragma unroll
                     for (int e = 0; e < 4; e++) c[m][e] += partial[w][m][e][lane];
             mma_epilogue<L>(c, n0, s0, g, t, total, half, w0, w1, w2, b0, b1, b2, out_f32, out_t,
-                            ss_out, ra, a, lo.live, hi.live);
+                            ss_out, ra, a);
         }
         // `partial` is written again for the next 16 sequences.
         __syncthreads();
     }
 }
-
 #endif
 
 #ifdef STEP_MMA

@@ -6,8 +6,9 @@
 //! Exact by construction: every chunk is encoded at positions `0..len` without padding,
 //! alone or beside chunks of its own length (never attending to them), whether the cache
 //! holds it or not; requests then assemble the same states the same way. On a GPU the
-//! product kernels chosen for a pass's size may round a chunk differently beside others. (The reference pads a batch of chunks to the longest and shifts positions; with
-//! relative RoPE and masked padding that is the same function, up to rounding.)
+//! product kernels chosen for a pass's size may round a chunk differently beside others.
+//! (The reference pads a batch of chunks to the longest and shifts positions; with relative
+//! RoPE and masked padding that is the same function, up to rounding.)
 
 use std::collections::HashMap;
 
